@@ -1,0 +1,474 @@
+//! The spec's abstract syntax: what the user wrote, with a span on every part.
+//!
+//! Produced by [`crate::front`]; nothing here has been checked. Statements carry a
+//! [`StmtId`] (pre-order index) so that later stages keep their findings in side tables
+//! instead of mutating the tree.
+
+use crate::diag::Span;
+use std::fmt;
+
+/// A name and where it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ident {
+    /// The name.
+    pub name: String,
+    /// Where.
+    pub span: Span,
+}
+
+/// Element types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// Signed 8-bit integer.
+    I8,
+    /// Signed 32-bit integer.
+    I32,
+}
+
+impl DType {
+    /// Every dtype, in the order messages list them.
+    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I8, DType::I32];
+
+    /// The spelling in specs.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I8 => "i8",
+            DType::I32 => "i32",
+        }
+    }
+
+    /// Parses a spec spelling.
+    pub fn from_name(s: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    /// Size of one element in bytes.
+    pub fn bytes(self) -> u64 {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::I8 => 1,
+        }
+    }
+
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Binary operators, loosest-binding last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    /// `*`
+    Mul,
+    /// `/` (integer division on integers)
+    Div,
+    /// `%`
+    Rem,
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `&&`
+    And,
+    /// `||`
+    Or,
+}
+
+impl BinOp {
+    /// The operator's spelling (the same in specs and C++).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+
+    /// Whether the result is a boolean.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne)
+    }
+
+    /// Whether both operands and the result are booleans.
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinOp::And | BinOp::Or)
+    }
+}
+
+/// Unary operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    /// `-x`
+    Neg,
+    /// `!x`
+    Not,
+}
+
+/// An expression.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    /// What it is.
+    pub kind: ExprKind,
+    /// Where.
+    pub span: Span,
+}
+
+/// Expression forms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    /// An integer literal.
+    Int(i64),
+    /// A floating-point literal, with its spelling kept for byte-identical output.
+    Float(f64, String),
+    /// `true` / `false`.
+    Bool(bool),
+    /// A name: constant, runtime dim, loop or block index, or a whole buffer.
+    Name(String),
+    /// `x[i, j]`: an element of a buffer or tensor.
+    Index(Ident, Vec<Expr>),
+    /// `f(a, b, key=c)`: an intrinsic, a cast or a statement.
+    Call(Ident, Vec<Arg>),
+    /// `-x`, `!x`.
+    Unary(UnOp, Box<Expr>),
+    /// `a + b`, ...
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+}
+
+/// A call argument, positional or `key=value`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arg {
+    /// The keyword, for `key=value`.
+    pub key: Option<Ident>,
+    /// The value.
+    pub value: Expr,
+}
+
+/// Identifies a statement: its pre-order position in the body.
+pub type StmtId = usize;
+
+/// A statement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    /// Pre-order index, unique in the spec.
+    pub id: StmtId,
+    /// What it does.
+    pub kind: StmtKind,
+    /// The statement's text (for a block, its header).
+    pub span: Span,
+}
+
+/// An operand of `copy`: a whole buffer (`A_s`) or a tile of a tensor at an origin (`A[y, x]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operand {
+    /// The buffer or tensor.
+    pub name: Ident,
+    /// The origin, for a tensor tile.
+    pub origin: Option<Vec<Expr>>,
+    /// The whole operand's text.
+    pub span: Span,
+}
+
+/// Loops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopKind {
+    /// `serial(k, n)`: a plain loop.
+    Serial,
+    /// `unroll(k, n)`: a fully unrolled loop (n must be a constant).
+    Unroll,
+    /// `pipelined(k, n, stages)`: a software-pipelined main loop.
+    Pipelined,
+}
+
+impl LoopKind {
+    /// The keyword.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            LoopKind::Serial => "serial",
+            LoopKind::Unroll => "unroll",
+            LoopKind::Pipelined => "pipelined",
+        }
+    }
+}
+
+/// Assignment operators in `parallel` blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AssignOp {
+    /// `=`
+    Set,
+    /// `+=`
+    Add,
+    /// `-=`
+    Sub,
+    /// `*=`
+    Mul,
+}
+
+impl AssignOp {
+    /// The spelling.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            AssignOp::Set => "=",
+            AssignOp::Add => "+=",
+            AssignOp::Sub => "-=",
+            AssignOp::Mul => "*=",
+        }
+    }
+}
+
+/// Statement forms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StmtKind {
+    /// `copy(src, dst)`: extents come from the buffer side.
+    Copy {
+        /// Source.
+        src: Operand,
+        /// Destination.
+        dst: Operand,
+    },
+    /// `gemm(A, B, C, transpose_a=.., transpose_b=..)`: C += op(A) · op(B).
+    Gemm {
+        /// Left operand buffer.
+        a: Ident,
+        /// Right operand buffer.
+        b: Ident,
+        /// Accumulator buffer.
+        c: Ident,
+        /// A is stored [k, m].
+        transpose_a: bool,
+        /// B is stored [n, k].
+        transpose_b: bool,
+    },
+    /// `clear(x)`: x = 0.
+    Clear {
+        /// The buffer.
+        buf: Ident,
+    },
+    /// `fill(x, v)`.
+    Fill {
+        /// The buffer.
+        buf: Ident,
+        /// The value.
+        value: Expr,
+    },
+    /// `x[i, j] op= e`, inside `parallel`.
+    Assign {
+        /// The buffer written.
+        target: Ident,
+        /// Its indices.
+        indices: Vec<Expr>,
+        /// `=`, `+=`, ...
+        op: AssignOp,
+        /// The value.
+        value: Expr,
+    },
+    /// `serial` / `unroll` / `pipelined` loops.
+    Loop {
+        /// Which loop.
+        kind: LoopKind,
+        /// The loop variable, counting 0..count.
+        var: Ident,
+        /// The trip count.
+        count: Expr,
+        /// Shared-memory stages (pipelined only).
+        stages: Option<Expr>,
+        /// The body.
+        body: Vec<Stmt>,
+    },
+    /// `parallel(i, j)`: element-wise assignments over a buffer's index space.
+    Parallel {
+        /// One variable per dimension.
+        vars: Vec<Ident>,
+        /// Assignments.
+        body: Vec<Stmt>,
+    },
+    /// `if cond` with an optional following `else`.
+    If {
+        /// The condition.
+        cond: Expr,
+        /// Taken branch.
+        then_body: Vec<Stmt>,
+        /// Otherwise.
+        else_body: Vec<Stmt>,
+    },
+}
+
+/// Majorness of a 2-D tensor in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// The last dimension is contiguous.
+    RowMajor,
+    /// The first dimension is contiguous.
+    ColMajor,
+}
+
+/// A dimension of a tensor's shape: a constant or a runtime size.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dim {
+    /// A literal extent.
+    Fixed(i64, Span),
+    /// A name: a constant or, when not a constant, a runtime size.
+    Named(Ident),
+}
+
+impl Dim {
+    /// Where it was written.
+    pub fn span(&self) -> Span {
+        match self {
+            Dim::Fixed(_, s) => *s,
+            Dim::Named(i) => i.span,
+        }
+    }
+}
+
+/// A global-memory tensor: a launcher argument.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Its name, also the launcher parameter's.
+    pub name: Ident,
+    /// Element type and where it was written.
+    pub dtype: (DType, Span),
+    /// Shape.
+    pub shape: Vec<Dim>,
+    /// Majorness (2-D only; 1-D tensors are contiguous).
+    pub order: (Order, Span),
+    /// Written by the kernel.
+    pub output: bool,
+    /// The whole entry.
+    pub span: Span,
+}
+
+/// Memory scopes of buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Shared memory of the thread block.
+    Shared,
+    /// Registers, distributed over the block's threads by layout inference.
+    Fragment,
+}
+
+impl Scope {
+    /// The spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Shared => "shared",
+            Scope::Fragment => "fragment",
+        }
+    }
+}
+
+/// An on-chip buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    /// Name.
+    pub name: Ident,
+    /// Scope and where it was written.
+    pub scope: (Scope, Span),
+    /// Element type and where it was written.
+    pub dtype: (DType, Span),
+    /// Extents: constant expressions.
+    pub shape: Vec<Expr>,
+    /// Where the shape list was written.
+    pub shape_span: Span,
+    /// The whole entry.
+    pub span: Span,
+}
+
+/// A named compile-time constant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Constant {
+    /// Name.
+    pub name: Ident,
+    /// Value: an integer or a float literal.
+    pub value: Expr,
+}
+
+/// One grid dimension: a block-index variable and its extent (x first).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridDim {
+    /// The block index name, e.g. `bx`.
+    pub var: Ident,
+    /// Number of blocks.
+    pub extent: Expr,
+}
+
+/// A whole spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spec {
+    /// The kernel's name (a C identifier).
+    pub kernel: Ident,
+    /// One-line description.
+    pub doc: Option<String>,
+    /// Global tensors in launcher order.
+    pub tensors: Vec<Tensor>,
+    /// Constants in source order.
+    pub constants: Vec<Constant>,
+    /// Grid dimensions, x first.
+    pub grid: Vec<GridDim>,
+    /// Threads per block and where it was written.
+    pub threads: (i64, Span),
+    /// On-chip buffers.
+    pub buffers: Vec<Buffer>,
+    /// The kernel body.
+    pub body: Vec<Stmt>,
+    /// Number of statements (ids are `0..stmt_count`).
+    pub stmt_count: usize,
+}
+
+impl Spec {
+    /// Visits every statement in pre-order.
+    pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Stmt)) {
+        fn go<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Stmt)) {
+            for s in stmts {
+                f(s);
+                match &s.kind {
+                    StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => go(body, f),
+                    StmtKind::If { then_body, else_body, .. } => {
+                        go(then_body, f);
+                        go(else_body, f);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        go(&self.body, f);
+    }
+}

@@ -1,0 +1,197 @@
+//! Spellings: dtypes as C++ types, spec expressions as C++ expressions.
+
+use crate::ast::*;
+use crate::check::{ConstValue, Info, Symbol};
+
+/// The CUTLASS type for a dtype.
+pub fn cpp_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F16 => "cute::half_t",
+        DType::BF16 => "cute::bfloat16_t",
+        DType::I8 => "int8_t",
+        DType::I32 => "int32_t",
+    }
+}
+
+/// How names and element reads are spelled in the context an expression is emitted in.
+pub trait Env {
+    /// The C++ for element `name[idx]` of a buffer, or `None` if it cannot be read here.
+    fn buffer_element(&self, buffer: usize, idx: &[Expr]) -> Option<String>;
+    /// The C++ for a loop or parallel variable.
+    fn var(&self, name: &str) -> String {
+        name.to_string()
+    }
+}
+
+/// Converts checked expressions to C++. Arithmetic on floats is done in `float`.
+pub struct Conv<'a> {
+    /// The spec.
+    pub spec: &'a Spec,
+    /// Its check info.
+    pub info: &'a Info,
+}
+
+impl Conv<'_> {
+    /// Whether an expression is floating-point (mirrors the checker's typing).
+    pub fn is_float(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Float(..) => true,
+            ExprKind::Int(_) | ExprKind::Bool(_) => false,
+            ExprKind::Name(n) => matches!(self.info.symbols.get(n), Some(Symbol::Constant(ConstValue::Float(..)))),
+            ExprKind::Index(name, _) => match self.info.symbols.get(&name.name) {
+                Some(Symbol::Tensor(t)) => self.spec.tensors[*t].dtype.0.is_float(),
+                Some(Symbol::Buffer(b)) => self.spec.buffers[*b].dtype.0.is_float(),
+                _ => false,
+            },
+            ExprKind::Unary(_, x) => self.is_float(x),
+            ExprKind::Binary(op, a, b) => !op.is_comparison() && !op.is_logical() && (self.is_float(a) || self.is_float(b)),
+            ExprKind::Call(f, args) => match DType::from_name(&f.name) {
+                Some(d) => d.is_float(),
+                None => match f.name.as_str() {
+                    "ceildiv" => false,
+                    "min" | "max" => args.iter().any(|a| self.is_float(&a.value)),
+                    "select" => args.iter().skip(1).any(|a| self.is_float(&a.value)),
+                    "abs" => args.first().is_some_and(|a| self.is_float(&a.value)),
+                    _ => true,
+                },
+            },
+        }
+    }
+
+    /// C++ for `e`, fully parenthesised where precedence could surprise a reader.
+    pub fn expr(&self, e: &Expr, env: &dyn Env) -> String {
+        match &e.kind {
+            ExprKind::Int(v) => v.to_string(),
+            ExprKind::Float(_, lit) => float_literal(lit),
+            ExprKind::Bool(b) => b.to_string(),
+            ExprKind::Name(n) => match self.info.symbols.get(n) {
+                Some(Symbol::Var) => env.var(n),
+                _ => n.clone(),
+            },
+            ExprKind::Index(name, idx) => match self.info.symbols.get(&name.name) {
+                Some(Symbol::Buffer(b)) => env.buffer_element(*b, idx).unwrap_or_else(|| "/* unsupported read */ 0".into()),
+                Some(Symbol::Tensor(t)) => self.tensor_element(*t, idx, env),
+                _ => "0".into(),
+            },
+            ExprKind::Unary(op, x) => {
+                let inner = self.atom(x, env);
+                match op {
+                    UnOp::Neg => format!("-{inner}"),
+                    UnOp::Not => format!("!{inner}"),
+                }
+            }
+            ExprKind::Binary(op, a, b) => format!("{} {} {}", self.operand(a, *op, env), op.symbol(), self.operand(b, *op, env)),
+            ExprKind::Call(f, args) => self.call(e, f, args, env),
+        }
+    }
+
+    fn atom(&self, e: &Expr, env: &dyn Env) -> String {
+        let s = self.expr(e, env);
+        if matches!(e.kind, ExprKind::Binary(..)) { format!("({s})") } else { s }
+    }
+
+    fn operand(&self, e: &Expr, parent: BinOp, env: &dyn Env) -> String {
+        let s = self.expr(e, env);
+        match &e.kind {
+            ExprKind::Binary(op, ..) if prec(*op) < prec(parent) || (prec(*op) == prec(parent) && !matches!(parent, BinOp::Add | BinOp::Mul)) => format!("({s})"),
+            _ => s,
+        }
+    }
+
+    fn call(&self, _e: &Expr, f: &Ident, args: &[Arg], env: &dyn Env) -> String {
+        let a: Vec<String> = args.iter().map(|a| self.expr(&a.value, env)).collect();
+        let any_float = args.iter().any(|a| self.is_float(&a.value));
+        if let Some(d) = DType::from_name(&f.name) {
+            return match d {
+                DType::F32 if any_float => a[0].clone(),
+                DType::F32 => format!("static_cast<float>({})", a[0]),
+                DType::I32 => format!("static_cast<int32_t>({})", a[0]),
+                DType::I8 => format!("static_cast<int8_t>({})", a[0]),
+                // Rounding to a narrower float, then computing on in f32.
+                DType::BF16 | DType::F16 => format!("static_cast<float>({}(static_cast<float>({})))", cpp_type(d), a[0]),
+            };
+        }
+        match f.name.as_str() {
+            // Spelled out: namespace-scope constexprs cannot bind to the const& that
+            // cute::ceil_div / cute::min take in device code.
+            "ceildiv" => format!("(({} + {} - 1) / {})", a[0], a[1], a[1]),
+            "min" if any_float => format!("fminf({}, {})", a[0], a[1]),
+            "max" if any_float => format!("fmaxf({}, {})", a[0], a[1]),
+            "min" => format!("({0} < {1} ? {0} : {1})", a[0], a[1]),
+            "max" => format!("({0} > {1} ? {0} : {1})", a[0], a[1]),
+            "select" => format!("({} ? {} : {})", a[0], a[1], a[2]),
+            "abs" if any_float => format!("fabsf({})", a[0]),
+            "abs" => format!("({0} < 0 ? -{0} : {0})", a[0]),
+            "exp2" => format!("exp2f({})", a[0]),
+            "exp" => format!("expf({})", a[0]),
+            "log2" => format!("log2f({})", a[0]),
+            "log" => format!("logf({})", a[0]),
+            "sqrt" => format!("sqrtf({})", a[0]),
+            "rsqrt" => format!("rsqrtf({})", a[0]),
+            "tanh" => format!("tanhf({})", a[0]),
+            "erf" => format!("erff({})", a[0]),
+            other => format!("{other}({})", a.join(", ")),
+        }
+    }
+
+    /// A global element read: zero outside the tensor (the spec's semantics at ragged edges).
+    fn tensor_element(&self, t: usize, idx: &[Expr], env: &dyn Env) -> String {
+        let tensor = &self.spec.tensors[t];
+        let dims: Vec<String> = tensor.shape.iter().map(|d| match d {
+            Dim::Fixed(v, _) => v.to_string(),
+            Dim::Named(n) => n.name.clone(),
+        }).collect();
+        let ix: Vec<String> = idx.iter().map(|e| self.expr(e, env)).collect();
+        let in_bounds = ix.iter().zip(&dims).map(|(i, d)| format!("{i} < {d}")).collect::<Vec<_>>().join(" && ");
+        let linear = match (ix.len(), tensor.order.0) {
+            (1, _) => ix[0].clone(),
+            (2, Order::RowMajor) => format!("int64_t({}) * {} + {}", ix[0], dims[1], ix[1]),
+            (2, Order::ColMajor) => format!("int64_t({}) * {} + {}", ix[1], dims[0], ix[0]),
+            _ => {
+                let mut lin = format!("int64_t({})", ix[0]);
+                for (i, d) in ix.iter().zip(&dims).skip(1) {
+                    lin = format!("({lin}) * {d} + {i}");
+                }
+                lin
+            }
+        };
+        let zero = if tensor.dtype.0.is_float() { "0.f" } else { "0" };
+        let conv = if tensor.dtype.0.is_float() { "static_cast<float>" } else { "static_cast<int32_t>" };
+        format!("(({in_bounds}) ? {conv}({}[{linear}]) : {zero})", tensor.name.name)
+    }
+}
+
+fn prec(op: BinOp) -> u8 {
+    match op {
+        BinOp::Or => 0,
+        BinOp::And => 1,
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => 2,
+        BinOp::Add | BinOp::Sub => 3,
+        BinOp::Mul | BinOp::Div | BinOp::Rem => 4,
+    }
+}
+
+/// A float literal spelled as a C++ `float` literal: `0.0` → `0.0f`, `1e3` → `1e3f`, `2.` → `2.f`.
+pub fn float_literal(lit: &str) -> String {
+    let mut s = lit.to_string();
+    if s.starts_with('.') {
+        s.insert(0, '0');
+    }
+    if s.starts_with("-.") {
+        s.insert(1, '0');
+    }
+    format!("{s}f")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_literals_get_the_f_suffix() {
+        assert_eq!(float_literal("0.0"), "0.0f");
+        assert_eq!(float_literal(".5"), "0.5f");
+        assert_eq!(float_literal("1e-3"), "1e-3f");
+    }
+}

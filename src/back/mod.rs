@@ -1,0 +1,52 @@
+//! Backends: a checked, planned spec → C++ source files.
+//!
+//! Requires: a [`crate::Compiled`] (checked and planned for the backend's target).
+//! Guarantees: deterministic text (no timestamps, no absolute paths, ordered maps) or a
+//! [`Diagnostic`] for what the backend cannot lower; never a panic.
+//!
+//! Each backend builds a flat, serialisable context (names chosen, C++ spellings
+//! computed) and hands it to Tera templates that only print.
+
+pub mod conv;
+pub mod sm80;
+
+use crate::diag::Diagnostic;
+use crate::target::Target;
+use crate::Compiled;
+
+/// One generated file: its name (relative to the target's output folder) and contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputFile {
+    /// File name, e.g. `gemm_bf16.cu`.
+    pub name: String,
+    /// Text.
+    pub contents: String,
+}
+
+/// The version of CUTLASS generated code is written against (the pinned wheel).
+pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
+
+/// Renders a compiled spec for its target.
+pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    match c.plan.target {
+        Target::Sm80 => sm80::render(c),
+    }
+}
+
+/// Errors of the template engine are bugs in tilegen; they surface as a diagnostic at the
+/// kernel name instead of a panic.
+pub(crate) fn template_error(c: &Compiled, e: &dyn std::error::Error) -> Vec<Diagnostic> {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    vec![Diagnostic::error(c.spec.kernel.span, format!("internal error while rendering templates: {msg}"))
+        .hint("this is a tilegen bug; please report it with the spec")]
+}
+
+/// Finds a statement by id (for reports).
+pub fn sm80_find(spec: &crate::ast::Spec, id: crate::ast::StmtId) -> Option<&crate::ast::Stmt> {
+    sm80::find_stmt(spec, id)
+}

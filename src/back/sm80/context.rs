@@ -1,0 +1,587 @@
+//! Builds the flat template context for sm80: every name chosen, every C++ spelling made.
+
+use super::body::{self, BodyItem};
+use crate::ast::*;
+use crate::back::conv::{cpp_type, Conv, Env};
+use crate::check::{ConstValue, Symbol};
+use crate::diag::Diagnostic;
+use crate::layout::{CopyKind, FragmentLayout, Swizzle};
+use crate::Compiled;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+#[derive(Serialize)]
+pub struct Context {
+    pub kernel: String,
+    pub doc: String,
+    pub spec_path: String,
+    pub version: String,
+    pub cutlass: String,
+    pub launcher: String,
+    pub threads: i64,
+    pub constants: Vec<ConstantCtx>,
+    pub elements: Vec<ElementCtx>,
+    pub smem_layouts: Vec<SmemLayoutCtx>,
+    pub mmas: Vec<MmaCtx>,
+    pub g2s_copies: Vec<G2sCtx>,
+    pub stores: Vec<StoreCtx>,
+    pub pipeline_storage: Vec<MemberCtx>,
+    pub staging_storage: Vec<MemberCtx>,
+    pub kernel_params: Vec<String>,
+    pub kernel_args: Vec<String>,
+    pub block_indices: Vec<BlockIndexCtx>,
+    pub global_tensors: Vec<LineCtx>,
+    pub shared_tensors: Vec<LineCtx>,
+    pub body: Vec<BodyItem>,
+    pub c_params: Vec<String>,
+    pub size_checks: Vec<String>,
+    pub null_checks: Vec<String>,
+    pub align_checks: Vec<CheckCtx>,
+    pub grid: Vec<String>,
+    pub grid_limits: Vec<String>,
+    pub doc_tensors: Vec<String>,
+    pub doc_sizes: String,
+    pub doc_alignment: Vec<String>,
+    pub doc_launch: String,
+}
+
+#[derive(Serialize)]
+pub struct ConstantCtx {
+    pub cpp_type: String,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Serialize)]
+pub struct ElementCtx {
+    pub alias: String,
+    pub cpp_type: String,
+    pub of: String,
+}
+
+#[derive(Serialize)]
+pub struct SmemLayoutCtx {
+    pub name: String,
+    pub buffer: String,
+    pub line: usize,
+    pub why: String,
+    pub swizzle: String,
+    pub atom_shape: String,
+    pub atom_stride: String,
+    pub tile_shape: String,
+    pub modes: String,
+}
+
+#[derive(Serialize)]
+pub struct MmaCtx {
+    pub name: String,
+    pub line: usize,
+    pub why: String,
+    pub atom: String,
+    pub warps_m: i64,
+    pub warps_n: i64,
+    pub tile_m: i64,
+    pub tile_n: i64,
+    pub s2r_a: String,
+    pub s2r_b: String,
+    pub s2r_a_atom: String,
+    pub s2r_b_atom: String,
+    pub s2r_a_why: String,
+    pub s2r_b_why: String,
+    pub elem_a: String,
+    pub elem_b: String,
+    // Kernel-side names.
+    pub tiled_mma: String,
+    pub thr_mma: String,
+    pub frag_a: String,
+    pub frag_b: String,
+    pub s2r_thr_a: String,
+    pub s2r_thr_b: String,
+    pub s2r_copy_a: String,
+    pub s2r_copy_b: String,
+    pub src_a: String,
+    pub src_b: String,
+    pub dst_a: String,
+    pub dst_b: String,
+    pub smem_a: String,
+    pub smem_b: String,
+    pub stensor_a: String,
+    pub stensor_b: String,
+    pub k_blocks: i64,
+    pub accumulators: Vec<LineCtx>,
+}
+
+#[derive(Serialize)]
+pub struct G2sCtx {
+    pub name: String,
+    pub line: usize,
+    pub why: String,
+    pub atom: String,
+    pub elem: String,
+    pub thr_shape: String,
+    pub thr_stride: String,
+    pub val_shape: String,
+}
+
+#[derive(Serialize)]
+pub struct StoreCtx {
+    pub key: String,
+    pub line: usize,
+    pub why: String,
+    pub elem: String,
+    pub r2s_atom: String,
+    pub smem_layout: String,
+    pub swizzle: String,
+    pub atom_shape: String,
+    pub atom_stride: String,
+    pub tile_shape: String,
+    pub s2g_atom: String,
+    pub thr_shape: String,
+    pub thr_stride: String,
+    pub val_shape: String,
+}
+
+#[derive(Serialize)]
+pub struct MemberCtx {
+    pub elem: String,
+    pub layout: String,
+    pub member: String,
+}
+
+#[derive(Serialize)]
+pub struct BlockIndexCtx {
+    pub name: String,
+    pub dim: String,
+}
+
+#[derive(Serialize)]
+pub struct LineCtx {
+    pub code: String,
+    pub comment: String,
+}
+
+#[derive(Serialize)]
+pub struct CheckCtx {
+    pub cond: String,
+    pub why: String,
+}
+
+/// Reads that are not allowed outside `parallel` blocks never reach this environment.
+pub struct PlainEnv;
+
+impl Env for PlainEnv {
+    fn buffer_element(&self, _buffer: usize, _idx: &[Expr]) -> Option<String> {
+        None
+    }
+}
+
+/// `Int<expr>` spellings of buffer extents, using the spec's own constant names.
+pub fn static_extents(c: &Compiled, buffer: usize, dims: &[usize]) -> Vec<String> {
+    let conv = Conv { spec: &c.spec, info: &c.info };
+    let b = &c.spec.buffers[buffer];
+    dims.iter().map(|d| format!("Int<{}>{{}}", conv.expr(&b.shape[*d], &PlainEnv))).collect()
+}
+
+pub fn line_of(c: &Compiled, span: crate::diag::Span) -> usize {
+    c.file.line_col(span.start).0
+}
+
+pub fn element_alias(name: &str) -> String {
+    format!("Element{}", upper_first(name))
+}
+
+fn upper_first(name: &str) -> String {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(f) => f.to_ascii_uppercase().to_string() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
+fn swizzle_text(s: Swizzle) -> String {
+    format!("{}, {}, {}", s.bits, s.base, s.shift)
+}
+
+fn atom_text(shape: (i64, i64), first_contiguous: bool) -> (String, String) {
+    let shape_s = format!("Int<{}>, Int<{}>", shape.0, shape.1);
+    let stride_s = if first_contiguous { format!("_1, Int<{}>", shape.0) } else { format!("Int<{}>, _1", shape.1) };
+    (shape_s, stride_s)
+}
+
+/// Names a spec may not use because generated code declares them.
+const RESERVED: [&str; 24] = [
+    "cute", "cutlass", "Tensor", "Layout", "Shape", "Stride", "Int", "copy", "gemm", "clear", "size", "shape",
+    "smem", "smem_buf", "tid", "tiled_mma", "thr_mma", "e", "int", "float", "auto", "const", "stream", "load_tile",
+];
+
+pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
+    let spec = &c.spec;
+    let info = &c.info;
+    let plan = &c.plan;
+    let conv = Conv { spec, info };
+    let mut errors = Vec::new();
+    for name in info.symbols.keys() {
+        if RESERVED.contains(&name.as_str()) {
+            let span = find_decl_span(spec, name).unwrap_or(spec.kernel.span);
+            errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated C++"))
+                .hint("rename it in the spec"));
+        }
+    }
+
+    let constants = spec.constants.iter().map(|k| {
+        let (cpp_type, value) = match info.symbols.get(&k.name.name) {
+            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
+            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", crate::back::conv::float_literal(s)),
+            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
+            _ => ("int", "0".into()),
+        };
+        ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value }
+    }).collect();
+
+    let mut elements = Vec::new();
+    for t in &spec.tensors {
+        elements.push(ElementCtx { alias: element_alias(&t.name.name), cpp_type: cpp_type(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) });
+    }
+    for b in &spec.buffers {
+        elements.push(ElementCtx { alias: element_alias(&b.name.name), cpp_type: cpp_type(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) });
+    }
+
+    // Shared layouts and tensors.
+    let mut smem_layouts = Vec::new();
+    let mut pipeline_storage = Vec::new();
+    let mut shared_tensors = Vec::new();
+    for (&b, l) in &plan.shared {
+        let buf = &spec.buffers[b];
+        if l.cute_dims.len() != 2 {
+            errors.push(Diagnostic::error(buf.shape_span, "the sm80 backend lowers 2-D shared buffers only").hint("give the buffer two dimensions"));
+            continue;
+        }
+        let name = format!("SmemLayout{}", upper_first(&buf.name.name));
+        let (atom_shape, atom_stride) = atom_text(l.atom_shape, l.atom_first_contiguous);
+        let mut tile = static_extents(c, b, &l.cute_dims);
+        let dim_names = mode_names(c, b, l);
+        let mut modes = format!("({})", dim_names.join(", "));
+        if l.staged {
+            tile.push(format!("Int<{}>{{}}", stage_count_text(c, b)));
+            modes = format!("({}, stage)", dim_names.join(", "));
+        }
+        smem_layouts.push(SmemLayoutCtx {
+            name: name.clone(),
+            buffer: buf.name.name.clone(),
+            line: line_of(c, buf.span),
+            why: l.why.clone(),
+            swizzle: swizzle_text(l.swizzle),
+            atom_shape,
+            atom_stride,
+            tile_shape: tile.join(", "),
+            modes: modes.clone(),
+        });
+        pipeline_storage.push(MemberCtx { elem: element_alias(&buf.name.name), layout: name.clone(), member: buf.name.name.clone() });
+        let storage = "smem.mainloop";
+        shared_tensors.push(LineCtx {
+            code: format!("Tensor s{} = make_tensor(make_smem_ptr({storage}.{}.data()), {name}{{}});", buf.name.name, buf.name.name),
+            comment: modes,
+        });
+    }
+
+    // MMAs.
+    let mut mmas = Vec::new();
+    for (i, (&sid, m)) in plan.mmas.iter().enumerate() {
+        let sfx = if plan.mmas.len() == 1 { String::new() } else { format!("{i}") };
+        let (a, b) = (&spec.buffers[m.a], &spec.buffers[m.b]);
+        let (la, lb) = (&plan.shared[&m.a], &plan.shared[&m.b]);
+        let stmt_line = find_stmt(spec, sid).map(|s| line_of(c, s.span)).unwrap_or(0);
+        let (s2r_a_atom, s2r_a_why) = ldsm(la.k_major == Some(true), "A");
+        let (s2r_b_atom, s2r_b_why) = ldsm(lb.k_major == Some(true), "B");
+        let acc = &spec.buffers[m.c];
+        let acc_shape = static_extents(c, m.c, &[0, 1]);
+        let accumulators = vec![LineCtx {
+            code: format!("Tensor {} = partition_fragment_C(tiled_mma{sfx}, make_shape({}));", acc.name.name, acc_shape.join(", ")),
+            comment: format!("fragment `{}` (spec line {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, line_of(c, acc.span), cpp_type(acc.dtype.0)),
+        }];
+        let sa = if la.staged { format!("s{}(_, _, 0)", a.name.name) } else { format!("s{}", a.name.name) };
+        let sb = if lb.staged { format!("s{}(_, _, 0)", b.name.name) } else { format!("s{}", b.name.name) };
+        mmas.push(MmaCtx {
+            name: format!("TiledMma{sfx}"),
+            line: stmt_line,
+            why: m.why.clone(),
+            atom: m.atom.clone(),
+            warps_m: m.warps.0,
+            warps_n: m.warps.1,
+            tile_m: m.tile.0,
+            tile_n: m.tile.1,
+            s2r_a: format!("S2RCopyAtom{}", upper_first(&a.name.name)),
+            s2r_b: format!("S2RCopyAtom{}", upper_first(&b.name.name)),
+            s2r_a_atom,
+            s2r_b_atom,
+            s2r_a_why,
+            s2r_b_why,
+            elem_a: element_alias(&a.name.name),
+            elem_b: element_alias(&b.name.name),
+            tiled_mma: format!("tiled_mma{sfx}"),
+            thr_mma: format!("thr_mma{sfx}"),
+            frag_a: format!("tCr{}", a.name.name),
+            frag_b: format!("tCr{}", b.name.name),
+            s2r_thr_a: format!("s2r_thr_{}", a.name.name),
+            s2r_thr_b: format!("s2r_thr_{}", b.name.name),
+            s2r_copy_a: format!("s2r_copy_{}", a.name.name),
+            s2r_copy_b: format!("s2r_copy_{}", b.name.name),
+            src_a: format!("tXs{}", a.name.name),
+            src_b: format!("tXs{}", b.name.name),
+            dst_a: format!("tXr{}", a.name.name),
+            dst_b: format!("tXr{}", b.name.name),
+            smem_a: sa,
+            smem_b: sb,
+            stensor_a: format!("s{}", a.name.name),
+            stensor_b: format!("s{}", b.name.name),
+            k_blocks: m.k_blocks,
+            accumulators,
+        });
+    }
+    // Fragments with no gemm are not lowered by this backend yet.
+    for (&b, l) in &plan.fragments {
+        if let FragmentLayout::Striped { .. } = l {
+            let buf = &spec.buffers[b];
+            errors.push(Diagnostic::error(buf.name.span, format!("fragment `{}` is not the accumulator of a gemm; the sm80 backend lowers only MMA-owned fragments yet", buf.name.name))
+                .hint("use it as a gemm accumulator, or hold the data in a shared buffer"));
+        }
+    }
+
+    // Copies.
+    let mut g2s_copies = Vec::new();
+    let mut stores = Vec::new();
+    let mut staging_storage = Vec::new();
+    for (&sid, cp) in &plan.copies {
+        let line = find_stmt(spec, sid).map(|s| line_of(c, s.span)).unwrap_or(0);
+        match cp.kind {
+            CopyKind::GlobalToShared => {
+                let buf = &spec.buffers[cp.buffer];
+                let (ts, tst) = thread_layout_text(cp.threads.shape, cp.threads.contiguous_first);
+                let val = if cp.threads.contiguous_first { format!("Int<{}>, _1", cp.vector_elems) } else { format!("_1, Int<{}>", cp.vector_elems) };
+                g2s_copies.push(G2sCtx {
+                    name: format!("G2SCopy{}", upper_first(&buf.name.name)),
+                    line,
+                    why: cp.why.clone(),
+                    atom: cp.atom.clone(),
+                    elem: element_alias(&buf.name.name),
+                    thr_shape: ts,
+                    thr_stride: tst,
+                    val_shape: val,
+                });
+            }
+            CopyKind::AccumulatorToGlobal => {
+                let t = &spec.tensors[cp.tensor];
+                let key = t.name.name.clone();
+                let (swz, atom) = cp.staging_swizzle.unwrap_or((Swizzle { bits: 0, base: 3, shift: 3 }, (8, 8)));
+                let contiguous_first = cp.threads.contiguous_first;
+                let (atom_shape, atom_stride) = atom_text(atom, contiguous_first);
+                let (ts, tst) = thread_layout_text(cp.threads.shape, contiguous_first);
+                let val = if contiguous_first { format!("Int<{}>, _1", cp.vector_elems) } else { format!("_1, Int<{}>", cp.vector_elems) };
+                let pair_bits = 2 * t.dtype.0.bytes() * 8;
+                let layout = format!("SmemLayout{}", upper_first(&key));
+                stores.push(StoreCtx {
+                    key: key.clone(),
+                    line,
+                    why: cp.why.clone(),
+                    elem: element_alias(&key),
+                    r2s_atom: format!("UniversalCopy<uint{pair_bits}_t>"),
+                    smem_layout: layout.clone(),
+                    swizzle: swizzle_text(swz),
+                    atom_shape,
+                    atom_stride,
+                    tile_shape: static_extents(c, cp.buffer, &[0, 1]).join(", "),
+                    s2g_atom: cp.atom.clone(),
+                    thr_shape: ts,
+                    thr_stride: tst,
+                    val_shape: val,
+                });
+                staging_storage.push(MemberCtx { elem: element_alias(&key), layout, member: key });
+            }
+        }
+    }
+
+    // Kernel parameters and the launcher.
+    let mut kernel_params = Vec::new();
+    let mut kernel_args = Vec::new();
+    let mut c_params = Vec::new();
+    let mut null_checks = Vec::new();
+    let mut doc_tensors = Vec::new();
+    let mut global_tensors = Vec::new();
+    for t in &spec.tensors {
+        let n = &t.name.name;
+        let alias = element_alias(n);
+        let cst = if t.output { "" } else { " const" };
+        kernel_params.push(format!("{alias}{cst}* __restrict__ {n}"));
+        kernel_args.push(format!("static_cast<{alias}{cst}*>({n})"));
+        c_params.push(format!("{}void* {n}", if t.output { "" } else { "const " }));
+        null_checks.push(format!("{n} == nullptr"));
+        let dims: Vec<String> = t.shape.iter().map(|d| match d {
+            Dim::Fixed(v, _) => v.to_string(),
+            Dim::Named(i) => i.name.clone(),
+        }).collect();
+        let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
+        doc_tensors.push(format!("{n:<6} [{}] {}{order} ({})", dims.join(", "), t.dtype.0, if t.output { "output" } else { "input" }));
+        let (shape, stride) = match (dims.len(), t.order.0) {
+            (1, _) => (dims[0].clone(), "_1{}".to_string()),
+            (2, Order::RowMajor) => (format!("{}, {}", dims[0], dims[1]), format!("int64_t({}), _1{{}}", dims[1])),
+            (2, Order::ColMajor) => (format!("{}, {}", dims[0], dims[1]), format!("_1{{}}, int64_t({})", dims[0])),
+            _ => {
+                let mut strides = vec!["_1{}".to_string()];
+                let mut acc = String::new();
+                for d in dims.iter().rev().take(dims.len() - 1) {
+                    acc = if acc.is_empty() { format!("int64_t({d})") } else { format!("{acc} * {d}") };
+                    strides.insert(0, acc.clone());
+                }
+                (dims.join(", "), strides.join(", "))
+            }
+        };
+        let used = plan.copies.values().any(|cp| cp.tensor == spec.tensors.iter().position(|x| x.name.name == *n).unwrap_or(usize::MAX));
+        if used {
+            global_tensors.push(LineCtx {
+                code: format!("Tensor m{n} = make_tensor(make_gmem_ptr({n}), make_shape({shape}), make_stride({stride}));"),
+                comment: format!("{n} [{}]{order}", dims.join(", ")),
+            });
+        }
+    }
+    for d in &info.runtime_dims {
+        kernel_params.push(format!("int {d}"));
+        kernel_args.push(d.clone());
+        c_params.push(format!("int {d}"));
+    }
+    let size_checks = info.runtime_dims.iter().map(|d| format!("{d} < 1")).collect();
+    let mut align_checks = Vec::new();
+    let mut doc_alignment = Vec::new();
+    for a in &plan.alignment {
+        let t = &spec.tensors[a.tensor];
+        let bytes = a.vector_elems * t.dtype.0.bytes() as i64;
+        let mut conds = vec![format!("reinterpret_cast<uintptr_t>({}) % {bytes} != 0", t.name.name)];
+        let contiguous = if t.shape.len() == 2 && t.order.0 == Order::ColMajor { 0 } else { t.shape.len() - 1 };
+        let mut doc = format!("{} must be {bytes}-byte aligned", t.name.name);
+        if t.shape.len() >= 2 {
+            // The leading dimension (the stride between rows or columns) must keep vectors aligned.
+            let lead = match &t.shape[contiguous] {
+                Dim::Fixed(v, _) => v.to_string(),
+                Dim::Named(i) => i.name.clone(),
+            };
+            conds.push(format!("{lead} % {} != 0", a.vector_elems));
+            doc.push_str(&format!(" and {lead} a multiple of {}", a.vector_elems));
+        }
+        doc.push_str(&format!(" ({})", a.why));
+        align_checks.push(CheckCtx { cond: conds.join(" || "), why: a.why.clone() });
+        doc_alignment.push(doc);
+    }
+    let grid_dims = ["x", "y", "z"];
+    let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx { name: g.var.name.clone(), dim: grid_dims[i].into() }).collect();
+    let mut grid: Vec<String> = spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
+    while grid.len() < 3 {
+        grid.push("1".into());
+    }
+    let grid_limits = vec![
+        "grid_x < 1 || grid_x > 2147483647".to_string(),
+        "grid_y < 1 || grid_y > 65535".to_string(),
+        "grid_z < 1 || grid_z > 65535".to_string(),
+    ];
+    let doc_sizes = if info.runtime_dims.is_empty() {
+        "none at run time".to_string()
+    } else {
+        format!("{} >= 1, any value: tiles at ragged edges are predicated", info.runtime_dims.join(", "))
+    };
+    let grid_doc: Vec<String> = spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect();
+    let doc_launch = format!(
+        "grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
+        grid_doc.join(", "), spec.threads.0, plan.smem.total);
+
+    let body = body::build(c, &mut errors);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut seen = BTreeSet::new();
+    elements.retain(|e: &ElementCtx| seen.insert(e.alias.clone()));
+    Ok(Context {
+        kernel: spec.kernel.name.clone(),
+        doc: spec.doc.clone().unwrap_or_default(),
+        spec_path: c.file.path.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        cutlass: crate::back::CUTLASS_VERSION.into(),
+        launcher: format!("tilegen_{}", spec.kernel.name),
+        threads: spec.threads.0,
+        constants,
+        elements,
+        smem_layouts,
+        mmas,
+        g2s_copies,
+        stores,
+        pipeline_storage,
+        staging_storage,
+        kernel_params,
+        kernel_args,
+        block_indices,
+        global_tensors,
+        shared_tensors,
+        body,
+        c_params,
+        size_checks,
+        null_checks,
+        align_checks,
+        grid,
+        grid_limits,
+        doc_tensors,
+        doc_sizes,
+        doc_alignment,
+        doc_launch,
+    })
+}
+
+fn ldsm(k_major: bool, which: &str) -> (String, String) {
+    if k_major {
+        ("SM75_U32x4_LDSM_N".into(), format!("{which} is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction"))
+    } else {
+        ("SM75_U16x8_LDSM_T".into(), format!("{which} is MN-major in shared memory: ldmatrix.x4.trans transposes the 8x8 tiles on the way to registers"))
+    }
+}
+
+fn thread_layout_text(shape: (i64, i64), contiguous_first: bool) -> (String, String) {
+    let s = format!("Int<{}>, Int<{}>", shape.0, shape.1);
+    let st = if contiguous_first { format!("_1, Int<{}>", shape.0) } else { format!("Int<{}>, _1", shape.1) };
+    (s, st)
+}
+
+fn mode_names(c: &Compiled, b: usize, l: &crate::layout::SharedLayout) -> Vec<String> {
+    let buf = &c.spec.buffers[b];
+    l.cute_dims.iter().map(|d| c.file.snippet(buf.shape[*d].span).to_string()).collect()
+}
+
+fn stage_count_text(c: &Compiled, b: usize) -> String {
+    // The pipelined loop that fills `b` wrote its stage count as an expression: print it.
+    let name = &c.spec.buffers[b].name.name;
+    let mut text = None;
+    c.spec.walk(&mut |s| {
+        if let StmtKind::Loop { kind: LoopKind::Pipelined, stages: Some(st), body, .. } = &s.kind {
+            let fills = body.iter().any(|x| matches!(&x.kind, StmtKind::Copy { dst, .. } if dst.name.name == *name));
+            if fills && text.is_none() {
+                text = Some(c.file.snippet(st.span).to_string());
+            }
+        }
+    });
+    text.unwrap_or_else(|| c.plan.shared[&b].stages.to_string())
+}
+
+/// Finds a statement by its id.
+pub fn find_stmt(spec: &Spec, id: StmtId) -> Option<&Stmt> {
+    let mut found = None;
+    spec.walk(&mut |s| {
+        if s.id == id {
+            found = Some(s);
+        }
+    });
+    found
+}
+
+fn find_decl_span(spec: &Spec, name: &str) -> Option<crate::diag::Span> {
+    spec.tensors.iter().map(|t| &t.name)
+        .chain(spec.buffers.iter().map(|b| &b.name))
+        .chain(spec.constants.iter().map(|k| &k.name))
+        .chain(spec.grid.iter().map(|g| &g.var))
+        .find(|i| i.name == name)
+        .map(|i| i.span)
+}

@@ -1,0 +1,245 @@
+//! Typing of expressions and constant evaluation.
+
+use super::{Checker, ConstValue, Symbol};
+use crate::ast::*;
+use crate::diag::{did_you_mean, Diagnostic};
+use std::collections::BTreeMap;
+
+/// Value types of expressions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    /// Integers (indices, sizes, i8/i32 elements).
+    Int,
+    /// Floating point (any float dtype; arithmetic is done in f32).
+    Float,
+    /// Conditions.
+    Bool,
+}
+
+impl Ty {
+    fn name(self) -> &'static str {
+        match self {
+            Ty::Int => "an integer",
+            Ty::Float => "a float",
+            Ty::Bool => "a boolean",
+        }
+    }
+}
+
+/// Built-in functions usable in expressions (casts are the dtype names).
+pub const INTRINSICS: [&str; 13] =
+    ["ceildiv", "min", "max", "exp2", "exp", "log2", "log", "sqrt", "rsqrt", "abs", "tanh", "select", "erf"];
+
+/// Evaluates an integer expression made of literals and integer constants.
+pub fn eval_int(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> Option<i64> {
+    match &e.kind {
+        ExprKind::Int(v) => Some(*v),
+        ExprKind::Name(n) => match symbols.get(n) {
+            Some(Symbol::Constant(ConstValue::Int(v))) => Some(*v),
+            _ => None,
+        },
+        ExprKind::Unary(UnOp::Neg, x) => eval_int(x, symbols)?.checked_neg(),
+        ExprKind::Binary(op, a, b) => {
+            let (a, b) = (eval_int(a, symbols)?, eval_int(b, symbols)?);
+            match op {
+                BinOp::Add => a.checked_add(b),
+                BinOp::Sub => a.checked_sub(b),
+                BinOp::Mul => a.checked_mul(b),
+                BinOp::Div if b != 0 => a.checked_div(b),
+                BinOp::Rem if b != 0 => a.checked_rem(b),
+                _ => None,
+            }
+        }
+        ExprKind::Call(f, args) if args.len() == 2 && args.iter().all(|a| a.key.is_none()) => {
+            let (a, b) = (eval_int(&args[0].value, symbols)?, eval_int(&args[1].value, symbols)?);
+            match f.name.as_str() {
+                "ceildiv" if b > 0 => Some(a.checked_add(b - 1)? / b),
+                "min" => Some(a.min(b)),
+                "max" => Some(a.max(b)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+impl Checker<'_> {
+    /// Checks an integer-valued expression (an index, count or extent).
+    pub fn int_expr(&mut self, e: &Expr, what: &str, allow_vars: bool) -> bool {
+        match self.ty(e, false, allow_vars) {
+            Some(Ty::Int) => true,
+            Some(t) => {
+                self.err(Diagnostic::error(e.span, format!("{what} must be an integer, but this is {}", t.name())));
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Types an expression. `elements`: buffer and tensor elements may be read (parallel
+    /// bodies); otherwise only integer names are allowed. `vars`: loop variables allowed.
+    pub fn ty(&mut self, e: &Expr, elements: bool, vars: bool) -> Option<Ty> {
+        match &e.kind {
+            ExprKind::Int(_) => Some(Ty::Int),
+            ExprKind::Float(..) => Some(Ty::Float),
+            ExprKind::Bool(_) => Some(Ty::Bool),
+            ExprKind::Name(n) => {
+                let ident = Ident { name: n.clone(), span: e.span };
+                match self.resolve(&ident)? {
+                    Symbol::Constant(ConstValue::Int(_)) | Symbol::RuntimeDim => Some(Ty::Int),
+                    Symbol::Constant(ConstValue::Float(..)) => Some(Ty::Float),
+                    Symbol::Constant(ConstValue::Bool(_)) => Some(Ty::Bool),
+                    Symbol::BlockIndex(_) => Some(Ty::Int),
+                    Symbol::Var if vars => Some(Ty::Int),
+                    Symbol::Var => {
+                        self.err(Diagnostic::error(e.span, format!("`{n}` is a loop variable and cannot be used here")));
+                        None
+                    }
+                    Symbol::Tensor(_) | Symbol::Buffer(_) => {
+                        self.err(Diagnostic::error(e.span, format!("`{n}` is a whole tensor or buffer; index it to read an element"))
+                            .hint(format!("write `{n}[i, j]`")));
+                        None
+                    }
+                }
+            }
+            ExprKind::Index(name, idx) => {
+                let sym = self.resolve(name)?;
+                let (dtype, rank) = match sym {
+                    Symbol::Tensor(t) => (self.spec.tensors[t].dtype.0, self.spec.tensors[t].shape.len()),
+                    Symbol::Buffer(b) => (self.spec.buffers[b].dtype.0, self.info.buffer_shapes[b].len()),
+                    _ => {
+                        self.err(Diagnostic::error(name.span, format!("`{}` is not a tensor or buffer, so it cannot be indexed", name.name)));
+                        return None;
+                    }
+                };
+                if !elements {
+                    self.err(Diagnostic::error(e.span, "elements of tensors and buffers can be read only inside `parallel` blocks"));
+                    return None;
+                }
+                if idx.len() != rank {
+                    self.err(Diagnostic::error(e.span, format!("`{}` has {rank} dimension{}, but {} ind{} given", name.name, if rank == 1 { "" } else { "s" }, idx.len(), if idx.len() == 1 { "ex is" } else { "ices are" })));
+                }
+                let mut ok = true;
+                for i in idx {
+                    ok &= self.int_expr(i, "an index", vars);
+                }
+                ok.then_some(if dtype.is_float() { Ty::Float } else { Ty::Int })
+            }
+            ExprKind::Unary(op, x) => {
+                let t = self.ty(x, elements, vars)?;
+                match (op, t) {
+                    (UnOp::Neg, Ty::Int | Ty::Float) => Some(t),
+                    (UnOp::Not, Ty::Bool) => Some(Ty::Bool),
+                    _ => {
+                        self.err(Diagnostic::error(e.span, format!("`{}` does not apply to {}", if *op == UnOp::Neg { "-" } else { "!" }, t.name())));
+                        None
+                    }
+                }
+            }
+            ExprKind::Binary(op, a, b) => {
+                let (ta, tb) = (self.ty(a, elements, vars), self.ty(b, elements, vars));
+                let (ta, tb) = (ta?, tb?);
+                if op.is_logical() {
+                    if ta != Ty::Bool || tb != Ty::Bool {
+                        self.err(Diagnostic::error(e.span, format!("`{}` needs two booleans", op.symbol())));
+                        return None;
+                    }
+                    return Some(Ty::Bool);
+                }
+                if ta == Ty::Bool || tb == Ty::Bool {
+                    self.err(Diagnostic::error(e.span, format!("`{}` does not apply to booleans", op.symbol())).hint("use `&&`, `||` and `!` on conditions"));
+                    return None;
+                }
+                if *op == BinOp::Rem && (ta == Ty::Float || tb == Ty::Float) {
+                    self.err(Diagnostic::error(e.span, "`%` needs integers"));
+                    return None;
+                }
+                let num = if ta == Ty::Float || tb == Ty::Float { Ty::Float } else { Ty::Int };
+                Some(if op.is_comparison() { Ty::Bool } else { num })
+            }
+            ExprKind::Call(f, args) => self.call_ty(e, f, args, elements, vars),
+        }
+    }
+
+    fn call_ty(&mut self, e: &Expr, f: &Ident, args: &[Arg], elements: bool, vars: bool) -> Option<Ty> {
+        if let Some(k) = args.iter().find_map(|a| a.key.as_ref()) {
+            self.err(Diagnostic::error(k.span, format!("`{}` takes no keyword arguments", f.name)));
+            return None;
+        }
+        let mut tys = Vec::new();
+        for a in args {
+            tys.push(self.ty(&a.value, elements, vars));
+        }
+        let tys: Vec<Ty> = tys.into_iter().collect::<Option<_>>()?;
+        let arity = |n: usize, this: &mut Self| {
+            if tys.len() != n {
+                this.err(Diagnostic::error(e.span, format!("`{}` takes {n} argument{}, found {}", f.name, if n == 1 { "" } else { "s" }, tys.len())));
+                false
+            } else {
+                true
+            }
+        };
+        if let Some(d) = DType::from_name(&f.name) {
+            if !arity(1, self) {
+                return None;
+            }
+            if tys[0] == Ty::Bool {
+                self.err(Diagnostic::error(e.span, "cannot cast a boolean").hint("use `select(cond, 1.0, 0.0)`"));
+                return None;
+            }
+            return Some(if d.is_float() { Ty::Float } else { Ty::Int });
+        }
+        match f.name.as_str() {
+            "ceildiv" => {
+                if !arity(2, self) {
+                    return None;
+                }
+                if tys.iter().any(|t| *t != Ty::Int) {
+                    self.err(Diagnostic::error(e.span, "`ceildiv` needs two integers"));
+                    return None;
+                }
+                Some(Ty::Int)
+            }
+            "min" | "max" => {
+                if !arity(2, self) {
+                    return None;
+                }
+                if tys.contains(&Ty::Bool) {
+                    self.err(Diagnostic::error(e.span, format!("`{}` needs numbers", f.name)));
+                    return None;
+                }
+                Some(if tys.contains(&Ty::Float) { Ty::Float } else { Ty::Int })
+            }
+            "select" => {
+                if !arity(3, self) {
+                    return None;
+                }
+                if tys[0] != Ty::Bool {
+                    self.err(Diagnostic::error(args[0].value.span, "`select`'s first argument must be a condition"));
+                    return None;
+                }
+                if tys[1] == Ty::Bool || tys[2] == Ty::Bool {
+                    self.err(Diagnostic::error(e.span, "`select` chooses between numbers"));
+                    return None;
+                }
+                Some(if tys[1] == Ty::Float || tys[2] == Ty::Float { Ty::Float } else { Ty::Int })
+            }
+            "exp2" | "exp" | "log2" | "log" | "sqrt" | "rsqrt" | "abs" | "tanh" | "erf" => {
+                if !arity(1, self) {
+                    return None;
+                }
+                if tys[0] == Ty::Bool {
+                    self.err(Diagnostic::error(e.span, format!("`{}` needs a number", f.name)));
+                    return None;
+                }
+                Some(if f.name == "abs" { tys[0] } else { Ty::Float })
+            }
+            other => {
+                let candidates = INTRINSICS.iter().copied().chain(DType::ALL.iter().map(|d| d.name()));
+                let hint = did_you_mean(other, candidates).unwrap_or_else(|| format!("functions are {} and the casts f32, f16, bf16, i8, i32", INTRINSICS.join(", ")));
+                self.err(Diagnostic::error(f.span, format!("unknown function `{other}`")).hint(hint));
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Checking: names, types, shapes and scopes of a parsed spec.
+//!
+//! Requires: a [`Spec`] from the front end. Guarantees: either an [`Info`] — every name
+//! resolved to one [`Symbol`], every buffer shape evaluated, every expression well typed,
+//! every copy and gemm consistent in rank, extent, dtype and scope — or every error found,
+//! each with its span and a hint. Target limits (MMA shapes, shared-memory budgets) are
+//! checked later, by layout inference, because they depend on what inference decides.
+
+mod expr;
+mod stmt;
+
+use crate::ast::*;
+use crate::diag::{did_you_mean, Diagnostic, Span};
+use std::collections::BTreeMap;
+
+pub use expr::{eval_int, Ty};
+
+/// What a name refers to. Names are unique in a spec, except that loop and parallel
+/// variables may be reused by blocks that do not nest.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Symbol {
+    /// A global tensor (index into `spec.tensors`).
+    Tensor(usize),
+    /// An on-chip buffer (index into `spec.buffers`).
+    Buffer(usize),
+    /// A compile-time constant.
+    Constant(ConstValue),
+    /// A runtime size, passed to the launcher.
+    RuntimeDim,
+    /// A block index (`grid` dimension 0 = x).
+    BlockIndex(usize),
+    /// A loop or parallel variable.
+    Var,
+}
+
+/// A constant's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstValue {
+    /// Integer.
+    Int(i64),
+    /// Float, with its spelling.
+    Float(f64, String),
+    /// Boolean.
+    Bool(bool),
+}
+
+/// What checking learned; later stages take it as proof that the spec was checked.
+#[derive(Clone, Debug)]
+pub struct Info {
+    /// Every name (loop and parallel variables included).
+    pub symbols: BTreeMap<String, Symbol>,
+    /// Runtime sizes in launcher order (first appearance in `tensors`).
+    pub runtime_dims: Vec<String>,
+    /// Evaluated shape of each buffer, by index.
+    pub buffer_shapes: Vec<Vec<i64>>,
+    /// For each `parallel` statement, the buffer whose index space it iterates.
+    pub parallel_domains: BTreeMap<StmtId, usize>,
+    /// For each `pipelined` statement, its stage count.
+    pub stages: BTreeMap<StmtId, i64>,
+}
+
+impl Info {
+    /// Integer value of a constant.
+    pub fn const_int(&self, name: &str) -> Option<i64> {
+        match self.symbols.get(name) {
+            Some(Symbol::Constant(ConstValue::Int(v))) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+/// The largest buffer extent accepted (a tile, not a tensor).
+pub const MAX_BUFFER_EXTENT: i64 = 1 << 16;
+/// The largest pipeline depth accepted.
+pub const MAX_STAGES: i64 = 32;
+
+pub(crate) struct Checker<'a> {
+    pub spec: &'a Spec,
+    pub info: Info,
+    pub errors: Vec<Diagnostic>,
+    /// Where each top-level name was declared, for "first declared here" labels.
+    declared: BTreeMap<String, Span>,
+    /// Loop/parallel variables in scope.
+    pub scope_vars: Vec<String>,
+}
+
+/// Checks a spec, reporting every error found.
+pub fn check(spec: &Spec) -> Result<Info, Vec<Diagnostic>> {
+    let mut c = Checker {
+        spec,
+        info: Info {
+            symbols: BTreeMap::new(),
+            runtime_dims: Vec::new(),
+            buffer_shapes: Vec::new(),
+            parallel_domains: BTreeMap::new(),
+            stages: BTreeMap::new(),
+        },
+        errors: Vec::new(),
+        declared: BTreeMap::new(),
+        scope_vars: Vec::new(),
+    };
+    c.declarations();
+    c.block(&spec.body);
+    if c.errors.is_empty() { Ok(c.info) } else { Err(c.errors) }
+}
+
+impl Checker<'_> {
+    pub fn err(&mut self, d: Diagnostic) {
+        self.errors.push(d);
+    }
+
+    fn declare(&mut self, ident: &Ident, sym: Symbol) {
+        if let Some(first) = self.declared.get(&ident.name) {
+            let first = *first;
+            self.err(Diagnostic::error(ident.span, format!("`{}` is declared twice", ident.name))
+                .label(first, "first declared here")
+                .hint("tensors, constants, runtime sizes, block indices and buffers share one namespace; rename one"));
+            return;
+        }
+        if crate::check::expr::INTRINSICS.contains(&ident.name.as_str()) || DType::from_name(&ident.name).is_some() {
+            self.err(Diagnostic::error(ident.span, format!("`{}` is a built-in name and cannot be redeclared", ident.name)));
+            return;
+        }
+        self.declared.insert(ident.name.clone(), ident.span);
+        self.info.symbols.insert(ident.name.clone(), sym);
+    }
+
+    fn declarations(&mut self) {
+        let spec = self.spec;
+        if !crate::front::is_identifier_pub(&spec.kernel.name) {
+            self.err(Diagnostic::error(spec.kernel.span, "the kernel name must be a C identifier"));
+        }
+        for c in &spec.constants {
+            let v = match &c.value.kind {
+                ExprKind::Int(v) => ConstValue::Int(*v),
+                ExprKind::Float(v, s) => ConstValue::Float(*v, s.clone()),
+                ExprKind::Bool(b) => ConstValue::Bool(*b),
+                _ => continue,
+            };
+            self.declare(&c.name, Symbol::Constant(v));
+        }
+        for (i, t) in spec.tensors.iter().enumerate() {
+            self.declare(&t.name, Symbol::Tensor(i));
+        }
+        // Runtime sizes: names in tensor shapes that are not constants, in launcher order:
+        // the outputs' dimensions first (M, N of a GEMM), then the others (K).
+        let outputs_first = spec.tensors.iter().filter(|t| t.output).chain(spec.tensors.iter().filter(|t| !t.output));
+        for t in outputs_first {
+            if t.shape.len() > 2 && t.order.0 == Order::ColMajor {
+                self.err(Diagnostic::error(t.order.1, "`order` applies to 2-D tensors only").hint("tensors of other ranks are row-major (the last dimension contiguous)"));
+            }
+            for d in &t.shape {
+                match d {
+                    Dim::Fixed(v, span) if *v < 1 || *v > i32::MAX as i64 => self.err(Diagnostic::error(*span, format!("a tensor extent must be between 1 and {}, found {v}", i32::MAX))),
+                    Dim::Fixed(..) => {}
+                    Dim::Named(n) => match self.info.symbols.get(&n.name) {
+                        Some(Symbol::Constant(ConstValue::Int(v))) if *v >= 1 && *v <= i32::MAX as i64 => {}
+                        Some(Symbol::Constant(_)) => self.err(Diagnostic::error(n.span, format!("constant `{}` is not a positive integer, so it cannot be an extent", n.name))),
+                        Some(Symbol::RuntimeDim) => {}
+                        Some(_) => self.err(Diagnostic::error(n.span, format!("`{}` names a tensor, not a size", n.name))),
+                        None => {
+                            self.declare(n, Symbol::RuntimeDim);
+                            self.info.runtime_dims.push(n.name.clone());
+                        }
+                    },
+                }
+            }
+        }
+        if !spec.tensors.iter().any(|t| t.output) {
+            if let Some(t) = spec.tensors.last() {
+                self.err(Diagnostic::error(t.name.span, "no tensor is marked `output: true`").hint("mark the tensors the kernel writes with `output: true`"));
+            }
+        }
+        if spec.grid.is_empty() || spec.grid.len() > 3 {
+            let span = spec.grid.first().map_or(spec.kernel.span, |g| g.var.span);
+            self.err(Diagnostic::error(span, format!("the grid has {} dimensions; it needs 1 to 3", spec.grid.len()))
+                .hint("write `grid:` with one `name: extent` line per dimension, x first"));
+        }
+        for (i, g) in spec.grid.iter().enumerate() {
+            self.declare(&g.var, Symbol::BlockIndex(i));
+        }
+        for g in &spec.grid {
+            self.int_expr(&g.extent, "a grid extent", false);
+        }
+        let (threads, span) = spec.threads;
+        if threads < 32 || threads > 1024 || threads % 32 != 0 {
+            self.err(Diagnostic::error(span, format!("threads must be a multiple of 32 between 32 and 1024, found {threads}"))
+                .hint(format!("use {}", ((threads.clamp(32, 1024) + 31) / 32) * 32)));
+        }
+        for (i, b) in spec.buffers.iter().enumerate() {
+            self.declare(&b.name, Symbol::Buffer(i));
+            let mut shape = Vec::new();
+            for e in &b.shape {
+                match eval_int(e, &self.info.symbols) {
+                    Some(v) if v > MAX_BUFFER_EXTENT => {
+                        self.err(Diagnostic::error(e.span, format!("a buffer extent of {v} is far beyond what fits on chip (at most {MAX_BUFFER_EXTENT})"))
+                            .hint("buffers hold one tile; use tile sizes like 64 or 128"));
+                        shape.push(1);
+                    }
+                    Some(v) if v >= 1 => shape.push(v),
+                    Some(v) => {
+                        self.err(Diagnostic::error(e.span, format!("a buffer extent must be at least 1, found {v}")));
+                        shape.push(1);
+                    }
+                    None => {
+                        self.err(Diagnostic::error(e.span, "a buffer extent must be a constant integer expression")
+                            .hint("buffer shapes are fixed at compile time: use constants like `block_M`"));
+                        shape.push(1);
+                    }
+                }
+            }
+            if shape.len() > 2 {
+                self.err(Diagnostic::error(b.shape_span, format!("buffers have 1 or 2 dimensions, found {}", shape.len())));
+            }
+            self.info.buffer_shapes.push(shape);
+        }
+    }
+
+    /// Looks a name up, reporting it if unknown.
+    pub fn resolve(&mut self, ident: &Ident) -> Option<Symbol> {
+        if let Some(s) = self.info.symbols.get(&ident.name) {
+            if *s == Symbol::Var && !self.scope_vars.contains(&ident.name) {
+                self.err(Diagnostic::error(ident.span, format!("`{}` is not in scope here", ident.name))
+                    .hint("loop and parallel variables exist only inside their block"));
+                return None;
+            }
+            return Some(s.clone());
+        }
+        let names = self.info.symbols.keys().map(String::as_str);
+        let hint = did_you_mean(&ident.name, names).unwrap_or_else(|| "declare it under tensors, constants, grid or buffers".into());
+        self.err(Diagnostic::error(ident.span, format!("unknown name `{}`", ident.name)).hint(hint));
+        None
+    }
+
+    /// Binds a loop or parallel variable for the duration of a block.
+    pub fn bind_var(&mut self, ident: &Ident) -> bool {
+        match self.info.symbols.get(&ident.name) {
+            Some(Symbol::Var) if !self.scope_vars.contains(&ident.name) => {}
+            Some(Symbol::Var) => {
+                self.err(Diagnostic::error(ident.span, format!("`{}` is already a variable of an enclosing block", ident.name)).hint("pick another name"));
+                return false;
+            }
+            Some(_) => {
+                let first = self.declared.get(&ident.name).copied().unwrap_or(ident.span);
+                self.err(Diagnostic::error(ident.span, format!("`{}` is already declared", ident.name)).label(first, "declared here").hint("pick another name for the variable"));
+                return false;
+            }
+            None => {
+                self.info.symbols.insert(ident.name.clone(), Symbol::Var);
+            }
+        }
+        self.scope_vars.push(ident.name.clone());
+        true
+    }
+}

@@ -1,0 +1,305 @@
+//! Checking of statements: copies, gemms, loops, parallel blocks.
+
+use super::{Checker, Symbol, Ty};
+use crate::ast::*;
+use crate::diag::Diagnostic;
+
+/// One side of a copy, resolved.
+enum Side {
+    Global(usize),
+    Buffer(usize),
+}
+
+impl Checker<'_> {
+    pub fn block(&mut self, stmts: &[Stmt]) {
+        for s in stmts {
+            self.stmt(s);
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match &s.kind {
+            StmtKind::Copy { src, dst } => self.copy(s, src, dst),
+            StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => self.gemm(s, a, b, c, *transpose_a, *transpose_b),
+            StmtKind::Clear { buf } => {
+                self.buffer(buf, "clear");
+            }
+            StmtKind::Fill { buf, value } => {
+                if let Some(b) = self.buffer(buf, "fill") {
+                    let want = if self.spec.buffers[b].dtype.0.is_float() { Ty::Float } else { Ty::Int };
+                    match self.ty(value, false, true) {
+                        Some(Ty::Bool) => self.err(Diagnostic::error(value.span, "a fill value must be a number")),
+                        Some(Ty::Float) if want == Ty::Int => self.err(Diagnostic::error(value.span, format!("`{}` holds integers; this value is a float", buf.name)).hint("cast it with i32(...)")),
+                        _ => {}
+                    }
+                }
+            }
+            StmtKind::Assign { target, .. } => {
+                self.err(Diagnostic::error(target.span.to(s.span), "element assignments go inside a `parallel` block")
+                    .hint(format!("wrap it: `- parallel(i, j):` with this line indented below; `{}` is then iterated in parallel", target.name)));
+            }
+            StmtKind::Loop { kind, var, count, stages, body } => {
+                self.int_expr(count, "a trip count", true);
+                if *kind == LoopKind::Unroll && super::eval_int(count, &self.info.symbols).is_none() {
+                    self.err(Diagnostic::error(count.span, "`unroll` needs a constant trip count").hint("use `serial` for runtime trip counts"));
+                }
+                if let Some(st) = stages {
+                    match super::eval_int(st, &self.info.symbols) {
+                        Some(v) if v > super::MAX_STAGES => self.err(Diagnostic::error(st.span, format!("{v} stages is more than the {} tilegen supports", super::MAX_STAGES))
+                            .hint("2 to 4 stages hide global-memory latency; more only costs shared memory")),
+                        Some(v) if v >= 1 => {
+                            self.info.stages.insert(s.id, v);
+                        }
+                        Some(v) => self.err(Diagnostic::error(st.span, format!("a pipeline needs at least 1 stage, found {v}"))
+                            .hint("use 2 to 4 stages to overlap loads with math; 1 runs without overlap")),
+                        None => self.err(Diagnostic::error(st.span, "the stage count must be a constant integer")
+                            .hint("declare it under constants, e.g. `stages: 3`")),
+                    }
+                }
+                if self.bind_var(var) {
+                    self.block(body);
+                    self.scope_vars.pop();
+                } else {
+                    self.block(body);
+                }
+            }
+            StmtKind::Parallel { vars, body } => self.parallel(s, vars, body),
+            StmtKind::If { cond, then_body, else_body } => {
+                match self.ty(cond, false, true) {
+                    Some(Ty::Bool) | None => {}
+                    Some(t) => self.err(Diagnostic::error(cond.span, format!("an `if` condition must be a comparison, found {}", if t == Ty::Int { "an integer" } else { "a float" }))
+                        .hint("write e.g. `if k > 0`")),
+                }
+                self.block(then_body);
+                self.block(else_body);
+            }
+        }
+    }
+
+    fn buffer(&mut self, ident: &Ident, op: &str) -> Option<usize> {
+        match self.resolve(ident)? {
+            Symbol::Buffer(b) => Some(b),
+            _ => {
+                self.err(Diagnostic::error(ident.span, format!("`{op}` works on buffers, and `{}` is not one", ident.name))
+                    .hint("declare it under `buffers` with scope shared or fragment"));
+                None
+            }
+        }
+    }
+
+    fn side(&mut self, op: &Operand) -> Option<Side> {
+        match self.resolve(&op.name)? {
+            Symbol::Tensor(t) => {
+                let tensor = &self.spec.tensors[t];
+                let Some(origin) = &op.origin else {
+                    self.err(Diagnostic::error(op.span, format!("`{}` is a global tensor: copy a tile of it by giving the tile's origin", op.name.name))
+                        .hint(format!("write `{}[{}]`", op.name.name, vec!["0"; tensor.shape.len()].join(", "))));
+                    return None;
+                };
+                if origin.len() != tensor.shape.len() {
+                    self.err(Diagnostic::error(op.span, format!("`{}` has {} dimensions, but the origin has {}", op.name.name, tensor.shape.len(), origin.len())));
+                    return None;
+                }
+                let mut ok = true;
+                for e in origin {
+                    ok &= self.int_expr(e, "a tile origin", true);
+                }
+                ok.then_some(Side::Global(t))
+            }
+            Symbol::Buffer(b) => {
+                if let Some(origin) = &op.origin {
+                    let span = origin.first().map_or(op.span, |e| e.span);
+                    self.err(Diagnostic::error(span, format!("buffer `{}` is copied whole; it takes no origin", op.name.name))
+                        .hint(format!("write `{}`", op.name.name)));
+                    return None;
+                }
+                Some(Side::Buffer(b))
+            }
+            _ => {
+                self.err(Diagnostic::error(op.name.span, format!("`{}` is not a tensor or a buffer", op.name.name)));
+                None
+            }
+        }
+    }
+
+    fn copy(&mut self, s: &Stmt, src: &Operand, dst: &Operand) {
+        let (a, b) = (self.side(src), self.side(dst));
+        let (Some(a), Some(b)) = (a, b) else { return };
+        let spec = self.spec;
+        match (&a, &b) {
+            (Side::Global(_), Side::Global(_)) => {
+                self.err(Diagnostic::error(s.span, "a copy from global memory to global memory")
+                    .hint("stage the tile through a shared or fragment buffer"));
+            }
+            (Side::Global(t), Side::Buffer(buf)) | (Side::Buffer(buf), Side::Global(t)) => {
+                let (t, buf) = (*t, *buf);
+                let (tensor, buffer) = (&spec.tensors[t], &spec.buffers[buf]);
+                let shape = self.info.buffer_shapes[buf].clone();
+                let tile = if matches!(a, Side::Global(_)) { src } else { dst };
+                if shape.len() != tensor.shape.len() {
+                    self.err(Diagnostic::error(s.span, format!(
+                        "copy between `{}` ({}-D) and buffer `{}` ({}-D): ranks differ",
+                        tensor.name.name, tensor.shape.len(), buffer.name.name, shape.len()))
+                        .label(buffer.shape_span, "buffer shape declared here"));
+                    return;
+                }
+                for (d, extent) in tensor.shape.iter().zip(&shape) {
+                    if let Dim::Fixed(v, _) = d {
+                        if extent > v {
+                            self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
+                        }
+                    }
+                    if let Dim::Named(n) = d {
+                        if let Some(v) = self.info.const_int(&n.name) {
+                            if *extent > v {
+                                self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
+                            }
+                        }
+                    }
+                }
+                if matches!(b, Side::Global(_)) && !tensor.output {
+                    self.err(Diagnostic::error(dst.name.span, format!("`{}` is written here but not marked as an output", tensor.name.name))
+                        .label(tensor.name.span, "declared here")
+                        .hint("add `output: true` to the tensor"));
+                }
+                if tensor.dtype.0 != buffer.dtype.0 && buffer.scope.0 != Scope::Fragment {
+                    self.err(Diagnostic::error(s.span, format!(
+                        "copy between `{}` ({}) and shared buffer `{}` ({}) would convert the dtype",
+                        tensor.name.name, tensor.dtype.0, buffer.name.name, buffer.dtype.0))
+                        .label(buffer.dtype.1, "buffer dtype declared here")
+                        .hint("only copies through fragments convert; give the shared buffer the tensor's dtype"));
+                }
+            }
+            (Side::Buffer(x), Side::Buffer(y)) => {
+                let (x, y) = (*x, *y);
+                let (bx, by) = (&spec.buffers[x], &spec.buffers[y]);
+                if self.info.buffer_shapes[x] != self.info.buffer_shapes[y] {
+                    self.err(Diagnostic::error(s.span, format!(
+                        "copy from `{}` {:?} to `{}` {:?}: shapes differ", bx.name.name, self.info.buffer_shapes[x], by.name.name, self.info.buffer_shapes[y])));
+                }
+                if bx.scope.0 == Scope::Shared && by.scope.0 == Scope::Shared {
+                    self.err(Diagnostic::error(s.span, "a copy from shared memory to shared memory").hint("copy through a fragment, or use one buffer"));
+                }
+                if bx.dtype.0 != by.dtype.0 && bx.scope.0 != Scope::Fragment {
+                    self.err(Diagnostic::error(s.span, format!("copy from `{}` ({}) to `{}` ({}) would convert the dtype", bx.name.name, bx.dtype.0, by.name.name, by.dtype.0))
+                        .hint("only copies whose source is a fragment convert"));
+                }
+            }
+        }
+    }
+
+    fn gemm(&mut self, s: &Stmt, a: &Ident, b: &Ident, c: &Ident, ta: bool, tb: bool) {
+        let (ia, ib, ic) = (self.buffer(a, "gemm"), self.buffer(b, "gemm"), self.buffer(c, "gemm"));
+        let (Some(ia), Some(ib), Some(ic)) = (ia, ib, ic) else { return };
+        let spec = self.spec;
+        let (ba, bb, bc) = (&spec.buffers[ia], &spec.buffers[ib], &spec.buffers[ic]);
+        if bc.scope.0 != Scope::Fragment {
+            self.err(Diagnostic::error(c.span, format!("gemm's accumulator `{}` is in {} memory; it must be a fragment", c.name, bc.scope.0.name()))
+                .label(bc.scope.1, "scope declared here")
+                .hint("declare the accumulator with `scope: fragment`"));
+        }
+        let (sa, sb, sc) = (self.info.buffer_shapes[ia].clone(), self.info.buffer_shapes[ib].clone(), self.info.buffer_shapes[ic].clone());
+        let mut bad_rank = false;
+        for (buf, shape) in [(ba, &sa), (bb, &sb), (bc, &sc)] {
+            if shape.len() != 2 {
+                self.errors.push(Diagnostic::error(buf.shape_span, format!("gemm operand `{}` must be 2-D, found {}-D", buf.name.name, shape.len())));
+                bad_rank = true;
+            }
+        }
+        if bad_rank {
+            return;
+        }
+        let (m, ka) = if ta { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+        let (kb, n) = if tb { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+        if ka != kb {
+            self.err(Diagnostic::error(s.span, format!(
+                "gemm's K differs: `{}` gives K = {ka} but `{}` gives K = {kb}", a.name, b.name))
+                .label(ba.shape_span, format!("`{}` is {:?}{}", a.name, sa, if ta { " (transposed: [K, M])" } else { " ([M, K])" }))
+                .label(bb.shape_span, format!("`{}` is {:?}{}", b.name, sb, if tb { " (transposed: [N, K])" } else { " ([K, N])" }))
+                .hint("make the K extents equal, or set transpose_a / transpose_b to match how the tiles are stored"));
+        }
+        if sc[0] != m || sc[1] != n {
+            self.err(Diagnostic::error(c.span, format!("gemm's accumulator `{}` is {:?}, but the product is [{m}, {n}]", c.name, sc))
+                .label(bc.shape_span, "accumulator shape declared here")
+                .hint(format!("declare `{}` with shape [{m}, {n}]", c.name)));
+        }
+        if ba.dtype.0 != bb.dtype.0 {
+            self.err(Diagnostic::error(s.span, format!("gemm operands differ in dtype: `{}` is {} and `{}` is {}", a.name, ba.dtype.0, b.name, bb.dtype.0))
+                .label(ba.dtype.1, format!("`{}`'s dtype", a.name))
+                .label(bb.dtype.1, format!("`{}`'s dtype", b.name))
+                .hint("give both operands the same dtype"));
+        }
+        let acc_ok = match ba.dtype.0 {
+            DType::BF16 => bc.dtype.0 == DType::F32,
+            DType::F16 => matches!(bc.dtype.0, DType::F32 | DType::F16),
+            DType::I8 => bc.dtype.0 == DType::I32,
+            DType::F32 => bc.dtype.0 == DType::F32,
+            DType::I32 => false,
+        };
+        if !acc_ok {
+            let want = match ba.dtype.0 {
+                DType::BF16 => "f32",
+                DType::F16 => "f32 or f16",
+                DType::I8 => "i32",
+                _ => "f32",
+            };
+            self.err(Diagnostic::error(c.span, format!("a gemm of {} operands cannot accumulate in {}", ba.dtype.0, bc.dtype.0))
+                .label(bc.dtype.1, "accumulator dtype declared here")
+                .hint(format!("accumulate {} products in {want}", ba.dtype.0)));
+        }
+    }
+
+    fn parallel(&mut self, s: &Stmt, vars: &[Ident], body: &[Stmt]) {
+        let mut bound = 0;
+        for v in vars {
+            if self.bind_var(v) {
+                bound += 1;
+            }
+        }
+        let mut domain: Option<(usize, &Ident)> = None;
+        for st in body {
+            let StmtKind::Assign { target, indices, value, .. } = &st.kind else {
+                self.err(Diagnostic::error(st.span, "a `parallel` block holds only element assignments like `acc[i, j] = ...`"));
+                continue;
+            };
+            let Some(b) = self.buffer(target, "assignment") else { continue };
+            let plain = indices.len() == vars.len()
+                && indices.iter().zip(vars).all(|(e, v)| matches!(&e.kind, ExprKind::Name(n) if *n == v.name));
+            if !plain {
+                let want = vars.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ");
+                self.err(Diagnostic::error(target.span.to(indices.last().map_or(target.span, |e| e.span)), format!("a `parallel` assignment must write `{}[{want}]`", target.name))
+                    .hint("each assignment writes the element at the block's own indices, in order"));
+                continue;
+            }
+            let shape = self.info.buffer_shapes[b].clone();
+            match domain {
+                None => {
+                    domain = Some((b, target));
+                    self.info.parallel_domains.insert(s.id, b);
+                }
+                Some((d, first)) if self.info.buffer_shapes[d] != shape => {
+                    self.err(Diagnostic::error(target.span, format!(
+                        "mismatched shapes in a parallel block: `{}` is {:?} but `{}` is {:?}",
+                        target.name, shape, first.name, self.info.buffer_shapes[d]))
+                        .label(first.span, "the block's index space comes from here")
+                        .hint("split the block: one `parallel` per shape"));
+                }
+                _ => {}
+            }
+            let want = if self.spec.buffers[b].dtype.0.is_float() { Ty::Float } else { Ty::Int };
+            match self.ty(value, true, true) {
+                Some(Ty::Bool) => self.err(Diagnostic::error(value.span, "cannot store a condition in a buffer").hint("use `select(cond, a, b)`")),
+                Some(Ty::Float) if want == Ty::Int => self.err(Diagnostic::error(value.span, format!("`{}` holds integers; this value is a float", target.name)).hint("cast it with i32(...)")),
+                _ => {}
+            }
+        }
+        if domain.is_none() && !body.is_empty() {
+            // Errors were reported above.
+        } else if body.is_empty() {
+            self.err(Diagnostic::error(s.span, "an empty `parallel` block"));
+        }
+        for _ in 0..bound {
+            self.scope_vars.pop();
+        }
+    }
+}

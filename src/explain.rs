@@ -1,0 +1,99 @@
+//! `tilegen explain`: what inference decided, for a reviewer.
+
+use crate::layout::{CopyKind, FragmentLayout};
+use crate::Compiled;
+use std::fmt::Write as _;
+
+/// A human-readable account of every decision in the plan.
+pub fn explain(c: &Compiled) -> String {
+    let spec = &c.spec;
+    let plan = &c.plan;
+    let line = |span: crate::diag::Span| c.file.line_col(span.start).0;
+    let mut o = String::new();
+    let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
+    let _ = writeln!(o, "  threads: {} ({} warps); grid: {}", spec.threads.0, spec.threads.0 / 32,
+        spec.grid.iter().map(|g| format!("{} = {}", g.var.name, c.file.snippet(g.extent.span))).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(o, "  launcher: tilegen_{}({}{}cudaStream_t)", spec.kernel.name,
+        spec.tensors.iter().map(|t| format!("{}{}", if t.output { "void* " } else { "const void* " }, t.name.name)).collect::<Vec<_>>().join(", ") + ", ",
+        c.info.runtime_dims.iter().map(|d| format!("int {d}, ")).collect::<String>());
+
+    let _ = writeln!(o, "\nMMA");
+    if plan.mmas.is_empty() {
+        let _ = writeln!(o, "  (no gemm)");
+    }
+    for (id, m) in &plan.mmas {
+        let s = crate::back::sm80_find(spec, *id);
+        let _ = writeln!(o, "  spec {}: {}", s.map_or(0, |s| line(s.span)), s.map_or(String::new(), |s| c.file.snippet(s.span).to_string()));
+        let _ = writeln!(o, "    atom {}; tile {}x{}x{} in {} k-block(s) of 16", m.atom, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks);
+        let _ = writeln!(o, "    warps {}x{} (M x N); TiledMma permutation {}x{}x{}", m.warps.0, m.warps.1, m.tile.0, m.tile.1, m.tile.2);
+        let _ = writeln!(o, "    why: {}", m.why);
+        for (role, buf) in [("A", m.a), ("B", m.b)] {
+            let l = &plan.shared[&buf];
+            let ldsm = if l.k_major == Some(true) { "SM75_U32x4_LDSM_N (ldmatrix.x4)" } else { "SM75_U16x8_LDSM_T (ldmatrix.x4.trans)" };
+            let _ = writeln!(o, "    {role} = `{}`: {} -> registers via {ldsm}", spec.buffers[buf].name.name, if l.k_major == Some(true) { "K-major" } else { "MN-major" });
+        }
+    }
+
+    let _ = writeln!(o, "\nBuffers");
+    for (i, b) in spec.buffers.iter().enumerate() {
+        let shape = &c.info.buffer_shapes[i];
+        let _ = write!(o, "  {} ({}, {}, {:?}, spec {}): ", b.name.name, b.scope.0.name(), b.dtype.0, shape, line(b.span));
+        if let Some(l) = plan.shared.get(&i) {
+            let _ = writeln!(o, "Swizzle<{},{},{}> over a {}x{} atom, dim {} contiguous, {} stage(s), {} bytes",
+                l.swizzle.bits, l.swizzle.base, l.swizzle.shift, l.atom_shape.0, l.atom_shape.1, l.contiguous_dim, l.stages, l.bytes);
+            let _ = writeln!(o, "    why: {}", l.why);
+        } else if let Some(f) = plan.fragments.get(&i) {
+            match f {
+                FragmentLayout::MmaAccumulator { gemm } => {
+                    let m = &plan.mmas[gemm];
+                    let per_thread: i64 = shape.iter().product::<i64>() / spec.threads.0.max(1);
+                    let _ = writeln!(o, "MMA accumulator layout of the gemm at spec {} ({} per thread, {} warps {}x{})",
+                        crate::back::sm80_find(spec, *gemm).map_or(0, |s| line(s.span)), per_thread, m.warps.0 * m.warps.1, m.warps.0, m.warps.1);
+                }
+                FragmentLayout::Striped { per_thread } => {
+                    let _ = writeln!(o, "striped over threads ({per_thread} per thread)");
+                }
+            }
+        } else {
+            let _ = writeln!(o, "unused");
+        }
+    }
+
+    let _ = writeln!(o, "\nCopies");
+    for (id, cp) in &plan.copies {
+        let s = crate::back::sm80_find(spec, *id);
+        let _ = writeln!(o, "  spec {}: {}", s.map_or(0, |s| line(s.span)), s.map_or(String::new(), |s| c.file.snippet(s.span).to_string()));
+        let kind = match cp.kind {
+            CopyKind::GlobalToShared => "global -> shared",
+            CopyKind::AccumulatorToGlobal => "accumulator -> shared staging -> global",
+        };
+        let _ = writeln!(o, "    {kind}; atom {}; {} elements ({} bits) per vector; threads {}x{}",
+            cp.atom, cp.vector_elems, cp.vector_bits, cp.threads.shape.0, cp.threads.shape.1);
+        let _ = writeln!(o, "    why: {}", cp.why);
+    }
+
+    let _ = writeln!(o, "\nPipelines");
+    if plan.pipelines.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    for (id, p) in &plan.pipelines {
+        let s = crate::back::sm80_find(spec, *id);
+        let _ = writeln!(o, "  spec {}: {}", s.map_or(0, |s| line(s.span)), s.map_or(String::new(), |s| c.file.snippet(s.span).to_string()));
+        let _ = writeln!(o, "    {:?}, {} stage(s); producers at spec {}; consumers at spec {}", p.mode, p.stages,
+            p.producers.iter().map(|i| crate::back::sm80_find(spec, *i).map_or(0, |s| line(s.span)).to_string()).collect::<Vec<_>>().join(", "),
+            p.consumers.iter().map(|i| crate::back::sm80_find(spec, *i).map_or(0, |s| line(s.span)).to_string()).collect::<Vec<_>>().join(", "));
+        let _ = writeln!(o, "    why: {}", p.why);
+    }
+
+    let _ = writeln!(o, "\nResources");
+    let _ = writeln!(o, "  shared memory: {} bytes of buffers, {} bytes of epilogue staging (reusing them) -> {} of {} bytes allowed",
+        plan.smem.buffers, plan.smem.staging, plan.smem.total, plan.smem.budget);
+    let _ = writeln!(o, "  registers: about {} per thread (accumulators, double-buffered MMA operands, addressing)", plan.regs_per_thread);
+    if !plan.alignment.is_empty() {
+        let _ = writeln!(o, "  launcher checks:");
+        for a in &plan.alignment {
+            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+        }
+    }
+    o
+}

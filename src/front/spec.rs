@@ -1,0 +1,602 @@
+//! Builds the AST from the spanned YAML tree.
+
+use super::expr::{ExprParser, Line};
+use super::yaml::{self, Node, NodeKind};
+use crate::ast::*;
+use crate::diag::{did_you_mean, Diagnostic, SourceFile, Span};
+
+/// The statement keywords, for suggestions.
+pub const STATEMENTS: [&str; 4] = ["copy", "gemm", "clear", "fill"];
+/// The block keywords, for suggestions.
+pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
+const TOP_KEYS: [&str; 8] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body"];
+const TENSOR_KEYS: [&str; 4] = ["dtype", "shape", "order", "output"];
+const BUFFER_KEYS: [&str; 3] = ["scope", "dtype", "shape"];
+
+struct Cx {
+    errors: Vec<Diagnostic>,
+    /// Keys suggested for misspelt ones, so that "missing" is not reported twice.
+    suggested: Vec<String>,
+    /// How many of the errors were found in the body.
+    body_errors: usize,
+    next_id: StmtId,
+}
+
+/// What the front end produced: a spec (possibly missing the statements that failed to
+/// parse) and the errors found.
+pub struct Parsed {
+    /// The spec, when its declarations parsed; statements with errors are left out.
+    pub spec: Option<Spec>,
+    /// Every structural error.
+    pub errors: Vec<Diagnostic>,
+    /// Whether all errors are inside the body, so that checking the rest is still sound.
+    pub errors_only_in_body: bool,
+}
+
+/// Parses a spec file into its AST, reporting every structural error.
+pub fn parse_spec(file: &SourceFile) -> Result<Spec, Vec<Diagnostic>> {
+    let p = parse_spec_partial(file);
+    match p.spec {
+        Some(spec) if p.errors.is_empty() => Ok(spec),
+        _ => Err(p.errors),
+    }
+}
+
+/// Parses a spec, keeping what parsed so that checking can report further errors.
+pub fn parse_spec_partial(file: &SourceFile) -> Parsed {
+    let root = match yaml::parse(file) {
+        Ok(r) => r,
+        Err(errors) => return Parsed { spec: None, errors, errors_only_in_body: false },
+    };
+    let mut cx = Cx { errors: Vec::new(), suggested: Vec::new(), body_errors: 0, next_id: 0 };
+    let spec = cx.spec(&root);
+    let errors_only_in_body = cx.body_errors == cx.errors.len();
+    Parsed { spec, errors: cx.errors, errors_only_in_body }
+}
+
+impl Cx {
+    fn err(&mut self, d: Diagnostic) {
+        self.errors.push(d);
+    }
+
+    /// The entries of a mapping node, checking keys against `allowed` and for duplicates.
+    fn entries<'n>(&mut self, node: &'n Node, what: &str, allowed: &[&str]) -> Vec<(&'n str, &'n Node, &'n Node)> {
+        let NodeKind::Map(pairs) = &node.kind else {
+            self.err(Diagnostic::error(node.span, format!("{what} must be a mapping, found {}", node.describe())));
+            return Vec::new();
+        };
+        let mut out: Vec<(&str, &Node, &Node)> = Vec::new();
+        for (k, v) in pairs {
+            let Some(key) = k.as_str() else {
+                self.err(Diagnostic::error(k.span, format!("keys of {what} must be plain names")));
+                continue;
+            };
+            if let Some((_, first, _)) = out.iter().find(|(n, _, _)| *n == key) {
+                let first = first.span;
+                self.err(Diagnostic::error(k.span, format!("duplicate key `{key}` in {what}"))
+                    .label(first, "first written here")
+                    .hint("remove one of the two entries"));
+                continue;
+            }
+            if !allowed.is_empty() && !allowed.contains(&key) {
+                if let Some(near) = crate::diag::nearest(key, allowed.iter().copied()) {
+                    self.suggested.push(near.to_string());
+                }
+                let hint = did_you_mean(key, allowed.iter().copied())
+                    .unwrap_or_else(|| format!("the keys of {what} are: {}", allowed.join(", ")));
+                self.err(Diagnostic::error(k.span, format!("unknown key `{key}` in {what}")).hint(hint));
+                continue;
+            }
+            out.push((key, k, v));
+        }
+        out
+    }
+
+    fn scalar<'n>(&mut self, node: &'n Node, what: &str) -> Option<&'n str> {
+        match node.as_str() {
+            Some(s) => Some(s),
+            None => {
+                self.err(Diagnostic::error(node.span, format!("{what} must be a single value, found {}", node.describe())));
+                None
+            }
+        }
+    }
+
+    fn ident(&mut self, node: &Node, what: &str) -> Option<Ident> {
+        let s = self.scalar(node, what)?;
+        if is_identifier(s) {
+            Some(Ident { name: s.to_string(), span: node.span })
+        } else {
+            self.err(Diagnostic::error(node.span, format!("{what} `{s}` is not a valid name"))
+                .hint("names start with a letter or `_` and hold letters, digits and `_`"));
+            None
+        }
+    }
+
+    fn expr(&mut self, node: &Node, what: &str) -> Option<Expr> {
+        let NodeKind::Scalar { value, text_offset, .. } = &node.kind else {
+            self.err(Diagnostic::error(node.span, format!("{what} must be an expression, found {}", node.describe())));
+            return None;
+        };
+        if value.trim().is_empty() {
+            self.err(Diagnostic::error(node.span, format!("{what} is empty")));
+            return None;
+        }
+        match ExprParser::new(value, *text_offset, node.span).and_then(ExprParser::whole_expr) {
+            Ok(e) => Some(e),
+            Err(d) => {
+                self.err(d);
+                None
+            }
+        }
+    }
+
+    fn spec(&mut self, root: &Node) -> Option<Spec> {
+        if !matches!(root.kind, NodeKind::Map(_)) {
+            self.err(Diagnostic::error(root.span, "a spec must be a YAML mapping")
+                .hint("start with `kernel: <name>`, then tensors, constants, grid, threads, buffers and body"));
+            return None;
+        }
+        let entries = self.entries(root, "the spec", &TOP_KEYS);
+        let get = |k: &str| entries.iter().find(|(n, _, _)| *n == k).map(|(_, _, v)| *v);
+        let mut missing = Vec::new();
+        for key in ["kernel", "tensors", "grid", "threads", "body"] {
+            if get(key).is_none() && !self.suggested.iter().any(|k| k == key) {
+                missing.push(key);
+            }
+        }
+        if !missing.is_empty() {
+            let at = Span::new(root.span.start, root.span.start + 1);
+            self.err(Diagnostic::error(at, format!("the spec is missing {}", missing.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")))
+                .hint("every spec needs kernel, tensors, grid, threads and body"));
+        }
+        let kernel = get("kernel").and_then(|n| self.ident(n, "the kernel name"));
+        let doc = get("doc").and_then(|n| self.scalar(n, "doc")).map(str::to_string);
+        let tensors = get("tensors").map(|n| self.tensors(n)).unwrap_or_default();
+        let constants = get("constants").map(|n| self.constants(n)).unwrap_or_default();
+        let grid = get("grid").map(|n| self.grid(n)).unwrap_or_default();
+        let threads = get("threads").and_then(|n| {
+            let e = self.expr(n, "threads")?;
+            match e.kind {
+                ExprKind::Int(v) => Some((v, e.span)),
+                _ => {
+                    self.err(Diagnostic::error(e.span, "threads must be an integer literal").hint("for example `threads: 128`"));
+                    None
+                }
+            }
+        });
+        let buffers = get("buffers").map(|n| self.buffers(n)).unwrap_or_default();
+        let before = self.errors.len();
+        let body = get("body").map(|n| self.block(n, "body")).unwrap_or_default();
+        self.body_errors = self.errors.len() - before;
+        Some(Spec {
+            kernel: kernel?,
+            doc,
+            tensors,
+            constants,
+            grid,
+            threads: threads?,
+            buffers,
+            body,
+            stmt_count: self.next_id,
+        })
+    }
+
+    fn tensors(&mut self, node: &Node) -> Vec<Tensor> {
+        let mut out = Vec::new();
+        for (_, k, v) in self.entries(node, "tensors", &[]) {
+            let Some(name) = self.ident(k, "tensor name") else { continue };
+            let fields = self.entries(v, &format!("tensor `{}`", name.name), &TENSOR_KEYS);
+            let get = |key: &str| fields.iter().find(|(n, _, _)| *n == key).map(|(_, _, v)| *v);
+            let dtype = match get("dtype") {
+                Some(d) => self.dtype(d),
+                None => {
+                    self.err(Diagnostic::error(name.span, format!("tensor `{}` has no dtype", name.name)).hint("add `dtype: bf16` (or f32, f16, i8, i32)"));
+                    None
+                }
+            };
+            let shape = match get("shape") {
+                Some(s) => self.dims(s),
+                None => {
+                    self.err(Diagnostic::error(name.span, format!("tensor `{}` has no shape", name.name)).hint("add `shape: [M, K]`"));
+                    None
+                }
+            };
+            let order = match get("order") {
+                None => Some((Order::RowMajor, name.span)),
+                Some(o) => match self.scalar(o, "order") {
+                    Some("row_major") => Some((Order::RowMajor, o.span)),
+                    Some("col_major") => Some((Order::ColMajor, o.span)),
+                    Some(other) => {
+                        let hint = did_you_mean(other, ["row_major", "col_major"]).unwrap_or_else(|| "use `row_major` or `col_major`".into());
+                        self.err(Diagnostic::error(o.span, format!("unknown order `{other}`")).hint(hint));
+                        None
+                    }
+                    None => None,
+                },
+            };
+            let output = match get("output") {
+                None => Some(false),
+                Some(o) => match self.scalar(o, "output") {
+                    Some("true") => Some(true),
+                    Some("false") => Some(false),
+                    Some(other) => {
+                        self.err(Diagnostic::error(o.span, format!("`output` must be true or false, found `{other}`")));
+                        None
+                    }
+                    None => None,
+                },
+            };
+            if let (Some(dtype), Some(shape), Some(order), Some(output)) = (dtype, shape, order, output) {
+                out.push(Tensor { span: k.span.to(v.span), name, dtype, shape, order, output });
+            }
+        }
+        out
+    }
+
+    fn dtype(&mut self, node: &Node) -> Option<(DType, Span)> {
+        let s = self.scalar(node, "dtype")?;
+        match DType::from_name(s) {
+            Some(d) => Some((d, node.span)),
+            None => {
+                let hint = did_you_mean(s, DType::ALL.iter().map(|d| d.name()))
+                    .unwrap_or_else(|| "dtypes are f32, f16, bf16, i8 and i32".into());
+                self.err(Diagnostic::error(node.span, format!("unknown dtype `{s}`")).hint(hint));
+                None
+            }
+        }
+    }
+
+    fn list<'n>(&mut self, node: &'n Node, what: &str) -> Option<&'n [Node]> {
+        match &node.kind {
+            NodeKind::Seq(items) if !items.is_empty() => Some(items),
+            NodeKind::Seq(_) => {
+                self.err(Diagnostic::error(node.span, format!("{what} is empty")));
+                None
+            }
+            _ => {
+                self.err(Diagnostic::error(node.span, format!("{what} must be a list like [M, K], found {}", node.describe())));
+                None
+            }
+        }
+    }
+
+    fn dims(&mut self, node: &Node) -> Option<Vec<Dim>> {
+        let items = self.list(node, "a shape")?;
+        let mut dims = Vec::new();
+        let mut ok = true;
+        for item in items {
+            match item.as_str() {
+                Some(s) if s.parse::<i64>().is_ok() => dims.push(Dim::Fixed(s.parse().unwrap_or(0), item.span)),
+                Some(s) if is_identifier(s) => dims.push(Dim::Named(Ident { name: s.into(), span: item.span })),
+                _ => {
+                    self.err(Diagnostic::error(item.span, "a tensor dimension must be a name (a constant or a runtime size) or an integer")
+                        .hint("write `shape: [M, K]`; expressions are allowed only in buffer shapes"));
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(dims)
+    }
+
+    fn constants(&mut self, node: &Node) -> Vec<Constant> {
+        let mut out = Vec::new();
+        for (_, k, v) in self.entries(node, "constants", &[]) {
+            let Some(name) = self.ident(k, "constant name") else { continue };
+            let Some(value) = self.expr(v, "a constant") else { continue };
+            if !matches!(value.kind, ExprKind::Int(_) | ExprKind::Float(..) | ExprKind::Bool(_)) {
+                self.err(Diagnostic::error(value.span, format!("constant `{}` must be a literal number", name.name))
+                    .hint("constants are integers like 128 or floats like 0.125"));
+                continue;
+            }
+            out.push(Constant { name, value });
+        }
+        out
+    }
+
+    fn grid(&mut self, node: &Node) -> Vec<GridDim> {
+        let mut out = Vec::new();
+        for (_, k, v) in self.entries(node, "grid", &[]) {
+            let Some(var) = self.ident(k, "block index name") else { continue };
+            let Some(extent) = self.expr(v, "a grid extent") else { continue };
+            out.push(GridDim { var, extent });
+        }
+        out
+    }
+
+    fn buffers(&mut self, node: &Node) -> Vec<Buffer> {
+        let mut out = Vec::new();
+        for (_, k, v) in self.entries(node, "buffers", &[]) {
+            let Some(name) = self.ident(k, "buffer name") else { continue };
+            let fields = self.entries(v, &format!("buffer `{}`", name.name), &BUFFER_KEYS);
+            let get = |key: &str| fields.iter().find(|(n, _, _)| *n == key).map(|(_, _, v)| *v);
+            for key in BUFFER_KEYS {
+                if get(key).is_none() {
+                    self.err(Diagnostic::error(name.span, format!("buffer `{}` has no `{key}`", name.name))
+                        .hint("buffers need scope (shared or fragment), dtype and shape"));
+                }
+            }
+            let scope = get("scope").and_then(|s| match self.scalar(s, "scope") {
+                Some("shared") => Some((Scope::Shared, s.span)),
+                Some("fragment") => Some((Scope::Fragment, s.span)),
+                Some(other) => {
+                    let hint = did_you_mean(other, ["shared", "fragment"]).unwrap_or_else(|| "use `shared` or `fragment`".into());
+                    self.err(Diagnostic::error(s.span, format!("unknown scope `{other}`")).hint(hint));
+                    None
+                }
+                None => None,
+            });
+            let dtype = get("dtype").and_then(|d| self.dtype(d));
+            let shape_node = get("shape");
+            let shape = shape_node.and_then(|s| self.list(s, "a shape")).map(|items| {
+                items.iter().filter_map(|i| self.expr(i, "a buffer extent")).collect::<Vec<_>>()
+            });
+            if let (Some(scope), Some(dtype), Some(shape), Some(sn)) = (scope, dtype, shape, shape_node) {
+                out.push(Buffer { span: k.span.to(v.span), shape_span: sn.span, name, scope, dtype, shape });
+            }
+        }
+        out
+    }
+
+    fn block(&mut self, node: &Node, what: &str) -> Vec<Stmt> {
+        let NodeKind::Seq(items) = &node.kind else {
+            self.err(Diagnostic::error(node.span, format!("{what} must be a list of statements, found {}", node.describe()))
+                .hint("write each statement on its own line starting with `- `"));
+            return Vec::new();
+        };
+        let mut out: Vec<Stmt> = Vec::new();
+        for item in items {
+            match &item.kind {
+                NodeKind::Scalar { .. } => {
+                    if let Some(s) = self.statement(item) {
+                        out.push(s);
+                    }
+                }
+                NodeKind::Map(pairs) if pairs.len() == 1 => {
+                    let (k, v) = &pairs[0];
+                    if k.as_str() == Some("else") {
+                        let body = self.block(v, "an else block");
+                        match out.last_mut() {
+                            Some(Stmt { kind: StmtKind::If { else_body, .. }, .. }) if else_body.is_empty() => *else_body = body,
+                            _ => self.err(Diagnostic::error(k.span, "`else` without an `if` before it")
+                                .hint("`else:` must directly follow an `if cond:` block")),
+                        }
+                        continue;
+                    }
+                    if let Some(s) = self.block_stmt(k, v) {
+                        out.push(s);
+                    }
+                }
+                NodeKind::Map(pairs) => {
+                    let span = pairs.get(1).map_or(item.span, |p| p.0.span);
+                    self.err(Diagnostic::error(span, "a block statement has exactly one header")
+                        .hint("start each block on its own `- ` line"));
+                }
+                NodeKind::Seq(_) => self.err(Diagnostic::error(item.span, "a statement cannot be a list")
+                    .hint("nest statements under a block header such as `- serial(k, n):`")),
+            }
+        }
+        out
+    }
+
+    fn parse_line(&mut self, node: &Node) -> Option<Line> {
+        let NodeKind::Scalar { value, text_offset, .. } = &node.kind else { return None };
+        match ExprParser::new(value, *text_offset, node.span).and_then(ExprParser::line) {
+            Ok(l) => Some(l),
+            Err(d) => {
+                self.err(d);
+                None
+            }
+        }
+    }
+
+    fn new_id(&mut self) -> StmtId {
+        self.next_id += 1;
+        self.next_id - 1
+    }
+
+    fn statement(&mut self, node: &Node) -> Option<Stmt> {
+        let id = self.new_id();
+        let line = self.parse_line(node)?;
+        let span = node.span;
+        let kind = match line {
+            Line::Assign(target, op, value) => match target.kind {
+                ExprKind::Index(name, indices) => StmtKind::Assign { target: name, indices, op, value },
+                ExprKind::Name(n) => StmtKind::Assign { target: Ident { name: n, span: target.span }, indices: Vec::new(), op, value },
+                _ => {
+                    self.err(Diagnostic::error(target.span, "the left side of an assignment must be a buffer element like `acc[i, j]`"));
+                    return None;
+                }
+            },
+            Line::Expr(Expr { kind: ExprKind::Call(func, args), span: call_span }) => self.call_stmt(func, args, call_span)?,
+            Line::Expr(e) => {
+                self.err(Diagnostic::error(e.span, "expected a statement such as `copy(src, dst)` or `x[i] = e`")
+                    .hint(format!("statements are {}; blocks are {}", STATEMENTS.join(", "), BLOCKS.join(", "))));
+                return None;
+            }
+        };
+        Some(Stmt { id, kind, span })
+    }
+
+    fn positional(&mut self, func: &Ident, args: Vec<Arg>, n: usize, keys: &[&str], span: Span) -> Option<(Vec<Expr>, Vec<(Ident, Expr)>)> {
+        let mut pos = Vec::new();
+        let mut kw: Vec<(Ident, Expr)> = Vec::new();
+        for a in args {
+            match a.key {
+                Some(k) => {
+                    if !keys.contains(&k.name.as_str()) {
+                        let hint = did_you_mean(&k.name, keys.iter().copied()).unwrap_or_else(|| {
+                            if keys.is_empty() { format!("`{}` takes no keyword arguments", func.name) } else { format!("`{}` takes {}", func.name, keys.join(", ")) }
+                        });
+                        self.err(Diagnostic::error(k.span, format!("unknown argument `{}` to `{}`", k.name, func.name)).hint(hint));
+                        return None;
+                    }
+                    if kw.iter().any(|(p, _)| p.name == k.name) {
+                        self.err(Diagnostic::error(k.span, format!("argument `{}` given twice", k.name)));
+                        return None;
+                    }
+                    kw.push((k, a.value));
+                }
+                None if !kw.is_empty() => {
+                    self.err(Diagnostic::error(a.value.span, "positional argument after a keyword argument"));
+                    return None;
+                }
+                None => pos.push(a.value),
+            }
+        }
+        if pos.len() != n {
+            self.err(Diagnostic::error(span, format!("`{}` takes {n} argument{}, found {}", func.name, if n == 1 { "" } else { "s" }, pos.len())));
+            return None;
+        }
+        Some((pos, kw))
+    }
+
+    fn operand(&mut self, e: Expr) -> Option<Operand> {
+        match e.kind {
+            ExprKind::Name(n) => Some(Operand { name: Ident { name: n, span: e.span }, origin: None, span: e.span }),
+            ExprKind::Index(name, idx) => Some(Operand { name, origin: Some(idx), span: e.span }),
+            _ => {
+                self.err(Diagnostic::error(e.span, "a copy operand is a buffer name (`A_s`) or a tensor tile origin (`A[by*block_M, k*block_K]`)"));
+                None
+            }
+        }
+    }
+
+    fn buffer_name(&mut self, e: Expr, role: &str) -> Option<Ident> {
+        match e.kind {
+            ExprKind::Name(n) => Some(Ident { name: n, span: e.span }),
+            _ => {
+                self.err(Diagnostic::error(e.span, format!("{role} must be a buffer name")));
+                None
+            }
+        }
+    }
+
+    fn flag(&mut self, kw: &[(Ident, Expr)], key: &str) -> Option<bool> {
+        match kw.iter().find(|(k, _)| k.name == key) {
+            None => Some(false),
+            Some((_, Expr { kind: ExprKind::Bool(b), .. })) => Some(*b),
+            Some((_, e)) => {
+                self.err(Diagnostic::error(e.span, format!("`{key}` must be true or false")));
+                None
+            }
+        }
+    }
+
+    fn call_stmt(&mut self, func: Ident, args: Vec<Arg>, span: Span) -> Option<StmtKind> {
+        match func.name.as_str() {
+            "copy" => {
+                let (mut p, _) = self.positional(&func, args, 2, &[], span)?;
+                let dst = p.pop()?;
+                let src = p.pop()?;
+                let src = self.operand(src);
+                let dst = self.operand(dst);
+                Some(StmtKind::Copy { src: src?, dst: dst? })
+            }
+            "gemm" => {
+                let (mut p, kw) = self.positional(&func, args, 3, &["transpose_a", "transpose_b"], span)?;
+                let c = p.pop()?;
+                let b = p.pop()?;
+                let a = p.pop()?;
+                let (a, b, c) = (self.buffer_name(a, "gemm's A"), self.buffer_name(b, "gemm's B"), self.buffer_name(c, "gemm's accumulator"));
+                let ta = self.flag(&kw, "transpose_a")?;
+                let tb = self.flag(&kw, "transpose_b")?;
+                Some(StmtKind::Gemm { a: a?, b: b?, c: c?, transpose_a: ta, transpose_b: tb })
+            }
+            "clear" => {
+                let (mut p, _) = self.positional(&func, args, 1, &[], span)?;
+                let buf = self.buffer_name(p.pop()?, "clear's operand")?;
+                Some(StmtKind::Clear { buf })
+            }
+            "fill" => {
+                let (mut p, _) = self.positional(&func, args, 2, &[], span)?;
+                let value = p.pop()?;
+                let buf = self.buffer_name(p.pop()?, "fill's operand")?;
+                Some(StmtKind::Fill { buf, value })
+            }
+            other => {
+                let hint = if BLOCKS.contains(&other) {
+                    format!("`{other}` opens a block: write `- {other}(...):` with the body indented below it")
+                } else {
+                    did_you_mean(other, STATEMENTS.iter().copied())
+                        .unwrap_or_else(|| format!("statements are {}", STATEMENTS.join(", ")))
+                };
+                self.err(Diagnostic::error(func.span, format!("unknown statement `{other}`")).hint(hint));
+                None
+            }
+        }
+    }
+
+    fn block_stmt(&mut self, header: &Node, body: &Node) -> Option<Stmt> {
+        let id = self.new_id();
+        let NodeKind::Scalar { value, text_offset, .. } = &header.kind else {
+            self.err(Diagnostic::error(header.span, "a block header must be text like `serial(k, n)`"));
+            return None;
+        };
+        if let Some(rest) = value.strip_prefix("if ").or_else(|| value.strip_prefix("if(").map(|_| &value[2..])) {
+            let skip = value.len() - rest.len();
+            let cond = ExprParser::new(rest, text_offset.map(|o| o + skip), header.span).and_then(ExprParser::whole_expr);
+            let then_body = self.block(body, "an if block");
+            return match cond {
+                Ok(cond) => Some(Stmt { id, kind: StmtKind::If { cond, then_body, else_body: Vec::new() }, span: header.span }),
+                Err(d) => {
+                    self.err(d);
+                    None
+                }
+            };
+        }
+        let line = self.parse_line(header);
+        let inner = self.block(body, "a block");
+        let Some(line) = line else { return None };
+        let Line::Expr(Expr { kind: ExprKind::Call(func, args), span }) = line else {
+            self.err(Diagnostic::error(header.span, "expected a block header such as `pipelined(k, n, stages)`, `serial(k, n)`, `parallel(i, j)` or `if cond`"));
+            return None;
+        };
+        let kind = match func.name.as_str() {
+            "pipelined" | "serial" | "unroll" => {
+                let loop_kind = match func.name.as_str() {
+                    "pipelined" => LoopKind::Pipelined,
+                    "serial" => LoopKind::Serial,
+                    _ => LoopKind::Unroll,
+                };
+                let n = if loop_kind == LoopKind::Pipelined { 3 } else { 2 };
+                let (mut p, _) = self.positional(&func, args, n, &[], span)?;
+                let stages = if loop_kind == LoopKind::Pipelined { p.pop() } else { None };
+                let count = p.pop()?;
+                let var = self.buffer_name(p.pop()?, "the loop variable")?;
+                StmtKind::Loop { kind: loop_kind, var, count, stages, body: inner }
+            }
+            "parallel" => {
+                let mut vars = Vec::new();
+                for a in args {
+                    if let Some(k) = a.key {
+                        self.err(Diagnostic::error(k.span, "`parallel` takes only index names"));
+                        return None;
+                    }
+                    vars.push(self.buffer_name(a.value, "a parallel index")?);
+                }
+                if vars.is_empty() {
+                    self.err(Diagnostic::error(span, "`parallel` needs one index name per dimension, like `parallel(i, j)`"));
+                    return None;
+                }
+                StmtKind::Parallel { vars, body: inner }
+            }
+            other => {
+                let hint = if STATEMENTS.contains(&other) {
+                    format!("`{other}` is a statement, not a block: write it as a list item without `:`")
+                } else {
+                    did_you_mean(other, BLOCKS.iter().copied()).unwrap_or_else(|| format!("blocks are {}", BLOCKS.join(", ")))
+                };
+                self.err(Diagnostic::error(func.span, format!("unknown block `{other}`")).hint(hint));
+                return None;
+            }
+        };
+        Some(Stmt { id, kind, span: header.span })
+    }
+}
+
+/// Whether `s` is a C-style identifier.
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

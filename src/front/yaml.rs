@@ -1,0 +1,201 @@
+//! A YAML tree with a span on every node, built from yaml-rust2's marked events.
+//!
+//! serde_yaml gives no positions for values, and every diagnostic must point at the
+//! offending text, so the front end reads YAML through this tree instead.
+//! Requires: UTF-8 text. Guarantees: every scalar's span covers its source text (for
+//! single-line plain and quoted scalars exactly; other styles from their first character),
+//! mapping keys keep their order, and anchors, aliases and tags are rejected with a span.
+
+use crate::diag::{Diagnostic, SourceFile, Span};
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+/// A YAML node with its location.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// What it is.
+    pub kind: NodeKind,
+    /// Where it is.
+    pub span: Span,
+}
+
+/// The shapes of YAML nodes tilegen reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeKind {
+    /// A scalar, with `text_offset`: the byte offset of its value's first character in the
+    /// file when the value maps 1:1 onto the source (plain or quoted on one line), so that
+    /// expression spans inside it can be mapped back to the file.
+    Scalar {
+        /// The value.
+        value: String,
+        /// Where the value's text starts in the file, when it is a verbatim slice of it.
+        text_offset: Option<usize>,
+        /// Whether it was written plain (unquoted).
+        plain: bool,
+    },
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A mapping, in source order.
+    Map(Vec<(Node, Node)>),
+}
+
+impl Node {
+    /// The scalar's value, if this is a scalar.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.kind {
+            NodeKind::Scalar { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// A short word for what this node is, for messages.
+    pub fn describe(&self) -> &'static str {
+        match self.kind {
+            NodeKind::Scalar { .. } => "a scalar",
+            NodeKind::Seq(_) => "a list",
+            NodeKind::Map(_) => "a mapping",
+        }
+    }
+}
+
+enum Frame {
+    Seq(Span, Vec<Node>),
+    Map(Span, Vec<Node>),
+}
+
+struct Builder<'a> {
+    file: &'a SourceFile,
+    stack: Vec<Frame>,
+    root: Option<Node>,
+    errors: Vec<Diagnostic>,
+}
+
+impl Builder<'_> {
+    fn offset(&self, m: &Marker) -> usize {
+        self.file.offset_of(m.line(), m.col())
+    }
+
+    fn push_node(&mut self, node: Node) {
+        match self.stack.last_mut() {
+            Some(Frame::Seq(_, items)) | Some(Frame::Map(_, items)) => items.push(node),
+            None => {
+                if self.root.is_none() {
+                    self.root = Some(node);
+                }
+            }
+        }
+    }
+
+    fn scalar(&self, value: String, style: TScalarStyle, start: usize) -> Node {
+        let src = &self.file.text[start.min(self.file.text.len())..];
+        let (text_offset, len) = match style {
+            TScalarStyle::Plain if src.starts_with(value.as_str()) => (Some(start), value.len()),
+            TScalarStyle::SingleQuoted | TScalarStyle::DoubleQuoted
+                if src.get(1..).is_some_and(|s| s.starts_with(value.as_str()))
+                    && src.get(1 + value.len()..).is_some_and(|s| s.starts_with(['\'', '"'])) =>
+            {
+                (Some(start + 1), value.len() + 2)
+            }
+            _ => (None, src.lines().next().map_or(0, str::len).max(1)),
+        };
+        let plain = matches!(style, TScalarStyle::Plain);
+        Node { kind: NodeKind::Scalar { value, text_offset, plain }, span: Span::new(start, start + len) }
+    }
+}
+
+impl MarkedEventReceiver for Builder<'_> {
+    fn on_event(&mut self, ev: Event, mark: Marker) {
+        let at = self.offset(&mark);
+        match ev {
+            Event::Scalar(value, style, anchor, tag) => {
+                if anchor != 0 || tag.is_some() {
+                    self.errors.push(
+                        Diagnostic::error(Span::new(at, at + 1), "YAML anchors and tags are not part of the spec language")
+                            .hint("write the value out in full"),
+                    );
+                }
+                let node = self.scalar(value, style, at);
+                self.push_node(node);
+            }
+            Event::SequenceStart(..) => self.stack.push(Frame::Seq(Span::new(at, at + 1), Vec::new())),
+            Event::MappingStart(..) => self.stack.push(Frame::Map(Span::new(at, at + 1), Vec::new())),
+            Event::SequenceEnd => {
+                if let Some(Frame::Seq(span, items)) = self.stack.pop() {
+                    let span = items.iter().fold(span, |s, n| s.to(n.span));
+                    self.push_node(Node { kind: NodeKind::Seq(items), span });
+                }
+            }
+            Event::MappingEnd => {
+                if let Some(Frame::Map(span, items)) = self.stack.pop() {
+                    let start = items.first().map_or(span, |n| n.span);
+                    let span = items.iter().fold(start, |s, n| s.to(n.span));
+                    let mut pairs = Vec::new();
+                    let mut it = items.into_iter();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        pairs.push((k, v));
+                    }
+                    self.push_node(Node { kind: NodeKind::Map(pairs), span });
+                }
+            }
+            Event::Alias(_) => self.errors.push(
+                Diagnostic::error(Span::new(at, at + 1), "YAML aliases are not part of the spec language")
+                    .hint("write the value out in full"),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// Parses `file` into a spanned tree. A syntax error is one diagnostic at its position.
+pub fn parse(file: &SourceFile) -> Result<Node, Vec<Diagnostic>> {
+    let mut builder = Builder { file, stack: Vec::new(), root: None, errors: Vec::new() };
+    let mut parser = Parser::new_from_str(&file.text);
+    if let Err(e) = parser.load(&mut builder, false) {
+        let at = file.offset_of(e.marker().line(), e.marker().col());
+        let end = file.text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+        return Err(vec![Diagnostic::error(Span::new(at, end), format!("YAML syntax error: {}", e.info()))
+            .hint("check the indentation and quoting on this line and the one before it; statements containing `: ` or ` #` need quotes")]);
+    }
+    if !builder.errors.is_empty() {
+        return Err(builder.errors);
+    }
+    match builder.root {
+        Some(root) => Ok(root),
+        None => Err(vec![Diagnostic::error(Span::new(0, 0), "the spec is empty")
+            .hint("a spec is a YAML mapping starting with `kernel: <name>`")]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_in_flow_and_block_keep_exact_spans() {
+        let f = SourceFile::new("t.yaml", "a: {x: [M, K]}\nbody:\n  - copy(A[i, j], B)\n");
+        let root = parse(&f).unwrap();
+        let NodeKind::Map(top) = &root.kind else { panic!() };
+        let NodeKind::Seq(body) = &top[1].1.kind else { panic!() };
+        assert_eq!(f.snippet(body[0].span), "copy(A[i, j], B)");
+        let NodeKind::Map(inner) = &top[0].1.kind else { panic!() };
+        let NodeKind::Seq(dims) = &inner[0].1.kind else { panic!() };
+        assert_eq!(f.snippet(dims[1].span), "K");
+    }
+
+    #[test]
+    fn quoted_scalars_map_their_inner_text() {
+        let f = SourceFile::new("t.yaml", "s: 'a: b'\n");
+        let root = parse(&f).unwrap();
+        let NodeKind::Map(top) = &root.kind else { panic!() };
+        let NodeKind::Scalar { text_offset, .. } = &top[0].1.kind else { panic!() };
+        assert_eq!(*text_offset, Some(4));
+    }
+
+    #[test]
+    fn syntax_errors_have_a_position() {
+        let f = SourceFile::new("t.yaml", "a: [1, 2\nb: 3\n");
+        let err = parse(&f).unwrap_err();
+        assert_eq!(err.len(), 1);
+        assert!(err[0].message.starts_with("YAML syntax error"));
+    }
+}

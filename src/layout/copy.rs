@@ -1,0 +1,359 @@
+//! Common and free levels for memory: shared-buffer majorness and swizzles, copy atoms,
+//! vector widths and thread layouts.
+
+use super::{Alignment, FragmentLayout, Infer, SharedLayout, Swizzle};
+use crate::ast::*;
+use crate::diag::Diagnostic;
+
+/// What a copy moves between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    /// Global tile → shared buffer, with cp.async.
+    GlobalToShared,
+    /// MMA accumulator → global tile, converted and staged through shared memory so that
+    /// the global writes are wide and coalesced.
+    AccumulatorToGlobal,
+}
+
+/// A thread arrangement over a 2-D tile, in the copy's CuTe mode order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadLayout {
+    /// Threads along each CuTe mode.
+    pub shape: (i64, i64),
+    /// Whether mode 0 is the contiguous one (threads numbered along it first).
+    pub contiguous_first: bool,
+}
+
+/// How one copy statement lowers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CopyPlan {
+    /// What kind of copy.
+    pub kind: CopyKind,
+    /// The global tensor.
+    pub tensor: usize,
+    /// The buffer.
+    pub buffer: usize,
+    /// The tile's coordinate along each spec dimension (origin / extent).
+    pub tile_coords: Vec<Expr>,
+    /// Spec dims in the CuTe mode order the copy works in.
+    pub cute_dims: Vec<usize>,
+    /// Tile extents in CuTe order.
+    pub cute_shape: Vec<i64>,
+    /// The CuTe copy operation.
+    pub atom: String,
+    /// Elements per vector.
+    pub vector_elems: i64,
+    /// Bits per vector.
+    pub vector_bits: i64,
+    /// Thread arrangement.
+    pub threads: ThreadLayout,
+    /// Shared bytes used for staging (epilogues), 0 otherwise.
+    pub staging_bytes: u64,
+    /// The staging tile's swizzle and atom (epilogues).
+    pub staging_swizzle: Option<(Swizzle, (i64, i64))>,
+    /// Why.
+    pub why: String,
+}
+
+fn log2(x: i64) -> u32 {
+    63 - (x.max(1) as u64).leading_zeros()
+}
+
+/// The swizzle that makes 16-byte accesses along rows of `row_elems` elements of `bytes`
+/// each conflict-free: XOR the 16-byte chunk index with the 128-byte line index.
+pub fn swizzle_for(row_elems: i64, bytes: u64) -> (Swizzle, i64) {
+    let row_bytes = (row_elems as u64 * bytes).min(128);
+    let bits = if row_bytes >= 32 { log2((row_bytes / 16) as i64) } else { 0 };
+    let atom_elems = (row_bytes / bytes).max(1) as i64;
+    (Swizzle { bits, base: log2((16 / bytes.min(16)) as i64), shift: 3 }, atom_elems)
+}
+
+impl Infer<'_> {
+    /// The enclosing pipelined loop of every statement.
+    pub fn pipelined_parent(&self) -> std::collections::BTreeMap<StmtId, StmtId> {
+        fn go(stmts: &[Stmt], parent: Option<StmtId>, out: &mut std::collections::BTreeMap<StmtId, StmtId>) {
+            for s in stmts {
+                if let Some(p) = parent {
+                    out.insert(s.id, p);
+                }
+                match &s.kind {
+                    StmtKind::Loop { kind: LoopKind::Pipelined, body, .. } => go(body, Some(s.id), out),
+                    StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => go(body, parent, out),
+                    StmtKind::If { then_body, else_body, .. } => {
+                        go(then_body, parent, out);
+                        go(else_body, parent, out);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut out = std::collections::BTreeMap::new();
+        go(&self.spec.body, None, &mut out);
+        out
+    }
+
+    fn contiguous_dim(&self, tensor: usize) -> usize {
+        let t = &self.spec.tensors[tensor];
+        match (t.shape.len(), t.order.0) {
+            (2, Order::ColMajor) => 0,
+            (n, _) => n.saturating_sub(1),
+        }
+    }
+
+    pub(super) fn shared_layouts(&mut self) {
+        let parents = self.pipelined_parent();
+        let stmts = self.statements();
+        for (i, buf) in self.spec.buffers.iter().enumerate() {
+            if buf.scope.0 != Scope::Shared {
+                continue;
+            }
+            let shape = self.shape(i).to_vec();
+            let bytes = buf.dtype.0.bytes();
+            let role = self.plan.mmas.values().find_map(|m| {
+                if m.a == i {
+                    Some(("A", vec![m.a_dims.0, m.a_dims.1]))
+                } else if m.b == i {
+                    Some(("B", vec![m.b_dims.0, m.b_dims.1]))
+                } else {
+                    None
+                }
+            });
+            let fill = stmts.iter().find_map(|s| match &s.kind {
+                StmtKind::Copy { src, dst } if dst.name.name == buf.name.name => {
+                    self.tensor_index(&src.name.name).map(|t| (s.id, t))
+                }
+                _ => None,
+            });
+            let (cute_dims, mut why) = match &role {
+                Some((r, dims)) => (dims.clone(), format!("gemm operand {r}, viewed as ({}, K)", if *r == "A" { "M" } else { "N" })),
+                None => ((0..shape.len()).collect(), "not a gemm operand".to_string()),
+            };
+            let contiguous_dim = match fill {
+                Some((_, t)) => {
+                    why.push_str(&format!("; dim {} contiguous to match `{}` so cp.async moves 16-byte vectors", self.contiguous_dim(t), self.spec.tensors[t].name.name));
+                    self.contiguous_dim(t)
+                }
+                None => {
+                    let d = cute_dims.last().copied().unwrap_or(0);
+                    why.push_str("; not filled from global memory, so K (or the last dim) is contiguous");
+                    d
+                }
+            };
+            let cute_shape: Vec<i64> = cute_dims.iter().map(|d| shape[*d]).collect();
+            let k_major = role.as_ref().map(|(_, dims)| dims[1] == contiguous_dim);
+            let (swizzle, atom_elems) = swizzle_for(shape[contiguous_dim], bytes);
+            let atom_first_contiguous = cute_dims.len() == 2 && cute_dims[0] == contiguous_dim;
+            let atom_shape = if cute_dims.len() < 2 {
+                (atom_elems, 1)
+            } else if atom_first_contiguous {
+                (atom_elems, 8)
+            } else {
+                (8, atom_elems)
+            };
+            if swizzle.bits > 0 {
+                why.push_str(&format!(
+                    "; Swizzle<{},{},{}> on a {}x{} atom spreads each 128-byte line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads",
+                    swizzle.bits, swizzle.base, swizzle.shift, atom_shape.0, atom_shape.1));
+            }
+            for (d, ext) in cute_shape.iter().enumerate() {
+                let a = if d == 0 { atom_shape.0 } else { atom_shape.1 };
+                if ext % a != 0 {
+                    self.err(Diagnostic::error(buf.shape_span, format!(
+                        "shared buffer `{}` extent {ext} is not a multiple of its {a}-element swizzle atom", buf.name.name))
+                        .hint("use extents that are multiples of 8 (and of 64 along the contiguous dimension, or at most 64)"));
+                }
+            }
+            let parent = fill.and_then(|(s, _)| parents.get(&s));
+            let staged = parent.is_some();
+            let stages = parent.and_then(|p| self.info.stages.get(p)).copied().unwrap_or(1);
+            let elems: i64 = shape.iter().product();
+            self.plan.shared.insert(i, SharedLayout {
+                cute_dims,
+                cute_shape,
+                contiguous_dim,
+                k_major,
+                swizzle,
+                atom_shape,
+                atom_first_contiguous,
+                stages,
+                staged,
+                bytes: elems as u64 * bytes * stages as u64,
+                why,
+            });
+        }
+    }
+
+    fn tile_coords(&mut self, op: &Operand, shape: &[i64]) -> Option<Vec<Expr>> {
+        let origin = op.origin.as_ref()?;
+        let mut coords = Vec::new();
+        for (e, ext) in origin.iter().zip(shape) {
+            let c = match &e.kind {
+                ExprKind::Int(0) => Some(Expr { kind: ExprKind::Int(0), span: e.span }),
+                ExprKind::Binary(BinOp::Mul, x, y) => {
+                    if crate::check::eval_int(y, &self.info.symbols) == Some(*ext) {
+                        Some((**x).clone())
+                    } else if crate::check::eval_int(x, &self.info.symbols) == Some(*ext) {
+                        Some((**y).clone())
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            };
+            match c {
+                Some(c) => coords.push(c),
+                None => {
+                    self.err(Diagnostic::error(e.span, format!("the {} target needs tile-aligned origins: this origin is not a multiple of the tile extent {ext}", self.target))
+                        .hint(format!("write the origin as `<tile index>*{ext}` (e.g. `by*block_M`)")));
+                    return None;
+                }
+            }
+        }
+        Some(coords)
+    }
+
+    fn require_alignment(&mut self, tensor: usize, v: i64, why: String) {
+        if v <= 1 || self.plan.alignment.iter().any(|a| a.tensor == tensor && a.vector_elems >= v) {
+            return;
+        }
+        self.plan.alignment.retain(|a| a.tensor != tensor);
+        self.plan.alignment.push(Alignment { tensor, vector_elems: v, why });
+        self.plan.alignment.sort_by_key(|a| a.tensor);
+    }
+
+    /// Thread layout for `threads` threads moving `v`-element vectors over a tile whose
+    /// contiguous mode is `c` (0 or 1) with CuTe extents `shape`.
+    fn thread_layout(&self, shape: &[i64], c: usize, v: i64) -> Option<ThreadLayout> {
+        let threads = self.spec.threads.0;
+        let along = (shape[c] / v).min(threads);
+        if along < 1 || threads % along != 0 || shape[c] % (along * v) != 0 {
+            return None;
+        }
+        let across = threads / along;
+        let other = shape.get(1 - c).copied().unwrap_or(1);
+        if other % across != 0 {
+            return None;
+        }
+        Some(if c == 0 { ThreadLayout { shape: (along, across), contiguous_first: true } } else { ThreadLayout { shape: (across, along), contiguous_first: false } })
+    }
+
+    pub(super) fn copy_plans(&mut self) {
+        for s in self.statements() {
+            let StmtKind::Copy { src, dst } = &s.kind else { continue };
+            let (sb, db) = (self.buffer_index(&src.name.name), self.buffer_index(&dst.name.name));
+            let (st, dt) = (self.tensor_index(&src.name.name), self.tensor_index(&dst.name.name));
+            let scope = |b: Option<usize>| b.map(|b| self.spec.buffers[b].scope.0);
+            match (st, db, sb, dt) {
+                (Some(t), Some(b), _, _) if scope(Some(b)) == Some(Scope::Shared) => self.plan_g2s(s, src, t, b),
+                (_, _, Some(b), Some(t)) if matches!(self.plan.fragments.get(&b), Some(FragmentLayout::MmaAccumulator { .. })) => self.plan_acc_store(s, dst, b, t),
+                _ if [sb, db].iter().flatten().any(|b| self.failed_buffers.contains(b)) => {
+                    self.failed_stmts.insert(s.id);
+                }
+                _ => {
+                    let what = |b: Option<usize>, t: Option<usize>| match (b, t) {
+                        (Some(b), _) => match self.plan.fragments.get(&b) {
+                            Some(FragmentLayout::Striped { .. }) => "a fragment that no gemm owns".to_string(),
+                            _ => format!("{} memory", self.spec.buffers[b].scope.0.name()),
+                        },
+                        _ => "global memory".to_string(),
+                    };
+                    self.err(Diagnostic::error(s.span, format!(
+                        "the {} target cannot lower a copy from {} to {} yet",
+                        self.target, what(sb, st), what(db, dt)))
+                        .hint("supported: global → shared (cp.async) and gemm accumulator → global (the epilogue)"));
+                }
+            }
+        }
+    }
+
+    fn plan_g2s(&mut self, s: &Stmt, src: &Operand, t: usize, b: usize) {
+        let shape = self.shape(b).to_vec();
+        let Some(coords) = self.tile_coords(src, &shape) else {
+            self.failed_stmts.insert(s.id);
+            return;
+        };
+        let Some(layout) = self.plan.shared.get(&b).cloned() else {
+            self.failed_stmts.insert(s.id);
+            return;
+        };
+        let bytes = self.spec.buffers[b].dtype.0.bytes() as i64;
+        let c = layout.cute_dims.iter().position(|d| *d == layout.contiguous_dim).unwrap_or(0);
+        let mut chosen = None;
+        for vbytes in [16, 8, 4] {
+            let v = vbytes / bytes;
+            if v >= 1 && layout.cute_shape[c] % v == 0 {
+                if let Some(tl) = self.thread_layout(&layout.cute_shape, c, v) {
+                    chosen = Some((v, vbytes, tl));
+                    break;
+                }
+            }
+        }
+        let Some((v, vbytes, threads)) = chosen else {
+            self.err(Diagnostic::error(s.span, format!(
+                "the {} threads cannot split the {:?} tile of `{}` into cp.async vectors evenly",
+                self.spec.threads.0, shape, self.spec.buffers[b].name.name))
+                .hint("make the tile hold a multiple of threads × 8 elements"));
+            self.failed_stmts.insert(s.id);
+            return;
+        };
+        let atom = if vbytes == 16 { "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>".to_string() } else { format!("SM80_CP_ASYNC_CACHEALWAYS<cute::uint{}_t>", vbytes * 8) };
+        let tname = self.spec.tensors[t].name.name.clone();
+        self.require_alignment(t, v, format!("cp.async moves {vbytes}-byte vectors of `{tname}`"));
+        let why = format!(
+            "{vbytes}-byte cp.async ({}) vectors of {v} elements along the contiguous dimension; {}x{} threads, numbered along it first so that neighbours read neighbouring bytes",
+            if vbytes == 16 { "L2-only" } else { "cached" }, threads.shape.0, threads.shape.1);
+        self.plan.copies.insert(s.id, super::CopyPlan {
+            kind: CopyKind::GlobalToShared,
+            tensor: t,
+            buffer: b,
+            tile_coords: coords,
+            cute_dims: layout.cute_dims.clone(),
+            cute_shape: layout.cute_shape.clone(),
+            atom,
+            vector_elems: v,
+            vector_bits: vbytes * 8,
+            threads,
+            staging_bytes: 0,
+            staging_swizzle: None,
+            why,
+        });
+    }
+
+    fn plan_acc_store(&mut self, s: &Stmt, dst: &Operand, b: usize, t: usize) {
+        let shape = self.shape(b).to_vec();
+        let Some(coords) = self.tile_coords(dst, &shape) else {
+            self.failed_stmts.insert(s.id);
+            return;
+        };
+        let out_bytes = self.spec.tensors[t].dtype.0.bytes();
+        let contiguous = self.contiguous_dim(t);
+        let v = (16 / out_bytes as i64).min(shape[contiguous]);
+        let Some(threads) = self.thread_layout(&shape, contiguous, v) else {
+            self.err(Diagnostic::error(s.span, format!("the {} threads cannot split the {:?} output tile into 16-byte stores evenly", self.spec.threads.0, shape)));
+            return;
+        };
+        let (swz, atom_elems) = swizzle_for(shape[contiguous], out_bytes);
+        let atom = if contiguous == 1 { (8, atom_elems) } else { (atom_elems, 8) };
+        let tname = self.spec.tensors[t].name.name.clone();
+        self.require_alignment(t, v, format!("the epilogue stores {}-byte vectors of `{tname}`", v * out_bytes as i64));
+        let elems: i64 = shape.iter().product();
+        let why = format!(
+            "accumulators are converted to {} and staged through a swizzled shared tile (Swizzle<{},{},{}>), then stored as {}-byte vectors by {}x{} threads: whole 128-byte lines per warp instead of scattered 4-byte writes",
+            self.spec.tensors[t].dtype.0, swz.bits, swz.base, swz.shift, v * out_bytes as i64, threads.shape.0, threads.shape.1);
+        self.plan.copies.insert(s.id, super::CopyPlan {
+            kind: CopyKind::AccumulatorToGlobal,
+            tensor: t,
+            buffer: b,
+            tile_coords: coords,
+            cute_dims: vec![0, 1],
+            cute_shape: shape,
+            atom: format!("UniversalCopy<cute::uint{}_t>", v * out_bytes as i64 * 8),
+            vector_elems: v,
+            vector_bits: v * out_bytes as i64 * 8,
+            threads,
+            staging_bytes: elems as u64 * out_bytes,
+            staging_swizzle: Some((swz, atom)),
+            why,
+        });
+    }
+}

@@ -1,0 +1,137 @@
+//! Strict level: MMA atoms, warp arrangements and accumulator layouts for `gemm`.
+
+use super::{FragmentLayout, Infer};
+use crate::ast::*;
+use crate::diag::Diagnostic;
+
+/// What a gemm lowers to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MmaPlan {
+    /// CuTe MMA operation, e.g. `SM80_16x8x16_F32BF16BF16F32_TN`.
+    pub atom: String,
+    /// Warps along M and N.
+    pub warps: (i64, i64),
+    /// The TiledMma permutation tile (M, N, K).
+    pub tile: (i64, i64, i64),
+    /// Buffer indices of A, B and C.
+    pub a: usize,
+    /// B operand buffer.
+    pub b: usize,
+    /// Accumulator buffer.
+    pub c: usize,
+    /// Spec dims of A as (M, K) and of B as (N, K).
+    pub a_dims: (usize, usize),
+    /// B's (N, K) spec dims.
+    pub b_dims: (usize, usize),
+    /// Tile extents (M, N, K).
+    pub mnk: (i64, i64, i64),
+    /// Number of 16-deep k-blocks per gemm call.
+    pub k_blocks: i64,
+    /// Registers per thread for A's fragment of one k-block.
+    pub a_regs_per_kblock: u64,
+    /// Registers per thread for B's fragment of one k-block.
+    pub b_regs_per_kblock: u64,
+    /// Why this arrangement.
+    pub why: String,
+}
+
+impl Infer<'_> {
+    pub(super) fn strict_gemms(&mut self) {
+        for s in self.statements() {
+            let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &s.kind else { continue };
+            let (Some(ia), Some(ib), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&b.name), self.buffer_index(&c.name)) else { continue };
+            let (da, dc) = (self.spec.buffers[ia].dtype.0, self.spec.buffers[ic].dtype.0);
+            let atom = match (da, dc) {
+                (DType::BF16, DType::F32) => "SM80_16x8x16_F32BF16BF16F32_TN",
+                (DType::F16, DType::F32) => "SM80_16x8x16_F32F16F16F32_TN",
+                (DType::F16, DType::F16) => "SM80_16x8x16_F16F16F16F16_TN",
+                _ => {
+                    self.err(Diagnostic::error(s.span, format!("the {} target has no MMA for {da} operands accumulating in {dc}", self.target))
+                        .hint("use bf16 or f16 operands (f32 accumulator) or f16 operands with an f16 accumulator"));
+                    self.failed_buffers.insert(ic);
+                    continue;
+                }
+            };
+            for (buf, ident) in [(ia, a), (ib, b)] {
+                if self.spec.buffers[buf].scope.0 != Scope::Shared {
+                    self.err(Diagnostic::error(ident.span, format!("the {} target reads gemm operands from shared memory; `{}` is a fragment", self.target, ident.name))
+                        .hint("copy the operand into a shared buffer first"));
+                }
+            }
+            let (sa, sb) = (self.shape(ia).to_vec(), self.shape(ib).to_vec());
+            if sa.len() != 2 || sb.len() != 2 {
+                continue;
+            }
+            let a_dims = if *transpose_a { (1, 0) } else { (0, 1) };
+            let b_dims = if *transpose_b { (0, 1) } else { (1, 0) };
+            let (m, k, n) = (sa[a_dims.0], sa[a_dims.1], sb[b_dims.0]);
+            let warps = self.spec.threads.0 / 32;
+            let mut best: Option<((i64, i64), f64)> = None;
+            let mut wm = 1;
+            while wm <= warps {
+                if warps % wm == 0 {
+                    let wn = warps / wm;
+                    if m % (16 * wm) == 0 && n % (16 * wn) == 0 {
+                        // Square warp tiles reuse each loaded fragment the most.
+                        let score = (((m / wm) as f64) / ((n / wn) as f64)).log2().abs();
+                        if best.is_none_or(|(_, s)| score < s - 1e-9) {
+                            best = Some(((wm, wn), score));
+                        }
+                    }
+                }
+                wm *= 2;
+            }
+            if k % 16 != 0 {
+                self.err(Diagnostic::error(s.span, format!("gemm K tile {k} is not a multiple of the MMA's K (16)"))
+                    .label(self.spec.buffers[ia].shape_span, format!("`{}`'s shape", a.name))
+                    .hint("use a K tile of 16, 32 or 64"));
+                self.failed_buffers.insert(ic);
+                continue;
+            }
+            let Some(((wm, wn), _)) = best else {
+                self.err(Diagnostic::error(s.span, format!(
+                    "the gemm tile {m}x{n} cannot be split over {warps} warps: with the 16x8x16 MMA, M must be a multiple of 16·warps_M and N of 16·warps_N for some warps_M·warps_N = {warps}"))
+                    .label(self.spec.threads.1, format!("{} threads = {warps} warps", self.spec.threads.0))
+                    .hint("use tiles that are multiples of 32 (64 for 8 warps), or change `threads`"));
+                self.failed_buffers.insert(ic);
+                continue;
+            };
+            let why = format!(
+                "{} warps as {wm}x{wn}: each warp owns a {}x{} accumulator tile, the squarest split of {m}x{n} (best operand reuse)",
+                warps, m / wm, n / wn);
+            let plan = MmaPlan {
+                atom: atom.to_string(),
+                warps: (wm, wn),
+                tile: (16 * wm, 16 * wn, 16),
+                a: ia,
+                b: ib,
+                c: ic,
+                a_dims,
+                b_dims,
+                mnk: (m, n, k),
+                k_blocks: k / 16,
+                a_regs_per_kblock: ((m / wm / 16) * 4) as u64,
+                b_regs_per_kblock: ((n / wn / 8) * 2) as u64,
+                why,
+            };
+            let layout = FragmentLayout::MmaAccumulator { gemm: s.id };
+            match self.plan.fragments.get(&ic) {
+                None => {
+                    self.plan.fragments.insert(ic, layout);
+                    self.fixed_at.insert(ic, c.span);
+                }
+                Some(FragmentLayout::MmaAccumulator { gemm }) => {
+                    let other = &self.plan.mmas[gemm];
+                    if other.warps != plan.warps || other.atom != plan.atom || other.mnk.0 != m || other.mnk.1 != n {
+                        let first = self.fixed_at[&ic];
+                        self.err(Diagnostic::error(c.span, format!("layout conflict: `{}` accumulates two gemms with different MMA layouts", c.name))
+                            .label(first, "first gemm fixed its layout here")
+                            .hint("use one accumulator per gemm and combine them with a `parallel` block"));
+                    }
+                }
+                Some(FragmentLayout::Striped { .. }) => {}
+            }
+            self.plan.mmas.insert(s.id, plan);
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Pipeline planning: which statements of a `pipelined` loop produce its shared stages and
+//! which consume them, and how the target overlaps the two.
+
+use super::{CopyKind, Infer};
+use crate::ast::*;
+use crate::diag::Diagnostic;
+
+/// How a pipelined loop runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PipelineMode {
+    /// cp.async multistage: `stages - 1` tiles in flight while one is consumed.
+    Multistage,
+    /// One stage: load, wait, compute, in turn.
+    Synchronous,
+}
+
+/// The plan of one `pipelined` loop.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelinePlan {
+    /// Shared-memory stages.
+    pub stages: i64,
+    /// How it overlaps.
+    pub mode: PipelineMode,
+    /// Copies global → shared issued ahead of use.
+    pub producers: Vec<StmtId>,
+    /// Statements run on the current stage, in order.
+    pub consumers: Vec<StmtId>,
+    /// For each producer, which tile coordinate (spec dim) is the loop variable.
+    pub k_dims: Vec<usize>,
+    /// Why.
+    pub why: String,
+}
+
+impl Infer<'_> {
+    pub(super) fn pipelines(&mut self) {
+        for s in self.statements() {
+            let StmtKind::Loop { kind: LoopKind::Pipelined, var, body, .. } = &s.kind else { continue };
+            let stages = self.info.stages.get(&s.id).copied().unwrap_or(1);
+            let mut producers = Vec::new();
+            let mut consumers = Vec::new();
+            let mut k_dims = Vec::new();
+            for st in body {
+                if self.failed_stmts.contains(&st.id) {
+                    continue;
+                }
+                match (&st.kind, self.plan.copies.get(&st.id)) {
+                    (StmtKind::Copy { .. }, Some(c)) if c.kind == CopyKind::GlobalToShared => {
+                        let uses: Vec<usize> = c.tile_coords.iter().enumerate()
+                            .filter(|(_, e)| mentions(e, &var.name)).map(|(d, _)| d).collect();
+                        let exact: Vec<usize> = c.tile_coords.iter().enumerate()
+                            .filter(|(_, e)| matches!(&e.kind, ExprKind::Name(n) if *n == var.name)).map(|(d, _)| d).collect();
+                        if uses.len() != 1 || exact.len() != 1 {
+                            self.err(Diagnostic::error(st.span, format!(
+                                "a pipelined copy must step through exactly one tile coordinate with the loop variable `{}`", var.name))
+                                .hint(format!("write that origin as `{}*<tile extent>` and keep the others independent of `{}`", var.name, var.name)));
+                            continue;
+                        }
+                        producers.push(st.id);
+                        k_dims.push(exact[0]);
+                    }
+                    (StmtKind::Gemm { .. } | StmtKind::Parallel { .. }, _) => consumers.push(st.id),
+                    _ => self.err(Diagnostic::error(st.span, format!(
+                        "the {} target pipelines global → shared copies and computes on them (gemm, parallel); this statement cannot go inside `pipelined`", self.target))
+                        .hint("move it before or after the pipelined loop")),
+                }
+            }
+            if let Some(first_consumer) = body.iter().position(|st| consumers.contains(&st.id)) {
+                if let Some(late) = body.iter().skip(first_consumer).find(|st| producers.contains(&st.id)) {
+                    self.err(Diagnostic::error(late.span, "in a pipelined loop, copies into shared memory come before the statements that use them")
+                        .hint("move this copy above the first gemm"));
+                }
+            }
+            // Shared buffers read by consumers must be produced in this loop.
+            for c in &consumers {
+                if let Some(m) = self.plan.mmas.get(c) {
+                    for buf in [m.a, m.b] {
+                        let produced = producers.iter().any(|p| self.plan.copies.get(p).is_some_and(|cp| cp.buffer == buf));
+                        let failed = body.iter().any(|st| self.failed_stmts.contains(&st.id)
+                            && matches!(&st.kind, StmtKind::Copy { dst, .. } if dst.name.name == self.spec.buffers[buf].name.name));
+                        if !produced && !failed {
+                            let b = &self.spec.buffers[buf];
+                            self.err(Diagnostic::error(b.name.span, format!("`{}` is read by a gemm in a pipelined loop but no copy in that loop fills it", b.name.name))
+                                .label(s.span, "the pipelined loop")
+                                .hint("copy its tile from global memory inside the loop"));
+                        }
+                    }
+                }
+            }
+            let mode = if stages >= 2 { PipelineMode::Multistage } else { PipelineMode::Synchronous };
+            let why = match mode {
+                PipelineMode::Multistage => format!(
+                    "cp.async multistage: {} k-tiles in flight in {stages} shared stages while the current one feeds the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b",
+                    stages - 1),
+                PipelineMode::Synchronous => "one stage: each k-tile is loaded, waited for and consumed in turn (no overlap)".into(),
+            };
+            self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, why });
+        }
+    }
+}
+
+fn mentions(e: &Expr, name: &str) -> bool {
+    match &e.kind {
+        ExprKind::Name(n) => n == name,
+        ExprKind::Index(_, idx) => idx.iter().any(|i| mentions(i, name)),
+        ExprKind::Call(_, args) => args.iter().any(|a| mentions(&a.value, name)),
+        ExprKind::Unary(_, x) => mentions(x, name),
+        ExprKind::Binary(_, a, b) => mentions(a, name) || mentions(b, name),
+        _ => false,
+    }
+}

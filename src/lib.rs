@@ -1,0 +1,60 @@
+//! tilegen: a source-to-source translator from tile-model kernel specs to CUTLASS/CuTe C++.
+#![deny(missing_docs)]
+
+pub mod ast;
+pub mod check;
+pub mod diag;
+pub mod front;
+pub mod layout;
+pub mod target;
+pub mod back;
+pub mod explain;
+pub mod output;
+
+use diag::{Diagnostic, SourceFile};
+
+/// A spec that passed every stage up to the backend: parsed, checked and planned.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The spec's text and display path.
+    pub file: SourceFile,
+    /// Its syntax tree.
+    pub spec: ast::Spec,
+    /// What checking proved.
+    pub info: check::Info,
+    /// What inference decided for the target.
+    pub plan: layout::Plan,
+}
+
+/// The pipeline, in order; each stage needs what the one before it guarantees:
+/// 1. `front` — text → spanned syntax tree (structure and statement grammar);
+/// 2. `check` — names, types, shapes and scopes, so that inference may assume them;
+/// 3. `layout` — layout inference and pipeline planning for the target (strict →
+///    common → free), which also enforces the target's limits.
+///
+/// Rendering ([`back::render`]) takes the result. Every error of a stage is reported
+/// before stopping; later stages do not run on a spec that failed an earlier one.
+pub fn compile(file: SourceFile, target: target::Target) -> Result<Compiled, (SourceFile, Vec<Diagnostic>)> {
+    let parsed = front::parse_spec_partial(&file);
+    let Some(spec) = parsed.spec else { return Err((file, parsed.errors)) };
+    if !parsed.errors.is_empty() {
+        // Statements that failed to parse are left out; checking the rest still finds
+        // real errors (a broken declaration would only cause noise, so stop there).
+        let mut errors = parsed.errors;
+        if parsed.errors_only_in_body {
+            if let Err(more) = check::check(&spec) {
+                errors.extend(more);
+            }
+        }
+        return Err((file, errors));
+    }
+    let info = match check::check(&spec) {
+        Ok(i) => i,
+        Err(d) => return Err((file, d)),
+    };
+    let plan = match layout::infer(&spec, &info, target) {
+        Ok(p) => p,
+        Err(d) => return Err((file, d)),
+    };
+    Ok(Compiled { file, spec, info, plan })
+}

@@ -1,0 +1,217 @@
+//! Generating, writing and checking output files.
+//!
+//! Writes are atomic: each file is written to a temporary file in its folder and renamed
+//! over the target, so a failed or interrupted run never leaves half-written output. A run
+//! that finds errors in any spec writes nothing at all.
+
+use crate::back::{self, OutputFile};
+use crate::diag::{render_all, SourceFile};
+use crate::target::Target;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a generation run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    /// One or more specs have errors; the rendered reports.
+    #[error("{0}")]
+    Spec(String),
+    /// Reading or writing failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+}
+
+impl GenError {
+    fn io(path: &Path, source: std::io::Error) -> GenError {
+        GenError::Io { path: path.display().to_string(), source }
+    }
+}
+
+/// The path shown in diagnostics and written into generated headers: relative, with `/`
+/// separators and no `./`, so that output is the same on every machine and checkout.
+pub fn display_path(path: &Path) -> String {
+    let rel = if path.is_absolute() {
+        std::env::current_dir().ok().and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from(path.file_name().unwrap_or_default()))
+    } else {
+        path.to_path_buf()
+    };
+    let parts: Vec<String> = rel.components().filter_map(|c| match c {
+        Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+        Component::ParentDir => Some("..".into()),
+        _ => None,
+    }).collect();
+    parts.join("/")
+}
+
+/// Reads a spec file.
+pub fn read_spec(path: &Path) -> Result<SourceFile, GenError> {
+    let text = std::fs::read(path).map_err(|e| GenError::io(path, e))?;
+    let text = String::from_utf8(text).map_err(|_| GenError::io(path, std::io::Error::new(std::io::ErrorKind::InvalidData, "the spec is not UTF-8 text")))?;
+    Ok(SourceFile::new(display_path(path), text))
+}
+
+/// The bundled specs: `specs/*.yaml`, sorted by name.
+pub fn default_specs(root: &Path) -> Result<Vec<PathBuf>, GenError> {
+    let dir = root.join("specs");
+    let mut specs: Vec<PathBuf> = std::fs::read_dir(&dir).map_err(|e| GenError::io(&dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    specs.sort();
+    Ok(specs.into_iter().map(|p| p.strip_prefix(root).map(Path::to_path_buf).unwrap_or(p)).collect())
+}
+
+/// Compiles and renders every spec for `target`; files are keyed by their path under `out`.
+pub fn generate(specs: &[PathBuf], target: Target, out: &Path) -> Result<BTreeMap<PathBuf, String>, GenError> {
+    let mut files = BTreeMap::new();
+    let mut reports = String::new();
+    let mut kernels: BTreeMap<String, String> = BTreeMap::new();
+    for path in specs {
+        let file = read_spec(path)?;
+        match crate::compile(file, target) {
+            Err((file, diags)) => reports.push_str(&render_all(&diags, &file)),
+            Ok(c) => {
+                if let Some(first) = kernels.insert(c.spec.kernel.name.clone(), c.file.path.clone()) {
+                    let d = crate::diag::Diagnostic::error(c.spec.kernel.span, format!("kernel `{}` is also defined by {first}", c.spec.kernel.name))
+                        .hint("kernel names must be unique: each one owns its output files");
+                    reports.push_str(&render_all(&[d], &c.file));
+                    continue;
+                }
+                match back::render(&c) {
+                    Ok(outs) => {
+                        for OutputFile { name, contents } in outs {
+                            files.insert(out.join(target.name()).join(name), contents);
+                        }
+                    }
+                    Err(diags) => reports.push_str(&render_all(&diags, &c.file)),
+                }
+            }
+        }
+    }
+    if reports.is_empty() { Ok(files) } else { Err(GenError::Spec(reports)) }
+}
+
+/// Writes files atomically (temp file in the same folder, then rename).
+pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<(), GenError> {
+    for (path, contents) in files {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| GenError::io(dir, e))?;
+        if std::fs::read_to_string(path).is_ok_and(|old| old == *contents) {
+            continue;
+        }
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| GenError::io(dir, e))?;
+        tmp.write_all(contents.as_bytes()).map_err(|e| GenError::io(path, e))?;
+        tmp.persist(path).map_err(|e| GenError::io(path, e.error))?;
+    }
+    Ok(())
+}
+
+/// The result of comparing expected output with what is on disk.
+#[derive(Debug, Default)]
+pub struct Drift {
+    /// Unified diffs of files whose contents differ.
+    pub changed: Vec<(PathBuf, String)>,
+    /// Expected files that do not exist.
+    pub missing: Vec<PathBuf>,
+    /// Generated-looking files (`.cu`, `.h`) in the output folders that no spec produces.
+    pub stale: Vec<PathBuf>,
+}
+
+impl Drift {
+    /// Whether everything matches.
+    pub fn is_clean(&self) -> bool {
+        self.changed.is_empty() && self.missing.is_empty() && self.stale.is_empty()
+    }
+
+    /// A report for the terminal.
+    pub fn report(&self) -> String {
+        let mut out = String::new();
+        for (path, diff) in &self.changed {
+            let _ = writeln!(out, "changed: {}", path.display());
+            out.push_str(diff);
+        }
+        for path in &self.missing {
+            let _ = writeln!(out, "missing: {}", path.display());
+        }
+        for path in &self.stale {
+            let _ = writeln!(out, "stale: {} (no spec generates it; delete it or restore its spec)", path.display());
+        }
+        let _ = writeln!(out, "{} changed, {} missing, {} stale; run `tilegen gen` to update", self.changed.len(), self.missing.len(), self.stale.len());
+        out
+    }
+}
+
+/// A unified diff of `old` (on disk) against `new` (expected).
+pub fn unified_diff(path: &Path, old: &str, new: &str) -> String {
+    let name = path.display().to_string();
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{name} (on disk)"), &format!("b/{name} (from the spec)"))
+        .to_string()
+}
+
+/// Compares expected files with the disk. `scan_stale`: look for extra files in the
+/// folders the expected files live in.
+pub fn check_files(files: &BTreeMap<PathBuf, String>, scan_stale: bool) -> Result<Drift, GenError> {
+    let mut drift = Drift::default();
+    for (path, contents) in files {
+        match std::fs::read_to_string(path) {
+            Ok(old) if old == *contents => {}
+            Ok(old) => drift.changed.push((path.clone(), unified_diff(path, &old, contents))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => drift.missing.push(path.clone()),
+            Err(e) => return Err(GenError::io(path, e)),
+        }
+    }
+    if scan_stale {
+        let dirs: std::collections::BTreeSet<&Path> = files.keys().filter_map(|p| p.parent()).collect();
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            let mut extra: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "cu" || x == "h") && !files.contains_key(p))
+                .collect();
+            extra.sort();
+            drift.stale.extend(extra);
+        }
+    }
+    Ok(drift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_paths_are_relative_and_normalised() {
+        assert_eq!(display_path(Path::new("./specs/a.yaml")), "specs/a.yaml");
+        assert_eq!(display_path(Path::new("specs//b.yaml")), "specs/b.yaml");
+    }
+
+    #[test]
+    fn writes_are_atomic_and_checks_see_drift() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sm80").join("k.cu");
+        let mut files = BTreeMap::new();
+        files.insert(path.clone(), "a\nb\n".to_string());
+        assert_eq!(check_files(&files, true).unwrap().missing, vec![path.clone()]);
+        write_files(&files).unwrap();
+        assert!(check_files(&files, true).unwrap().is_clean());
+        std::fs::write(&path, "a\nc\n").unwrap();
+        std::fs::write(dir.path().join("sm80").join("old.h"), "x").unwrap();
+        let drift = check_files(&files, true).unwrap();
+        assert_eq!(drift.changed.len(), 1);
+        assert!(drift.changed[0].1.contains("-c\n+b\n"), "{}", drift.changed[0].1);
+        assert_eq!(drift.stale.len(), 1);
+        // No temporary files are left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("sm80")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+}

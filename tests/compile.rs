@@ -1,0 +1,73 @@
+//! Compile test: every generated and golden `.cu` builds with the pinned nvcc, warning-free.
+//!
+//! The toolchain comes from `scripts/install-toolchain.sh` (cached per user; run here if
+//! `TILEGEN_CUDA_HOME` / `TILEGEN_CUTLASS_DIR` are not set). Units compile in parallel,
+//! `TILEGEN_COMPILE_JOBS` at a time (default 2: each takes about 2 GB).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn toolchain() -> (PathBuf, PathBuf) {
+    if let (Some(cuda), Some(cutlass)) = (std::env::var_os("TILEGEN_CUDA_HOME"), std::env::var_os("TILEGEN_CUTLASS_DIR")) {
+        return (cuda.into(), cutlass.into());
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-toolchain.sh");
+    let out = Command::new("bash").arg(&script).output().expect("running scripts/install-toolchain.sh");
+    assert!(out.status.success(), "the toolchain install failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default().to_string();
+    let get = |key: &str| last.split_whitespace().find_map(|kv| kv.strip_prefix(key)).map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no {key} in the install script's output: {last}"));
+    (get("TILEGEN_CUDA_HOME="), get("TILEGEN_CUTLASS_DIR="))
+}
+
+fn sources() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut v = Vec::new();
+    for dir in ["generated/sm80", "tests/golden/sm80"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "cu") {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+#[test]
+fn generated_sources_compile_warning_free_with_pinned_nvcc() {
+    let (cuda, cutlass) = toolchain();
+    let nvcc = cuda.join("bin/nvcc");
+    assert!(nvcc.exists(), "{} is missing", nvcc.display());
+    let srcs = sources();
+    assert!(srcs.len() >= 6, "expected the bundled and golden kernels, found {}", srcs.len());
+    let jobs: usize = std::env::var("TILEGEN_COMPILE_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for chunk in srcs.chunks(jobs) {
+        let children: Vec<_> = chunk.iter().map(|src| {
+            let obj = out_dir.path().join(src.file_stem().unwrap()).with_extension("o");
+            let child = Command::new(&nvcc)
+                .args(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG", "-gencode=arch=compute_80,code=sm_80", "-Werror", "all-warnings"])
+                .arg(format!("-I{}", cutlass.join("include").display()))
+                .arg("-c").arg(src).arg("-o").arg(&obj)
+                .env("PATH", format!("{}:{}", cuda.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn();
+            (src.clone(), obj, child)
+        }).collect();
+        for (src, obj, out) in children {
+            let out = out.and_then(|c| c.wait_with_output()).expect("running nvcc");
+            let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
+                failures.push(format!("{}:\n{text}", src.display()));
+            } else {
+                eprintln!("compiled {} ({} bytes of object code)", src.display(), std::fs::metadata(&obj).map(|m| m.len()).unwrap_or(0));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "nvcc failed or warned:\n{}", failures.join("\n"));
+}

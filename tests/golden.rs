@@ -1,0 +1,80 @@
+//! Golden tests: expected C++ for test specs and expected diagnostics for bad specs.
+//!
+//! `tests/golden/specs/*.yaml` render to `tests/golden/sm80/<kernel>.{cu,h}`;
+//! `tests/golden/bad/*.yaml` must fail with exactly `tests/golden/bad/*.stderr`.
+//! A mismatch fails with a unified diff; `BLESS=1 cargo test --test golden` rewrites.
+
+use std::path::{Path, PathBuf};
+use tilegen::diag::render_all;
+use tilegen::target::Target;
+
+fn bless() -> bool {
+    std::env::var_os("BLESS").is_some_and(|v| v == "1")
+}
+
+fn yaml_files(dir: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml")).collect();
+    v.sort();
+    v
+}
+
+/// Compares `actual` with the file at `path` (or writes it under BLESS=1); returns a failure.
+fn compare(path: &Path, actual: &str) -> Option<String> {
+    if bless() {
+        std::fs::write(path, actual).unwrap();
+        return None;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_default();
+    (expected != actual).then(|| tilegen::output::unified_diff(path, &expected, actual))
+}
+
+fn rel(path: &Path) -> PathBuf {
+    // Specs are named relative to the crate root in outputs, as a user in a checkout would.
+    path.strip_prefix(env!("CARGO_MANIFEST_DIR")).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
+}
+
+#[test]
+fn golden_cpp() {
+    std::env::set_current_dir(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let specs = yaml_files("tests/golden/specs");
+    assert!(specs.len() >= 3, "golden specs are missing");
+    let mut failures = Vec::new();
+    for spec in specs {
+        let files = tilegen::output::generate(&[rel(&spec)], Target::Sm80, Path::new("tests/golden"))
+            .unwrap_or_else(|e| panic!("{}: {e}", spec.display()));
+        for (path, contents) in files {
+            if let Some(diff) = compare(&path, &contents) {
+                failures.push(diff);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "golden C++ drifted (BLESS=1 to accept):\n{}", failures.join("\n"));
+}
+
+#[test]
+fn golden_diagnostics() {
+    std::env::set_current_dir(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let specs = yaml_files("tests/golden/bad");
+    assert!(specs.len() >= 15, "at least 15 bad specs are expected, found {}", specs.len());
+    let mut failures = Vec::new();
+    for spec in specs {
+        let file = tilegen::output::read_spec(&rel(&spec)).unwrap();
+        let report = match tilegen::compile(file, Target::Sm80) {
+            Err((file, diags)) => render_all(&diags, &file),
+            Ok(c) => match tilegen::back::render(&c) {
+                Err(diags) => render_all(&diags, &c.file),
+                Ok(_) => {
+                    failures.push(format!("{}: expected errors, but it compiled", spec.display()));
+                    continue;
+                }
+            },
+        };
+        // Every report points at a location with a caret.
+        assert!(report.contains(": error: ") && report.contains('^'), "{report}");
+        if let Some(diff) = compare(&spec.with_extension("stderr"), &report) {
+            failures.push(diff);
+        }
+    }
+    assert!(failures.is_empty(), "golden diagnostics drifted (BLESS=1 to accept):\n{}", failures.join("\n"));
+}

@@ -1,0 +1,95 @@
+//! Unit tests of layout-inference decisions, through the library API.
+
+use tilegen::diag::SourceFile;
+use tilegen::layout::{CopyKind, FragmentLayout, PipelineMode};
+use tilegen::target::Target;
+
+fn spec(tiles: (i64, i64, i64), stages: i64, threads: i64, a_order: &str, transpose_b: bool) -> String {
+    let (bm, bn, bk) = tiles;
+    let (b_shape, b_origin, bs_shape) = if transpose_b {
+        ("[N, K]", "B[bx*block_N, k*block_K]", "[block_N, block_K]")
+    } else {
+        ("[K, N]", "B[k*block_K, bx*block_N]", "[block_K, block_N]")
+    };
+    format!(
+        "kernel: t\ntensors:\n  A: {{dtype: bf16, shape: [M, K], order: {a_order}}}\n  B: {{dtype: bf16, shape: {b_shape}}}\n  C: {{dtype: bf16, shape: [M, N], output: true}}\n\
+constants: {{block_M: {bm}, block_N: {bn}, block_K: {bk}, stages: {stages}}}\ngrid:\n  bx: ceildiv(N, block_N)\n  by: ceildiv(M, block_M)\nthreads: {threads}\n\
+buffers:\n  A_s: {{scope: shared, dtype: bf16, shape: [block_M, block_K]}}\n  B_s: {{scope: shared, dtype: bf16, shape: {bs_shape}}}\n  acc: {{scope: fragment, dtype: f32, shape: [block_M, block_N]}}\n\
+body:\n  - clear(acc)\n  - pipelined(k, ceildiv(K, block_K), stages):\n      - copy(A[by*block_M, k*block_K], A_s)\n      - copy({b_origin}, B_s)\n      - gemm(A_s, B_s, acc, transpose_b={transpose_b})\n  - copy(acc, C[by*block_M, bx*block_N])\n")
+}
+
+fn compile(text: String) -> Result<tilegen::Compiled, Vec<String>> {
+    tilegen::compile(SourceFile::new("t.yaml", text), Target::Sm80)
+        .map_err(|(f, d)| d.iter().map(|d| d.render(&f)).collect())
+}
+
+#[test]
+fn warps_split_the_tile_into_square_warp_tiles() {
+    let c = compile(spec((128, 256, 32), 4, 256, "row_major", false)).unwrap();
+    let m = c.plan.mmas.values().next().unwrap();
+    assert_eq!(m.warps, (2, 4));
+    assert_eq!(m.atom, "SM80_16x8x16_F32BF16BF16F32_TN");
+    assert_eq!(m.k_blocks, 2);
+    let c = compile(spec((256, 64, 32), 3, 128, "row_major", false)).unwrap();
+    assert_eq!(c.plan.mmas.values().next().unwrap().warps, (4, 1));
+}
+
+#[test]
+fn swizzles_follow_the_contiguous_row_width() {
+    let c = compile(spec((128, 128, 32), 3, 128, "row_major", false)).unwrap();
+    let a = &c.plan.shared[&0];
+    assert_eq!((a.swizzle.bits, a.swizzle.base, a.swizzle.shift), (2, 3, 3), "64-byte K rows");
+    assert_eq!(a.k_major, Some(true));
+    let b = &c.plan.shared[&1];
+    assert_eq!((b.swizzle.bits, b.atom_shape), (3, (64, 8)), "128-byte N rows of B");
+    assert_eq!(b.k_major, Some(false), "row-major B [K, N] is N-contiguous");
+    let c = compile(spec((128, 128, 64), 3, 128, "row_major", false)).unwrap();
+    assert_eq!(c.plan.shared[&0].swizzle.bits, 3, "128-byte K rows");
+}
+
+#[test]
+fn majorness_follows_the_global_tensors() {
+    // Column-major A makes A_s M-contiguous (ldmatrix.trans); B stored [N, K] is K-major.
+    let c = compile(spec((128, 128, 32), 3, 128, "col_major", true)).unwrap();
+    assert_eq!(c.plan.shared[&0].k_major, Some(false));
+    assert_eq!(c.plan.shared[&0].contiguous_dim, 0);
+    assert_eq!(c.plan.shared[&1].k_major, Some(true));
+}
+
+#[test]
+fn copies_use_16_byte_vectors_and_record_alignment() {
+    let c = compile(spec((128, 128, 32), 3, 128, "row_major", false)).unwrap();
+    let g2s: Vec<_> = c.plan.copies.values().filter(|p| p.kind == CopyKind::GlobalToShared).collect();
+    assert_eq!(g2s.len(), 2);
+    for p in &g2s {
+        assert_eq!((p.vector_elems, p.vector_bits), (8, 128));
+        assert!(p.atom.contains("CACHEGLOBAL<cute::uint128_t>"));
+    }
+    // A's threads run along K: 32 elements / 8 per vector = 4 threads per row.
+    assert_eq!(g2s[0].threads.shape, (32, 4));
+    let store = c.plan.copies.values().find(|p| p.kind == CopyKind::AccumulatorToGlobal).unwrap();
+    assert_eq!(store.staging_bytes, 128 * 128 * 2);
+    let aligned: Vec<_> = c.plan.alignment.iter().map(|a| (a.tensor, a.vector_elems)).collect();
+    assert_eq!(aligned, vec![(0, 8), (1, 8), (2, 8)]);
+}
+
+#[test]
+fn pipelines_and_shared_memory_are_planned() {
+    let c = compile(spec((128, 256, 32), 4, 256, "row_major", false)).unwrap();
+    let p = c.plan.pipelines.values().next().unwrap();
+    assert_eq!((p.stages, p.mode), (4, PipelineMode::Multistage));
+    assert_eq!((p.producers.len(), p.consumers.len()), (2, 1));
+    assert_eq!(c.plan.smem.buffers, 4 * (128 * 32 + 32 * 256) * 2);
+    assert_eq!(c.plan.smem.total, c.plan.smem.buffers.max(128 * 256 * 2));
+    assert!(matches!(c.plan.fragments[&2], FragmentLayout::MmaAccumulator { .. }));
+    let c = compile(spec((128, 128, 32), 1, 128, "row_major", false)).unwrap();
+    assert_eq!(c.plan.pipelines.values().next().unwrap().mode, PipelineMode::Synchronous);
+}
+
+#[test]
+fn target_limits_are_errors_with_both_figures() {
+    let errs = compile(spec((256, 256, 64), 5, 256, "row_major", false)).unwrap_err().join("\n");
+    assert!(errs.contains("needs 327680 bytes but sm80 allows 166912 bytes"), "{errs}");
+    let errs = compile(spec((128, 72, 32), 3, 128, "row_major", false)).unwrap_err().join("\n");
+    assert!(errs.contains("cannot be split over 4 warps"), "{errs}");
+}

@@ -1,0 +1,82 @@
+//! The regeneration check, as users run it: `tilegen gen --check`.
+
+use std::path::Path;
+use std::process::Command;
+
+fn tilegen(dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tilegen")).args(args).current_dir(dir).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn committed_generated_files_match_the_bundled_specs() {
+    let (code, text) = tilegen(Path::new(env!("CARGO_MANIFEST_DIR")), &["gen", "--check"]);
+    assert_eq!(code, 0, "generated/ is out of date; run `tilegen gen`:\n{text}");
+    assert!(text.contains("up to date"), "{text}");
+}
+
+#[test]
+fn gen_is_byte_identical_and_check_reports_drift() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    for name in ["gemm_bf16.yaml", "gemm_bias_relu_bf16.yaml"] {
+        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs").join(name), specs.join(name)).unwrap();
+    }
+    // Missing output: exit 1, named.
+    let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("missing: generated/sm80/gemm_bf16.cu"), "{text}");
+
+    let (code, text) = tilegen(dir.path(), &["gen"]);
+    assert_eq!(code, 0, "{text}");
+    let first = std::fs::read(dir.path().join("generated/sm80/gemm_bf16.cu")).unwrap();
+    // Output equals the committed file: the same bytes in another folder, on another run.
+    let committed = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("generated/sm80/gemm_bf16.cu")).unwrap();
+    assert_eq!(first, committed);
+    let (code, _) = tilegen(dir.path(), &["gen"]);
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read(dir.path().join("generated/sm80/gemm_bf16.cu")).unwrap(), first);
+    let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
+    assert_eq!(code, 0, "{text}");
+
+    // An edited file: exit 1 with a unified diff.
+    let cu = dir.path().join("generated/sm80/gemm_bf16.cu");
+    let edited = String::from_utf8(first.clone()).unwrap().replacen("clear(acc);", "clear(acc); // edited", 1);
+    std::fs::write(&cu, edited).unwrap();
+    // A stale file no spec generates.
+    std::fs::write(dir.path().join("generated/sm80/old_kernel.cu"), "// old\n").unwrap();
+    let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("changed: generated/sm80/gemm_bf16.cu"), "{text}");
+    assert!(text.contains("-  clear(acc); // edited\n+  clear(acc);\n"), "{text}");
+    assert!(text.contains("stale: generated/sm80/old_kernel.cu"), "{text}");
+}
+
+#[test]
+fn a_failing_run_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/gemm_bf16.yaml"), specs.join("a.yaml")).unwrap();
+    std::fs::write(specs.join("b.yaml"), "kernel: broken\nthreads: 33\n").unwrap();
+    let (code, text) = tilegen(dir.path(), &["gen"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("specs/b.yaml:1:1: error: the spec is missing"), "{text}");
+    assert!(!dir.path().join("generated").exists(), "a failing run wrote output");
+}
+
+#[test]
+fn check_and_explain_work_on_the_bundled_specs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (code, text) = tilegen(root, &["check", "specs/gemm_bf16.yaml", "specs/gemm_f16.yaml"]);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = tilegen(root, &["explain", "specs/gemm_bf16.yaml"]);
+    assert_eq!(code, 0, "{text}");
+    for needle in ["SM80_16x8x16_F32BF16BF16F32_TN", "Swizzle<", "SM80_CP_ASYNC_CACHEGLOBAL", "Multistage, 4 stage(s)", "warps 2x2", "shared memory:", "registers: about"] {
+        assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
+    }
+    let (code, _) = tilegen(root, &["gen", "--target", "sm99"]);
+    assert_eq!(code, 2);
+}
