@@ -1,0 +1,54 @@
+//! The CPU reference interpreter reproduces every golden output (computed independently by
+//! numpy in scripts/golden_outputs.py), and a wrong program does not.
+
+use std::path::Path;
+use tilegen::diag::SourceFile;
+use tilegen::golden::{cases_path, interpret_case, load_cases};
+use tilegen::target::Target;
+
+fn compile(path: &Path, text: Option<String>) -> tilegen::Compiled {
+    let text = text.unwrap_or_else(|| std::fs::read_to_string(path).unwrap());
+    tilegen::compile(SourceFile::new(path.display().to_string(), text), Target::Sm80).map_err(|(_, d)| format!("{d:?}")).unwrap()
+}
+
+#[test]
+fn interpreter_reproduces_every_golden_output() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut specs: Vec<_> = std::fs::read_dir(root.join("specs")).unwrap().map(|e| e.unwrap().path()).collect();
+    specs.sort();
+    let mut checked = 0;
+    for spec in specs {
+        let c = compile(&spec, None);
+        let path = cases_path(root, &c.spec.kernel.name);
+        let set = load_cases(&path).unwrap_or_else(|e| panic!("every bundled spec needs golden cases: {e}"));
+        assert_eq!(set.kernel, c.spec.kernel.name);
+        assert!(set.cases.len() >= 2);
+        for case in &set.cases {
+            let results = interpret_case(&c, path.parent().unwrap(), case).unwrap();
+            assert!(!results.is_empty());
+            for (name, cmp) in results {
+                eprintln!("{} {} {name}: rel {:.2e} max abs {:.2e}", set.kernel, case.name, cmp.rel, cmp.max_abs);
+                assert!(cmp.pass, "{} case {} output {name}: {cmp:?} (rtol {})", set.kernel, case.name, case.rtol);
+                // Rounding to the output dtype leaves a visible, bounded error: the
+                // comparison is against an independent f64 reference, not a copy of ours.
+                assert!(cmp.rel > 0.0);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 9, "only {checked} outputs checked");
+}
+
+#[test]
+fn a_wrong_program_fails_its_golden_outputs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let spec = root.join("specs/gemm_bias_relu_bf16.yaml");
+    // Drop the ReLU: the result must no longer match numpy's reference.
+    let text = std::fs::read_to_string(&spec).unwrap().replace("max(acc[i, j] + f32(bias[bx*block_N + j]), 0.0)", "acc[i, j] + f32(bias[bx*block_N + j])");
+    let c = compile(&spec, Some(text));
+    let path = cases_path(root, "gemm_bias_relu_bf16");
+    let set = load_cases(&path).unwrap();
+    let case = set.cases.iter().find(|c| c.name.starts_with("ragged")).unwrap();
+    let results = interpret_case(&c, path.parent().unwrap(), case).unwrap();
+    assert!(results.iter().all(|(_, cmp)| !cmp.pass), "{results:?}");
+}
