@@ -8,8 +8,12 @@ pub mod front;
 pub mod layout;
 pub mod target;
 pub mod back;
+pub mod build;
 pub mod explain;
+pub mod golden;
+pub mod interp;
 pub mod output;
+pub mod validate;
 
 use diag::{Diagnostic, SourceFile};
 

@@ -52,6 +52,33 @@ enum Command {
         #[arg(long, default_value = "sm80", value_parser = parse_target)]
         target: Target,
     },
+    /// Run a spec on the CPU reference interpreter (small shapes).
+    #[command(after_help = "Reads <tensor>.npy for every input tensor from --inputs (bf16 as uint16 bits, arrays in\nlogical C order), infers the runtime sizes from their shapes, and writes <tensor>.npy for\nevery output to --out.\n\nExample:\n  tilegen run specs/gemm_bf16.yaml --inputs tests/golden/gemm_bf16/ragged_77x136x264 --out /tmp/out")]
+    Run {
+        /// The spec file.
+        spec: PathBuf,
+        /// Folder with one <tensor>.npy per input tensor.
+        #[arg(long)]
+        inputs: PathBuf,
+        /// Folder to write the outputs to.
+        #[arg(long)]
+        out: PathBuf,
+        /// A runtime size no input determines, as NAME=VALUE.
+        #[arg(long = "size", value_parser = parse_size)]
+        sizes: Vec<(String, i64)>,
+    },
+    /// Render and compile specs with nvcc into <OUT>/<target>/: .cu, .h, .o and lib<kernel>.so.
+    #[command(after_help = "The toolchain is found automatically (TILEGEN_CUDA_HOME / TILEGEN_CUTLASS_DIR, the pinned\ntoolchain from scripts/install-toolchain.sh, or nvcc on PATH); override with --nvcc/--cutlass.\n\nExample:\n  tilegen build specs/gemm_bf16.yaml specs/gemm_f16.yaml -o build --sm 80,90")]
+    Build {
+        #[command(flatten)]
+        opts: BuildOpts,
+    },
+    /// Build specs, then run every golden case on the GPU and compare (needs an NVIDIA GPU).
+    #[command(after_help = "Prints a table (kernel, case, sizes, max abs err, rel err, unwritten elements) and exits 1\nif any case fails.\n\nExample:\n  tilegen validate specs/*.yaml --sm 90")]
+    Validate {
+        #[command(flatten)]
+        opts: BuildOpts,
+    },
     /// Print what layout inference decided for a spec.
     #[command(after_help = "Example:\n  tilegen explain specs/gemm_bf16.yaml")]
     Explain {
@@ -61,6 +88,35 @@ enum Command {
         #[arg(long, default_value = "sm80", value_parser = parse_target)]
         target: Target,
     },
+}
+
+#[derive(clap::Args)]
+struct BuildOpts {
+    /// Spec files (default: every specs/*.yaml).
+    specs: Vec<PathBuf>,
+    /// Output root; files go to <OUT>/<target>/.
+    #[arg(short, long, default_value = "build")]
+    out: PathBuf,
+    /// Target.
+    #[arg(long, default_value = "sm80", value_parser = parse_target)]
+    target: Target,
+    /// nvcc to use.
+    #[arg(long)]
+    nvcc: Option<PathBuf>,
+    /// CUTLASS root (holding include/cute) or include folder.
+    #[arg(long)]
+    cutlass: Option<PathBuf>,
+    /// GPU architectures to emit machine code for (PTX is always added for the oldest).
+    #[arg(long, default_value = "80,90", value_delimiter = ',')]
+    sm: Vec<u32>,
+    /// Parallel compiles (each takes about 2 GB of memory).
+    #[arg(short, long, default_value_t = 2)]
+    jobs: usize,
+}
+
+fn parse_size(s: &str) -> Result<(String, i64), String> {
+    let (k, v) = s.split_once('=').ok_or("expected NAME=VALUE")?;
+    Ok((k.to_string(), v.parse().map_err(|_| format!("`{v}` is not an integer"))?))
 }
 
 fn parse_target(s: &str) -> Result<Target, String> {
@@ -75,6 +131,9 @@ fn main() -> ExitCode {
         Command::Gen { specs, out, target, check } => generate(specs, &out, target, check),
         Command::Check { specs, target } => check(&specs, target),
         Command::Explain { spec, target } => explain(&spec, target),
+        Command::Run { spec, inputs, out, sizes } => run(&spec, &inputs, &out, sizes),
+        Command::Build { opts } => build(opts, false),
+        Command::Validate { opts } => build(opts, true),
     };
     ExitCode::from(code)
 }
@@ -178,4 +237,94 @@ fn explain(spec: &Path, target: Target) -> u8 {
             exit::FAILED
         }
     }
+}
+
+fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 {
+    use tilegen::interp::npy::Array;
+    let file = match output::read_spec(spec) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    let c = match tilegen::compile(file, Target::Sm80) {
+        Ok(c) => c,
+        Err((file, d)) => {
+            eprint!("{}", render_all(&d, &file));
+            return exit::FAILED;
+        }
+    };
+    let mut tensors = std::collections::BTreeMap::new();
+    for t in c.spec.tensors.iter().filter(|t| !t.output) {
+        let path = inputs.join(format!("{}.npy", t.name.name));
+        match Array::read(&path, t.dtype.0) {
+            Ok(a) => {
+                tensors.insert(t.name.name.clone(), a);
+            }
+            Err(e) => {
+                eprintln!("tilegen: error: {}: {e}", path.display());
+                return exit::IO;
+            }
+        }
+    }
+    let explicit = sizes.into_iter().collect();
+    let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
+    let result = tilegen::interp::infer_sizes(&c.spec, &c.info, &tensors, &explicit)
+        .and_then(|sizes| tilegen::interp::run(&c.spec, &c.info, &line_of, &sizes, &mut tensors));
+    if let Err(e) = result {
+        eprintln!("tilegen: error: {}: {e}", c.file.path);
+        return exit::FAILED;
+    }
+    if let Err(e) = std::fs::create_dir_all(out) {
+        eprintln!("tilegen: error: {}: {e}", out.display());
+        return exit::IO;
+    }
+    for t in c.spec.tensors.iter().filter(|t| t.output) {
+        let path = out.join(format!("{}.npy", t.name.name));
+        if let Err(e) = tensors[&t.name.name].write(&path) {
+            eprintln!("tilegen: error: {}: {e}", path.display());
+            return exit::IO;
+        }
+        println!("wrote {}", path.display());
+    }
+    exit::OK
+}
+
+fn build(opts: BuildOpts, validate: bool) -> u8 {
+    let specs = if opts.specs.is_empty() {
+        match output::default_specs(Path::new(".")) {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        }
+    } else {
+        opts.specs
+    };
+    let tc = match tilegen::build::find_toolchain(opts.nvcc.as_deref(), opts.cutlass.as_deref()) {
+        Ok(tc) => tc,
+        Err(e) => {
+            eprintln!("tilegen: error: {e}");
+            return exit::FAILED;
+        }
+    };
+    let results = tilegen::build::build_specs(&specs, opts.target, &opts.out, &tc, &opts.sm, opts.jobs);
+    let mut code = exit::OK;
+    let mut rows = Vec::new();
+    for r in results {
+        match r {
+            Err(e) => {
+                eprintln!("{e}");
+                code = exit::FAILED;
+            }
+            Ok(b) if validate => match tilegen::validate::validate_built(&b, &tc, Path::new(".")) {
+                Ok(r) => rows.extend(r),
+                Err(e) => {
+                    eprintln!("{}: {e}", b.kernel);
+                    code = exit::FAILED;
+                }
+            },
+            Ok(b) => println!("{}", b.shared_library.display()),
+        }
+    }
+    if validate && !tilegen::validate::print_table(&rows) {
+        code = exit::FAILED;
+    }
+    code
 }

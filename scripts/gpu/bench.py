@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Validate and time tilegen's GEMM-family kernels against torch/cuBLAS in one process.
 
-Usage: bench_gemm.py LIBDIR [--kernels k1,k2] [--quick]
+Usage: bench.py LIBDIR [--kernels k1,k2] [--quick] [--markdown BENCHMARKS.md] [--nvcc-version TEXT]
 
 LIBDIR holds lib<kernel>.so files built from generated/<target>/<kernel>.cu. For each
 kernel: fresh random inputs (never zeros), NaN-poisoned outputs, the launcher's return code
 checked, every output element checked as written, relative error against an f32 torch
 reference; then the median time over many runs with inputs rotated so that L2 does not
 flatter either side, against the peer in the same process (cuBLAS through torch.matmul,
-plus the same epilogue in torch). Prints a table; exits 1 if any check fails.
+plus the same epilogue in torch). Prints a table (and writes it, with the date, GPU and
+versions, to --markdown); exits 1 if any check fails.
 """
-import ctypes, os, statistics, sys, argparse
+import argparse, ctypes, datetime, os, statistics, subprocess, sys
 import torch
 
 # kernel -> (input dtype, has bias, relative-error bound on the output)
@@ -94,6 +95,8 @@ def main():
     ap.add_argument("libdir")
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--markdown", help="write the table, with date, GPU and versions, to this file")
+    ap.add_argument("--nvcc-version", default="", help="the nvcc that built the libraries, for the record")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(int.from_bytes(os.urandom(4), "little"))
@@ -126,12 +129,34 @@ def main():
             t_ours2 = time_ms(lambda s: call(fn, name, s[0], s[1], s[3], s[2], M, N, K), sets, iters)
             flops = 2.0 * M * N * K
             rows.append((name, f"{M}x{N}x{K}", min(t_ours, t_ours2), max(t_ours, t_ours2), t_peer, flops))
-    print()
-    print(f"| kernel | M x N x K | ms (tilegen) | TFLOP/s | peer | ms (peer) | TFLOP/s | ratio |")
-    print(f"|---|---|---|---|---|---|---|---|")
+    table = [
+        "| kernel | M x N x K | ms | TFLOP/s | peer | peer ms | peer TFLOP/s | ratio (peer ms / ours) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, shape, t, t_hi, tp, flops in rows:
-        peer_name = "cuBLAS (torch.matmul)" + (" + bias + relu" if KERNELS[name.split("_cfg_")[0]][1] else "")
-        print(f"| {name} | {shape} | {t:.3f} (rerun {t_hi:.3f}) | {flops / t / 1e9:.0f} | {peer_name} | {tp:.3f} | {flops / tp / 1e9:.0f} | {tp / t:.2f}x |")
+        peer_name = "cuBLAS (torch.matmul)" + (" + bias + relu in torch" if KERNELS[name.split("_cfg_")[0]][1] else "")
+        table.append(f"| {name} | {shape} | {t:.3f} | {flops / t / 1e9:.0f} | {peer_name} | {tp:.3f} | {flops / tp / 1e9:.0f} | {tp / t:.2f}x |")
+    print()
+    print("\n".join(table))
+    if args.markdown:
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            driver = "unknown"
+        header = [
+            "# Benchmarks",
+            "",
+            "Written by `scripts/gpu/bench.py` (through `scripts/gpu/roundtrip.sh`); regenerate on a GPU machine rather than editing.",
+            "Each kernel is checked against an f32 torch reference before timing; times are medians over many runs after",
+            "warm-up, with three input sets rotated so that L2 does not flatter either side; the peer runs in the same process.",
+            "",
+            f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+            f"- GPU: {torch.cuda.get_device_name()} (driver {driver})",
+            f"- torch {torch.__version__}, CUDA {torch.version.cuda}; kernels built by {args.nvcc_version or 'nvcc'}",
+            "",
+        ]
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(header + table) + "\n")
     print(f"\n{len(rows)} timed, {failures} check failure(s)")
     sys.exit(1 if failures else 0)
 

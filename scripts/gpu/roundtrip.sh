@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
-# The GPU round trip on a machine with nvcc, torch and a GPU but no internet:
-#   scripts/gpu/roundtrip.sh CUTLASS_WHEEL [SRC_DIR...]
-# unpacks the CUTLASS headers from the wheel, builds every generated/sm80/*.cu (and any
-# .cu in the extra SRC_DIRs) into lib<kernel>.so with that machine's nvcc, then validates
-# and times them with scripts/gpu/bench_gemm.py; the table is printed last.
-# sm80-target code is compiled to sm_80 and sm_90 machine code (it runs on both).
+# The GPU round trip, for a machine with nvcc, PyTorch and an NVIDIA GPU but no internet:
+#
+#   scripts/gpu/roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]
+#
+# 1. unpacks the CUTLASS headers from the wheel (PyPI nvidia-cutlass==4.2.0.0);
+# 2. `tilegen validate` builds every specs/*.yaml with that machine's nvcc (sm80 code as
+#    sm_90 machine code) and checks each golden case on the GPU;
+# 3. scripts/gpu/bench.py checks the kernels against torch on fresh random inputs and times
+#    them against cuBLAS in the same process, writing BENCHMARKS.md (to $BENCH_OUT, default
+#    ./BENCHMARKS.md). EXTRA_SPECs (e.g. tile-size variants) are built and benchmarked too.
+# The benchmark table is printed last.
 set -euo pipefail
-wheel=${1:?usage: roundtrip.sh CUTLASS_WHEEL [SRC_DIR...]}
-shift
+tilegen=${1:?usage: roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]}
+wheel=${2:?usage: roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]}
+shift 2
 work=${TILEGEN_GPU_WORK:-/tmp/tilegen-gpu}
-mkdir -p "$work/cutlass" "$work/lib"
-python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2], [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("cutlass_library/source/include/")])' "$wheel" "$work/cutlass"
-inc="$work/cutlass/cutlass_library/source/include"
-nvcc --version | tail -1
-srcs=(generated/sm80/*.cu)
-for d in "$@"; do srcs+=("$d"/*.cu); done
-pids=()
-for src in "${srcs[@]}"; do
-  k=$(basename "$src" .cu)
-  ( nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG -shared -Xcompiler -fPIC \
-      -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90 \
-      -I"$inc" -I"$(dirname "$src")" -Xptxas -v "$src" -o "$work/lib/lib$k.so" > "$work/lib/$k.log" 2>&1 \
-    && echo "built $k: $(grep -A1 "for 'sm_90'" "$work/lib/$k.log" | grep -o 'Used [0-9]* registers' | head -1)" \
-    || { echo "FAILED to build $k"; cat "$work/lib/$k.log"; exit 1; } ) &
-  pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p"; done
-kernels=$(for src in "${srcs[@]}"; do basename "$src" .cu; done | paste -sd, -)
-PYTHONUNBUFFERED=1 python3 scripts/gpu/bench_gemm.py "$work/lib" --kernels "$kernels" ${TILEGEN_BENCH_ARGS:-}
+sm=${TILEGEN_SM:-90}
+mkdir -p "$work/cutlass"
+python3 - "$wheel" "$work/cutlass" <<'PY'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("cutlass_library/source/include/")])
+PY
+cutlass="$work/cutlass/cutlass_library/source"
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+jobs=$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))
+status=0
+"$tilegen" validate specs/*.yaml -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm "$sm" -j "$jobs" || status=1
+kernels=$(for s in specs/*.yaml; do sed -n 's/^kernel: *//p' "$s"; done)
+if [[ $# -gt 0 ]]; then
+  "$tilegen" build "$@" -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm "$sm" -j "$jobs" >/dev/null
+  kernels="$kernels $(for s in "$@"; do sed -n 's/^kernel: *//p' "$s"; done)"
+fi
+PYTHONUNBUFFERED=1 python3 scripts/gpu/bench.py "$work/build/sm80" --kernels "$(echo $kernels | tr ' ' ',')" \
+  --markdown "${BENCH_OUT:-BENCHMARKS.md}" --nvcc-version "$("$nvcc" --version | tail -1)" ${TILEGEN_BENCH_ARGS:-} || status=1
+exit $status

@@ -1,0 +1,207 @@
+//! `tilegen validate`: runs built kernels on the GPU against their golden cases.
+//!
+//! For each spec: a small generated harness (C++ with a `main`) is linked with the kernel;
+//! for each golden case, tilegen writes the inputs in device layout, the harness poisons
+//! the outputs, launches, and writes the outputs back; tilegen then checks that every
+//! element was written and compares with the expected values under the case's tolerance.
+
+use crate::ast::{Dim, Order};
+use crate::build::{self, Built, Toolchain};
+use crate::golden::{self, Comparison};
+use crate::interp::npy::{self, Array};
+use crate::Compiled;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const HARNESS_TEMPLATE: &str = include_str!("../templates/sm80/harness.cu.tera");
+
+#[derive(Serialize)]
+struct TensorArg {
+    name: String,
+    elems: String,
+    width: usize,
+}
+
+#[derive(Serialize)]
+struct HarnessCtx {
+    kernel: String,
+    launcher: String,
+    sizes: Vec<String>,
+    inputs: Vec<TensorArg>,
+    outputs: Vec<TensorArg>,
+    call_args: Vec<String>,
+    argc: usize,
+}
+
+/// The harness translation unit for a compiled spec.
+pub fn harness_source(c: &Compiled) -> Result<String, String> {
+    let spec = &c.spec;
+    let elems = |t: &crate::ast::Tensor| {
+        t.shape.iter().map(|d| match d {
+            Dim::Fixed(v, _) => format!("size_t({v})"),
+            Dim::Named(i) => format!("size_t({})", i.name),
+        }).collect::<Vec<_>>().join(" * ")
+    };
+    let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0) };
+    let inputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| !t.output).map(arg).collect();
+    let outputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| t.output).map(arg).collect();
+    let mut call_args: Vec<String> = spec.tensors.iter().map(|t| format!("dev_{}", t.name.name)).collect();
+    call_args.extend(c.info.runtime_dims.iter().cloned());
+    let ctx = HarnessCtx {
+        kernel: spec.kernel.name.clone(),
+        launcher: format!("tilegen_{}", spec.kernel.name),
+        sizes: c.info.runtime_dims.clone(),
+        argc: 1 + c.info.runtime_dims.len() + spec.tensors.len(),
+        inputs,
+        outputs,
+        call_args,
+    };
+    let mut tera = tera::Tera::new();
+    tera.autoescape_on(Vec::<&str>::new());
+    tera.add_raw_template("harness.cu", HARNESS_TEMPLATE).map_err(|e| e.to_string())?;
+    let context = tera::Context::from_serialize(&ctx).map_err(|e| e.to_string())?;
+    tera.render("harness.cu", &context).map_err(|e| e.to_string())
+}
+
+/// Device memory order of a logical row-major array: column-major 2-D tensors transpose.
+fn to_device(t: &crate::ast::Tensor, a: &Array) -> Vec<f64> {
+    if a.shape.len() == 2 && t.order.0 == Order::ColMajor {
+        let (r, c) = (a.shape[0], a.shape[1]);
+        let mut out = vec![0.0; r * c];
+        for i in 0..r {
+            for j in 0..c {
+                out[j * r + i] = a.data[i * c + j];
+            }
+        }
+        out
+    } else {
+        a.data.clone()
+    }
+}
+
+fn from_device(t: &crate::ast::Tensor, shape: &[usize], data: Vec<f64>) -> Vec<f64> {
+    if shape.len() == 2 && t.order.0 == Order::ColMajor {
+        let (r, c) = (shape[0], shape[1]);
+        let mut out = vec![0.0; r * c];
+        for i in 0..r {
+            for j in 0..c {
+                out[i * c + j] = data[j * r + i];
+            }
+        }
+        out
+    } else {
+        data
+    }
+}
+
+/// One row of the validation table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Kernel.
+    pub kernel: String,
+    /// Case name.
+    pub case: String,
+    /// Sizes, e.g. `M=77 N=136 K=264`.
+    pub shape: String,
+    /// Output tensor.
+    pub output: String,
+    /// The comparison, or why the case could not run.
+    pub result: Result<Comparison, String>,
+}
+
+/// Builds the validation harness for a built kernel; returns the executable.
+pub fn build_harness(b: &Built, tc: &Toolchain) -> Result<PathBuf, String> {
+    let kernel = &b.kernel;
+    let src = b.dir.join(format!("{kernel}_harness.cu"));
+    std::fs::write(&src, harness_source(&b.compiled)?).map_err(|e| format!("{}: {e}", src.display()))?;
+    let obj = b.dir.join(format!("{kernel}_harness.o"));
+    let exe = b.dir.join(format!("{kernel}_harness"));
+    build::compile(tc, b.compiled.plan.target, &[], &format!("{kernel} harness"), &src, &obj, &[&b.dir]).map_err(|e| e.to_string())?;
+    build::link(tc, kernel, &[obj, b.object.clone()], &exe, false).map_err(|e| e.to_string())?;
+    Ok(exe)
+}
+
+/// Builds the harness for a built kernel and runs every golden case (needs a GPU).
+pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path) -> Result<Vec<Row>, String> {
+    let c = &b.compiled;
+    let kernel = &b.kernel;
+    let exe = build_harness(b, tc)?;
+
+    let cases_path = golden::cases_path(root, kernel);
+    let set = golden::load_cases(&cases_path).map_err(|e| e.to_string())?;
+    let case_dir = cases_path.parent().unwrap_or(Path::new("."));
+    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for case in &set.cases {
+        let shape = case.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        let row = |output: &str, result| Row { kernel: kernel.clone(), case: case.name.clone(), shape: shape.clone(), output: output.into(), result };
+        match run_case(c, &exe, case_dir, case, scratch.path()) {
+            Ok(results) => rows.extend(results.into_iter().map(|(o, cmp)| row(&o, Ok(cmp)))),
+            Err(e) => rows.push(row("-", Err(e))),
+        }
+    }
+    Ok(rows)
+}
+
+fn run_case(c: &Compiled, exe: &Path, case_dir: &Path, case: &golden::Case, scratch: &Path) -> Result<Vec<(String, Comparison)>, String> {
+    let spec = &c.spec;
+    let inputs = golden::load_inputs(spec, case_dir, case).map_err(|e| e.to_string())?;
+    let sizes = crate::interp::infer_sizes(spec, &c.info, &inputs, &case.sizes).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    for d in &c.info.runtime_dims {
+        cmd.arg(sizes[d].to_string());
+    }
+    let mut outs: Vec<(&crate::ast::Tensor, PathBuf, Vec<usize>)> = Vec::new();
+    for t in spec.tensors.iter().filter(|t| !t.output) {
+        let a = inputs.get(&t.name.name).ok_or_else(|| format!("case {} has no input `{}`", case.name, t.name.name))?;
+        let path = scratch.join(format!("{}.bin", t.name.name));
+        std::fs::write(&path, npy::encode(t.dtype.0, &to_device(t, a))).map_err(|e| e.to_string())?;
+        cmd.arg(&path);
+    }
+    for t in spec.tensors.iter().filter(|t| t.output) {
+        let path = scratch.join(format!("{}.out", t.name.name));
+        let shape: Vec<usize> = t.shape.iter().map(|d| match d {
+            Dim::Fixed(v, _) => *v as usize,
+            Dim::Named(i) => c.info.const_int(&i.name).or_else(|| sizes.get(&i.name).copied()).unwrap_or(0) as usize,
+        }).collect();
+        cmd.arg(&path);
+        outs.push((t, path, shape));
+    }
+    let out = cmd.output().map_err(|e| format!("running {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!("harness failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let expected = golden::load_expected(case_dir, case).map_err(|e| e.to_string())?;
+    let mut results = Vec::new();
+    for (t, path, shape) in outs {
+        let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
+        let data = from_device(t, &shape, npy::decode(t.dtype.0, &bytes));
+        let got = Array { shape, dtype: t.dtype.0, data };
+        if let Some(exp) = expected.get(&t.name.name) {
+            results.push((t.name.name.clone(), golden::compare(&got, exp, case.rtol)));
+        }
+    }
+    Ok(results)
+}
+
+/// Prints the validation table; returns whether every row passed.
+pub fn print_table(rows: &[Row]) -> bool {
+    let mut ok = true;
+    println!("{:<24} {:<20} {:<22} {:<6} {:>12} {:>10} {:>9}  result", "kernel", "case", "sizes", "output", "max abs err", "rel err", "unwritten");
+    for r in rows {
+        match &r.result {
+            Ok(c) => {
+                ok &= c.pass;
+                println!("{:<24} {:<20} {:<22} {:<6} {:>12.3e} {:>10.3e} {:>9}  {}", r.kernel, r.case, r.shape, r.output, c.max_abs, c.rel, c.non_finite, if c.pass { "pass" } else { "FAIL" });
+            }
+            Err(e) => {
+                ok = false;
+                println!("{:<24} {:<20} {:<22} {:<6} {:>12} {:>10} {:>9}  FAIL: {e}", r.kernel, r.case, r.shape, r.output, "-", "-", "-");
+            }
+        }
+    }
+    let failed = rows.iter().filter(|r| !matches!(&r.result, Ok(c) if c.pass)).count();
+    println!("{} passed, {} failed", rows.len() - failed, failed);
+    ok
+}
