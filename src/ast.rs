@@ -430,6 +430,18 @@ pub struct GridDim {
     pub extent: Expr,
 }
 
+/// Per-target settings: constants that take other values for one target (tile sizes
+/// tuned for it) and, on sm90a, the thread-block cluster shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetOverride {
+    /// The target's name as written.
+    pub target: Ident,
+    /// Constants to replace for that target.
+    pub constants: Vec<Constant>,
+    /// `cluster: [x, y]` (sm90a).
+    pub cluster: Option<(Vec<i64>, crate::diag::Span)>,
+}
+
 /// A whole spec.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Spec {
@@ -451,6 +463,10 @@ pub struct Spec {
     pub body: Vec<Stmt>,
     /// Number of statements (ids are `0..stmt_count`).
     pub stmt_count: usize,
+    /// Per-target settings, as written.
+    pub targets: Vec<TargetOverride>,
+    /// The cluster shape in effect for the target compiled for (set by `apply_target`).
+    pub cluster: Option<(Vec<i64>, crate::diag::Span)>,
 }
 
 impl Spec {

@@ -93,6 +93,8 @@ pub fn gencode_flags(target: Target, sms: &[u32]) -> Vec<String> {
             flags.push("-gencode=arch=compute_80,code=compute_80".into());
             flags
         }
+        // wgmma and setmaxnreg exist only in sm_90a machine code (no PTX fallback).
+        Target::Sm90a => vec!["-gencode=arch=compute_90a,code=sm_90a".into()],
     }
 }
 

@@ -11,12 +11,20 @@ pub fn explain(c: &Compiled) -> String {
     let line = |span: crate::diag::Span| c.file.line_col(span.start).0;
     let mut o = String::new();
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
-    let _ = writeln!(o, "  threads: {} ({} warps); grid: {}", spec.threads.0, spec.threads.0 / 32,
-        spec.grid.iter().map(|g| format!("{} = {}", g.var.name, c.file.snippet(g.extent.span))).collect::<Vec<_>>().join(", "));
+    let grid = spec.grid.iter().map(|g| format!("{} = {}", g.var.name, c.file.snippet(g.extent.span))).collect::<Vec<_>>().join(", ");
+    if plan.collective.is_some() {
+        let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's {} apply to sm80); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
+    } else {
+        let _ = writeln!(o, "  threads: {} ({} warps); grid: {grid}", spec.threads.0, spec.threads.0 / 32);
+    }
     let _ = writeln!(o, "  launcher: tilegen_{}({}{}cudaStream_t)", spec.kernel.name,
         spec.tensors.iter().map(|t| format!("{}{}", if t.output { "void* " } else { "const void* " }, t.name.name)).collect::<Vec<_>>().join(", ") + ", ",
         c.info.runtime_dims.iter().map(|d| format!("int {d}, ")).collect::<String>());
 
+    if let Some(p) = &plan.collective {
+        explain_collective(&mut o, c, p);
+        return o;
+    }
     let _ = writeln!(o, "\nMMA");
     if plan.mmas.is_empty() {
         let _ = writeln!(o, "  (no gemm)");
@@ -96,4 +104,45 @@ pub fn explain(c: &Compiled) -> String {
         }
     }
     o
+}
+
+fn evt_text(c: &Compiled, n: &crate::layout::EvtNode) -> String {
+    use crate::layout::EvtNode;
+    match n {
+        EvtNode::Acc => "acc".into(),
+        EvtNode::RowBroadcast { tensor } => format!("row_broadcast({})", c.spec.tensors[*tensor].name.name),
+        EvtNode::ColBroadcast { tensor } => format!("col_broadcast({})", c.spec.tensors[*tensor].name.name),
+        EvtNode::Scalar { value } => value.clone(),
+        EvtNode::Compute { functor, children } => format!(
+            "{}({})", functor.trim_start_matches("cutlass::"),
+            children.iter().map(|ch| evt_text(c, ch)).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::CollectivePlan) {
+    let spec = &c.spec;
+    let (bm, bn, bk) = p.tile;
+    let _ = writeln!(o, "\nCUTLASS 3.x collective (GemmUniversal + CollectiveBuilder, explicit choices)");
+    let _ = writeln!(o, "  why: {}", p.why);
+    let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {}, epilogue schedule {}", p.cluster.0, p.cluster.1, p.stages, p.kernel_schedule, p.epilogue_schedule);
+    let _ = writeln!(o, "  layouts: A ({}) {}, B ({}) {}, D ({}) {}; accumulator {}",
+        spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2, p.accumulator);
+    let _ = writeln!(o, "\nWarp roles (384 threads)");
+    let _ = writeln!(o, "  warpgroup 0: producer; one warp issues the TMA loads of A and B into the {} shared stages (setmaxnreg down to 40 registers)", p.stages);
+    let _ = writeln!(o, "  warpgroups 1-2: consumers; each runs WGMMA on {}x{} of the tile from shared memory and the fused epilogue (setmaxnreg up to 232 registers)", bm / 2, bn);
+    let _ = writeln!(o, "\nTMA boxes");
+    let _ = writeln!(o, "  A: {bm}x{bk} per stage{}", if p.cluster.1 > 1 { format!(", multicast across the {} CTAs of a cluster row", p.cluster.1) } else { String::new() });
+    let _ = writeln!(o, "  B: {bn}x{bk} per stage{}", if p.cluster.0 > 1 { format!(", multicast across the {} CTAs of a cluster column", p.cluster.0) } else { String::new() });
+    let _ = writeln!(o, "  D: stored through shared memory in {}x{} subtiles", bm.min(128), bn.min(32));
+    let _ = writeln!(o, "\nEpilogue visitor tree");
+    let _ = writeln!(o, "  D = {}", evt_text(c, &p.epilogue));
+    let _ = writeln!(o, "\nResources");
+    let _ = writeln!(o, "  shared memory: about {} bytes ({} of mainloop stages, {} of epilogue) of {} allowed", p.smem_bytes, c.plan.smem.buffers, c.plan.smem.staging, c.plan.smem.budget);
+    let _ = writeln!(o, "  registers: accumulators {} per consumer thread ({} of the tile per warpgroup)", bm * bn / 256, bm * bn / 2);
+    if !c.plan.alignment.is_empty() {
+        let _ = writeln!(o, "  launcher checks:");
+        for a in &c.plan.alignment {
+            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+        }
+    }
 }

@@ -40,7 +40,13 @@ pub struct Compiled {
 /// before stopping; later stages do not run on a spec that failed an earlier one.
 pub fn compile(file: SourceFile, target: target::Target) -> Result<Compiled, (SourceFile, Vec<Diagnostic>)> {
     let parsed = front::parse_spec_partial(&file);
-    let Some(spec) = parsed.spec else { return Err((file, parsed.errors)) };
+    let Some(mut spec) = parsed.spec else { return Err((file, parsed.errors)) };
+    let target_errors = front::apply_target(&mut spec, target);
+    if !target_errors.is_empty() {
+        let mut errors = parsed.errors;
+        errors.extend(target_errors);
+        return Err((file, errors));
+    }
     if !parsed.errors.is_empty() {
         // Statements that failed to parse are left out; checking the rest still finds
         // real errors (a broken declaration would only cause noise, so stop there).

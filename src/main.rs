@@ -27,16 +27,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Render specs into C++: <OUT>/<target>/<kernel>.cu and <kernel>.h.
-    #[command(after_help = "Examples:\n  tilegen gen                                   # every specs/*.yaml into generated/sm80/\n  tilegen gen --check                           # CI: exit 1 with a diff if generated/ is stale\n  tilegen gen specs/gemm_bf16.yaml -o build/gen --target sm80")]
+    #[command(after_help = "Examples:\n  tilegen gen                                   # every specs/*.yaml into generated/<target>/\n  tilegen gen --check                           # CI: exit 1 with a diff if generated/ is stale\n  tilegen gen specs/gemm_bf16.yaml -o build/gen --target sm80")]
     Gen {
         /// Spec files (default: every specs/*.yaml).
         specs: Vec<PathBuf>,
         /// Output root; files go to <OUT>/<target>/.
         #[arg(short, long, default_value = "generated")]
         out: PathBuf,
-        /// Target to render for.
-        #[arg(long, default_value = "sm80", value_parser = parse_target)]
-        target: Target,
+        /// Targets to render for (default: every target).
+        #[arg(long, value_delimiter = ',', value_parser = parse_target)]
+        target: Vec<Target>,
         /// Write nothing; exit 1 and print unified diffs if the files on disk differ, are
         /// missing, or are stale (generated-looking files no spec produces).
         #[arg(long)]
@@ -106,8 +106,9 @@ struct BuildOpts {
     /// CUTLASS root (holding include/cute) or include folder.
     #[arg(long)]
     cutlass: Option<PathBuf>,
-    /// GPU architectures to emit machine code for (PTX is always added for the oldest).
-    #[arg(long, default_value = "80,90", value_delimiter = ',')]
+    /// GPU architectures to emit machine code for (sm80 target; PTX is added for JIT on
+    /// newer GPUs). Default: 80,90. The sm90a target always builds sm_90a.
+    #[arg(long, value_delimiter = ',')]
     sm: Vec<u32>,
     /// Parallel compiles (each takes about 2 GB of memory).
     #[arg(short, long, default_value_t = 2)]
@@ -151,7 +152,8 @@ fn fail(e: GenError) -> u8 {
     }
 }
 
-fn generate(specs: Vec<PathBuf>, out: &Path, target: Target, check: bool) -> u8 {
+fn generate(specs: Vec<PathBuf>, out: &Path, targets: Vec<Target>, check: bool) -> u8 {
+    let targets = if targets.is_empty() { Target::ALL.to_vec() } else { targets };
     let defaulted = specs.is_empty();
     let specs = if defaulted {
         match output::default_specs(Path::new(".")) {
@@ -165,10 +167,13 @@ fn generate(specs: Vec<PathBuf>, out: &Path, target: Target, check: bool) -> u8 
     } else {
         specs
     };
-    let files = match output::generate(&specs, target, out) {
-        Ok(f) => f,
-        Err(e) => return fail(e),
-    };
+    let mut files = std::collections::BTreeMap::new();
+    for target in targets {
+        match output::generate(&specs, target, out) {
+            Ok(f) => files.extend(f),
+            Err(e) => return fail(e),
+        }
+    }
     if check {
         // Stale files are judged only when the whole spec set was rendered.
         match output::check_files(&files, defaulted) {
@@ -304,7 +309,8 @@ fn build(opts: BuildOpts, validate: bool) -> u8 {
             return exit::FAILED;
         }
     };
-    let results = tilegen::build::build_specs(&specs, opts.target, &opts.out, &tc, &opts.sm, opts.jobs);
+    let sms = if opts.sm.is_empty() { opts.target.default_sms().to_vec() } else { opts.sm };
+    let results = tilegen::build::build_specs(&specs, opts.target, &opts.out, &tc, &sms, opts.jobs);
     let mut code = exit::OK;
     let mut rows = Vec::new();
     for r in results {

@@ -7,16 +7,20 @@ use std::fmt;
 pub enum Target {
     /// NVIDIA Ampere-class code: cp.async, ldmatrix, mma.sync. Runs on sm_80 and later.
     Sm80,
+    /// NVIDIA Hopper code: TMA, WGMMA, warp-specialised producer/consumer pipelines.
+    /// Runs on sm_90a (H100, H200) only.
+    Sm90a,
 }
 
 impl Target {
     /// Every target, in CLI order.
-    pub const ALL: [Target; 1] = [Target::Sm80];
+    pub const ALL: [Target; 2] = [Target::Sm80, Target::Sm90a];
 
     /// The CLI and folder name.
     pub fn name(self) -> &'static str {
         match self {
             Target::Sm80 => "sm80",
+            Target::Sm90a => "sm90a",
         }
     }
 
@@ -26,17 +30,20 @@ impl Target {
     }
 
     /// Largest dynamic shared memory one block may use, in bytes. sm80 code must fit the
-    /// A100's opt-in limit (163 KB) so that it runs on every sm_80-class part it is built for.
+    /// A100's opt-in limit (163 KB) so that it runs on every sm_80-class part it is built
+    /// for; sm90a has Hopper's 227 KB.
     pub fn smem_budget(self) -> u64 {
         match self {
             Target::Sm80 => 166_912,
+            Target::Sm90a => 232_448,
         }
     }
 
-    /// The architecture flags nvcc needs.
-    pub fn nvcc_arch_flags(self) -> &'static [&'static str] {
+    /// The default GPU architectures `tilegen build` emits machine code for.
+    pub fn default_sms(self) -> &'static [u32] {
         match self {
-            Target::Sm80 => &["-gencode=arch=compute_80,code=sm_80"],
+            Target::Sm80 => &[80, 90],
+            Target::Sm90a => &[90],
         }
     }
 

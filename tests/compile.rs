@@ -1,4 +1,5 @@
-//! Compile test: every generated and golden `.cu` builds with the pinned nvcc, warning-free.
+//! Compile test: every generated and golden `.cu` builds with the pinned nvcc, warning-free
+//! (sm80 files for sm_80, sm90a files for sm_90a).
 //!
 //! The toolchain comes from `scripts/install-toolchain.sh` (cached per user; run here if
 //! `TILEGEN_CUDA_HOME` / `TILEGEN_CUTLASS_DIR` are not set). Units compile in parallel,
@@ -21,14 +22,20 @@ fn toolchain() -> (PathBuf, PathBuf) {
     (get("TILEGEN_CUDA_HOME="), get("TILEGEN_CUTLASS_DIR="))
 }
 
-fn sources() -> Vec<PathBuf> {
+/// Every `.cu` under generated/ and tests/golden/, with the target folder it is in.
+fn sources() -> Vec<(PathBuf, &'static str)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut v = Vec::new();
-    for dir in ["generated/sm80", "tests/golden/sm80"] {
+    for (dir, arch) in [
+        ("generated/sm80", "-gencode=arch=compute_80,code=sm_80"),
+        ("tests/golden/sm80", "-gencode=arch=compute_80,code=sm_80"),
+        ("generated/sm90a", "-gencode=arch=compute_90a,code=sm_90a"),
+        ("tests/golden/sm90a", "-gencode=arch=compute_90a,code=sm_90a"),
+    ] {
         for e in std::fs::read_dir(root.join(dir)).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "cu") {
-                v.push(p);
+                v.push((p, arch));
             }
         }
     }
@@ -42,15 +49,15 @@ fn generated_sources_compile_warning_free_with_pinned_nvcc() {
     let nvcc = cuda.join("bin/nvcc");
     assert!(nvcc.exists(), "{} is missing", nvcc.display());
     let srcs = sources();
-    assert!(srcs.len() >= 6, "expected the bundled and golden kernels, found {}", srcs.len());
+    assert!(srcs.len() >= 10, "expected the bundled and golden kernels of both targets, found {}", srcs.len());
     let jobs: usize = std::env::var("TILEGEN_COMPILE_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
     let out_dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for chunk in srcs.chunks(jobs) {
-        let children: Vec<_> = chunk.iter().map(|src| {
+        let children: Vec<_> = chunk.iter().map(|(src, arch)| {
             let obj = out_dir.path().join(src.file_stem().unwrap()).with_extension("o");
             let child = Command::new(&nvcc)
-                .args(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG", "-gencode=arch=compute_80,code=sm_80", "-Werror", "all-warnings"])
+                .args(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG", arch, "-Werror", "all-warnings"])
                 .arg(format!("-I{}", cutlass.join("include").display()))
                 .arg("-c").arg(src).arg("-o").arg(&obj)
                 .env("PATH", format!("{}:{}", cuda.join("bin").display(), std::env::var("PATH").unwrap_or_default()))

@@ -1,6 +1,7 @@
 //! Golden tests: expected C++ for test specs and expected diagnostics for bad specs.
 //!
-//! `tests/golden/specs/*.yaml` render to `tests/golden/sm80/<kernel>.{cu,h}`;
+//! `tests/golden/specs/*.yaml` render to `tests/golden/<target>/<kernel>.{cu,h}` for every
+//! target (or, where a target cannot lower the spec, to `<spec>.stderr` there);
 //! `tests/golden/bad/*.yaml` must fail with exactly `tests/golden/bad/*.stderr`.
 //! A mismatch fails with a unified diff; `BLESS=1 cargo test --test golden` rewrites.
 
@@ -22,6 +23,7 @@ fn yaml_files(dir: &str) -> Vec<PathBuf> {
 /// Compares `actual` with the file at `path` (or writes it under BLESS=1); returns a failure.
 fn compare(path: &Path, actual: &str) -> Option<String> {
     if bless() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, actual).unwrap();
         return None;
     }
@@ -40,15 +42,32 @@ fn golden_cpp() {
     let specs = yaml_files("tests/golden/specs");
     assert!(specs.len() >= 3, "golden specs are missing");
     let mut failures = Vec::new();
-    for spec in specs {
-        let files = tilegen::output::generate(&[rel(&spec)], Target::Sm80, Path::new("tests/golden"))
-            .unwrap_or_else(|e| panic!("{}: {e}", spec.display()));
-        for (path, contents) in files {
-            if let Some(diff) = compare(&path, &contents) {
-                failures.push(diff);
+    let mut rendered = 0;
+    for target in Target::ALL {
+        for spec in &specs {
+            // Each target either renders the spec (golden C++) or explains why not (golden
+            // diagnostics next to where the C++ would be).
+            match tilegen::output::generate(&[rel(spec)], target, Path::new("tests/golden")) {
+                Ok(files) => {
+                    for (path, contents) in files {
+                        rendered += 1;
+                        if let Some(diff) = compare(&path, &contents) {
+                            failures.push(diff);
+                        }
+                    }
+                }
+                Err(tilegen::output::GenError::Spec(report)) => {
+                    let stem = spec.file_stem().unwrap().to_string_lossy().into_owned();
+                    let path = Path::new("tests/golden").join(target.name()).join(format!("{stem}.stderr"));
+                    if let Some(diff) = compare(&path, &report) {
+                        failures.push(diff);
+                    }
+                }
+                Err(e) => panic!("{}: {e}", spec.display()),
             }
         }
     }
+    assert!(rendered >= 8, "only {rendered} golden files rendered");
     assert!(failures.is_empty(), "golden C++ drifted (BLESS=1 to accept):\n{}", failures.join("\n"));
 }
 

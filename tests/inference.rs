@@ -93,3 +93,43 @@ fn target_limits_are_errors_with_both_figures() {
     let errs = compile(spec((128, 72, 32), 3, 128, "row_major", false)).unwrap_err().join("\n");
     assert!(errs.contains("cannot be split over 4 warps"), "{errs}");
 }
+
+fn compile_for(text: String, target: Target) -> Result<tilegen::Compiled, Vec<String>> {
+    tilegen::compile(SourceFile::new("t.yaml", text), target).map_err(|(f, d)| d.iter().map(|d| d.render(&f)).collect())
+}
+
+#[test]
+fn sm90a_plans_an_explicit_collective_with_an_evt_epilogue() {
+    use tilegen::layout::EvtNode;
+    let bundled = |name: &str| std::fs::read_to_string(format!("{}/specs/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let c = compile_for(bundled("gemm_bias_relu_bf16.yaml"), Target::Sm90a).unwrap();
+    let p = c.plan.collective.as_ref().unwrap();
+    // The spec's per-target constants and cluster apply.
+    assert_eq!((p.tile, p.cluster, p.stages), ((128, 256, 64), (2, 1), 4));
+    assert_eq!(p.layouts, ("RowMajor", "RowMajor", "RowMajor"));
+    assert!(!p.kernel_schedule.contains("Auto") && !p.epilogue_schedule.contains("Auto"));
+    // relu(acc + bias[col]) as a tree: maximum(plus(acc, row_broadcast(bias)), 0).
+    let EvtNode::Compute { functor: "cutlass::maximum", children } = &p.epilogue else { panic!("{:?}", p.epilogue) };
+    assert!(matches!(&children[0], EvtNode::Compute { functor: "cutlass::plus", children: inner }
+        if inner[0] == EvtNode::Acc && inner[1] == EvtNode::RowBroadcast { tensor: 2 }));
+    assert!(matches!(&children[1], EvtNode::Scalar { value } if value == "0.0f"));
+    assert!(p.smem_bytes <= 232_448);
+    // The same spec still plans for sm80 with its own constants.
+    let c = compile_for(bundled("gemm_bias_relu_bf16.yaml"), Target::Sm80).unwrap();
+    assert!(c.plan.collective.is_none());
+    assert_eq!(c.plan.mmas.values().next().unwrap().mnk, (128, 128, 32));
+}
+
+#[test]
+fn sm90a_maps_majorness_and_refuses_what_it_cannot_lower() {
+    // Column-major A and B stored [N, K]: CUTLASS ColumnMajor for both.
+    let c = compile_for(spec((128, 128, 64), 4, 128, "col_major", true), Target::Sm90a).unwrap();
+    assert_eq!(c.plan.collective.as_ref().unwrap().layouts, ("ColumnMajor", "ColumnMajor", "RowMajor"));
+    let errs = compile_for(spec((64, 128, 32), 4, 128, "row_major", false), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("does not fit the sm90a cooperative WGMMA kernel"), "{errs}");
+    let errs = compile_for(spec((128, 256, 64), 6, 128, "row_major", false), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("but sm90a allows 232448 bytes"), "{errs}");
+    let masked = spec((128, 128, 64), 4, 128, "row_major", false).replace("  - copy(acc, C", "  - parallel(i, j):\n      - acc[i, j] = exp2(acc[i, j])\n  - copy(acc, C");
+    let errs = compile_for(masked, Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("cannot express `exp2`"), "{errs}");
+}

@@ -4,18 +4,18 @@
 #   scripts/gpu/roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]
 #
 # 1. unpacks the CUTLASS headers from the wheel (PyPI nvidia-cutlass==4.2.0.0);
-# 2. `tilegen validate` builds every specs/*.yaml with that machine's nvcc (sm80 code as
-#    sm_90 machine code) and checks each golden case on the GPU;
+# 2. `tilegen validate` builds every specs/*.yaml for each target in $TILEGEN_TARGETS
+#    (default "sm80 sm90a") with that machine's nvcc and checks each golden case on the GPU;
 # 3. scripts/gpu/bench.py checks the kernels against torch on fresh random inputs and times
 #    them against cuBLAS in the same process, writing BENCHMARKS.md (to $BENCH_OUT, default
-#    ./BENCHMARKS.md). EXTRA_SPECs (e.g. tile-size variants) are built and benchmarked too.
-# The benchmark table is printed last.
+#    ./BENCHMARKS.md). EXTRA_SPECs (e.g. tile-size variants) are built for sm80 and timed too.
+# The benchmark table is printed last; the exit status is 1 if any check failed.
 set -euo pipefail
 tilegen=${1:?usage: roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]}
 wheel=${2:?usage: roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]}
 shift 2
 work=${TILEGEN_GPU_WORK:-/tmp/tilegen-gpu}
-sm=${TILEGEN_SM:-90}
+targets=${TILEGEN_TARGETS:-sm80 sm90a}
 mkdir -p "$work/cutlass"
 python3 - "$wheel" "$work/cutlass" <<'PY'
 import sys, zipfile
@@ -26,12 +26,17 @@ cutlass="$work/cutlass/cutlass_library/source"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 jobs=$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))
 status=0
-"$tilegen" validate specs/*.yaml -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm "$sm" -j "$jobs" || status=1
+libdirs=()
+for t in $targets; do
+  # sm80 code is built as sm_90 machine code here (it runs on sm_80 and later).
+  "$tilegen" validate specs/*.yaml --target "$t" -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm 90 -j "$jobs" || status=1
+  libdirs+=("$t=$work/build/$t")
+done
 kernels=$(for s in specs/*.yaml; do sed -n 's/^kernel: *//p' "$s"; done)
 if [[ $# -gt 0 ]]; then
-  "$tilegen" build "$@" -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm "$sm" -j "$jobs" >/dev/null
+  "$tilegen" build "$@" --target sm80 -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm 90 -j "$jobs" >/dev/null || status=1
   kernels="$kernels $(for s in "$@"; do sed -n 's/^kernel: *//p' "$s"; done)"
 fi
-PYTHONUNBUFFERED=1 python3 scripts/gpu/bench.py "$work/build/sm80" --kernels "$(echo $kernels | tr ' ' ',')" \
+PYTHONUNBUFFERED=1 python3 scripts/gpu/bench.py "${libdirs[@]}" --kernels "$(echo $kernels | tr ' ' ',')" \
   --markdown "${BENCH_OUT:-BENCHMARKS.md}" --nvcc-version "$("$nvcc" --version | tail -1)" ${TILEGEN_BENCH_ARGS:-} || status=1
 exit $status

@@ -8,7 +8,9 @@
 //! computed) and hands it to Tera templates that only print.
 
 pub mod conv;
+pub mod launcher;
 pub mod sm80;
+pub mod sm90a;
 
 use crate::diag::Diagnostic;
 use crate::target::Target;
@@ -30,6 +32,7 @@ pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     match c.plan.target {
         Target::Sm80 => sm80::render(c),
+        Target::Sm90a => sm90a::render(c),
     }
 }
 
@@ -49,4 +52,47 @@ pub(crate) fn template_error(c: &Compiled, e: &dyn std::error::Error) -> Vec<Dia
 /// Finds a statement by id (for reports).
 pub fn sm80_find(spec: &crate::ast::Spec, id: crate::ast::StmtId) -> Option<&crate::ast::Stmt> {
     sm80::find_stmt(spec, id)
+}
+
+/// The launcher header template, shared by the NVIDIA targets.
+pub(crate) const HEADER_TEMPLATE: &str = include_str!("../../templates/launcher.h.tera");
+
+/// Renders a kernel template and the shared header template with one context into
+/// `<kernel>.cu` and `<kernel>.h`.
+pub(crate) fn render_pair(c: &Compiled, kernel_template: &str, ctx: &impl serde::Serialize) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    let mut tera = tera::Tera::new();
+    tera.autoescape_on(Vec::<&str>::new());
+    tera.add_raw_template("kernel.cu", kernel_template).map_err(|e| template_error(c, &e))?;
+    tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
+    let context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
+    let cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
+    let h = tera.render("launcher.h", &context).map_err(|e| template_error(c, &e))?;
+    let kernel = &c.spec.kernel.name;
+    Ok(vec![
+        OutputFile { name: format!("{kernel}.cu"), contents: tidy(&cu) },
+        OutputFile { name: format!("{kernel}.h"), contents: tidy(&h) },
+    ])
+}
+
+/// Strips trailing spaces and collapses runs of blank lines left by template control flow.
+pub(crate) fn tidy(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank = 0;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.is_empty() {
+            blank += 1;
+            if blank > 1 {
+                continue;
+            }
+        } else {
+            blank = 0;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    out
 }

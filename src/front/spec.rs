@@ -9,7 +9,8 @@ use crate::diag::{did_you_mean, Diagnostic, SourceFile, Span};
 pub const STATEMENTS: [&str; 4] = ["copy", "gemm", "clear", "fill"];
 /// The block keywords, for suggestions.
 pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
-const TOP_KEYS: [&str; 8] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body"];
+const TOP_KEYS: [&str; 9] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body", "targets"];
+const TARGET_KEYS: [&str; 2] = ["constants", "cluster"];
 const TENSOR_KEYS: [&str; 4] = ["dtype", "shape", "order", "output"];
 const BUFFER_KEYS: [&str; 3] = ["scope", "dtype", "shape"];
 
@@ -166,6 +167,7 @@ impl Cx {
             }
         });
         let buffers = get("buffers").map(|n| self.buffers(n)).unwrap_or_default();
+        let targets = get("targets").map(|n| self.targets(n)).unwrap_or_default();
         let before = self.errors.len();
         let body = get("body").map(|n| self.block(n, "body")).unwrap_or_default();
         self.body_errors = self.errors.len() - before;
@@ -179,6 +181,8 @@ impl Cx {
             buffers,
             body,
             stmt_count: self.next_id,
+            targets,
+            cluster: None,
         })
     }
 
@@ -290,6 +294,32 @@ impl Cx {
                 continue;
             }
             out.push(Constant { name, value });
+        }
+        out
+    }
+
+    fn targets(&mut self, node: &Node) -> Vec<TargetOverride> {
+        let mut out = Vec::new();
+        for (_, k, v) in self.entries(node, "targets", &[]) {
+            let Some(target) = self.ident(k, "target name") else { continue };
+            let fields = self.entries(v, &format!("target `{}`", target.name), &TARGET_KEYS);
+            let mut constants = Vec::new();
+            let mut cluster = None;
+            for (key, _, value) in fields {
+                match key {
+                    "constants" => constants = self.constants(value),
+                    _ => {
+                        let items = self.list(value, "a cluster shape");
+                        let dims: Vec<i64> = items.unwrap_or_default().iter().filter_map(|i| i.as_str()?.parse().ok()).collect();
+                        if dims.len() != 2 || dims.iter().any(|d| *d < 1) {
+                            self.err(Diagnostic::error(value.span, "a cluster shape is two positive integers, like [2, 1]"));
+                        } else {
+                            cluster = Some((dims, value.span));
+                        }
+                    }
+                }
+            }
+            out.push(TargetOverride { target, constants, cluster });
         }
         out
     }
@@ -599,4 +629,42 @@ impl Cx {
 pub fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Applies the `targets:` settings for `target`: replaces the constants it overrides and
+/// sets the cluster shape. Reports unknown targets and constants.
+pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagnostic> {
+    let mut errors = Vec::new();
+    let names: Vec<&str> = crate::target::Target::ALL.iter().map(|t| t.name()).collect();
+    let overrides = spec.targets.clone();
+    for o in &overrides {
+        if crate::target::Target::from_name(&o.target.name).is_none() {
+            let hint = did_you_mean(&o.target.name, names.iter().copied()).unwrap_or_else(|| format!("targets are {}", names.join(", ")));
+            errors.push(Diagnostic::error(o.target.span, format!("unknown target `{}`", o.target.name)).hint(hint));
+            continue;
+        }
+        for c in &o.constants {
+            if !spec.constants.iter().any(|k| k.name.name == c.name.name) {
+                let hint = did_you_mean(&c.name.name, spec.constants.iter().map(|k| k.name.name.as_str()))
+                    .unwrap_or_else(|| "declare the constant under `constants` first".into());
+                errors.push(Diagnostic::error(c.name.span, format!("`{}` overrides a constant the spec does not declare", c.name.name)).hint(hint));
+            }
+        }
+        if o.target.name != target.name() {
+            continue;
+        }
+        for c in &o.constants {
+            if let Some(k) = spec.constants.iter_mut().find(|k| k.name.name == c.name.name) {
+                k.value = c.value.clone();
+            }
+        }
+        if let Some((dims, span)) = &o.cluster {
+            if target != crate::target::Target::Sm90a {
+                errors.push(Diagnostic::error(*span, format!("the {target} target has no thread-block clusters")).hint("clusters are an sm90a setting"));
+            } else {
+                spec.cluster = Some((dims.clone(), *span));
+            }
+        }
+    }
+    errors
 }

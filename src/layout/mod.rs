@@ -18,6 +18,7 @@
 mod copy;
 mod mma;
 mod pipeline;
+mod sm90;
 
 use crate::ast::*;
 use crate::check::Info;
@@ -28,6 +29,7 @@ use std::collections::BTreeMap;
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use mma::MmaPlan;
 pub use pipeline::{PipelineMode, PipelinePlan};
+pub use sm90::{collect_broadcasts, CollectivePlan, EvtNode};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +130,8 @@ pub struct Plan {
     pub smem: SmemUse,
     /// Estimated registers per thread (accumulators, operand fragments, addressing).
     pub regs_per_thread: u64,
+    /// sm90a: the CUTLASS collective a GEMM-shaped spec lowers to.
+    pub collective: Option<CollectivePlan>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -161,12 +165,18 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             alignment: Vec::new(),
             smem: SmemUse { buffers: 0, staging: 0, total: 0, budget: target.smem_budget() },
             regs_per_thread: 0,
+            collective: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
         failed_stmts: Default::default(),
         failed_buffers: Default::default(),
     };
+    if target == Target::Sm90a {
+        // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
+        cx.plan_collective();
+        return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+    }
     // Strict: gemms fix MMA atoms and accumulator layouts.
     cx.strict_gemms();
     // Common: parallel blocks propagate fragment layouts; copies fix shared majorness.

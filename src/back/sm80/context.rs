@@ -3,6 +3,7 @@
 use super::body::{self, BodyItem};
 use crate::ast::*;
 use crate::back::conv::{cpp_type, Conv, Env};
+use crate::back::launcher::{launcher, LauncherCtx};
 use crate::check::{ConstValue, Symbol};
 use crate::diag::Diagnostic;
 use crate::layout::{CopyKind, FragmentLayout, Swizzle};
@@ -12,6 +13,7 @@ use std::collections::BTreeSet;
 
 #[derive(Serialize)]
 pub struct Context {
+    pub target: String,
     pub kernel: String,
     pub doc: String,
     pub spec_path: String,
@@ -33,15 +35,10 @@ pub struct Context {
     pub global_tensors: Vec<LineCtx>,
     pub shared_tensors: Vec<LineCtx>,
     pub body: Vec<BodyItem>,
-    pub c_params: Vec<String>,
-    pub size_checks: Vec<String>,
-    pub null_checks: Vec<String>,
-    pub align_checks: Vec<CheckCtx>,
+    #[serde(flatten)]
+    pub launcher_ctx: LauncherCtx,
     pub grid: Vec<String>,
     pub grid_limits: Vec<String>,
-    pub doc_tensors: Vec<String>,
-    pub doc_sizes: String,
-    pub doc_alignment: Vec<String>,
     pub doc_launch: String,
 }
 
@@ -160,11 +157,6 @@ pub struct LineCtx {
     pub comment: String,
 }
 
-#[derive(Serialize)]
-pub struct CheckCtx {
-    pub cond: String,
-    pub why: String,
-}
 
 /// Reads that are not allowed outside `parallel` blocks never reach this environment.
 pub struct PlainEnv;
@@ -400,27 +392,21 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         }
     }
 
-    // Kernel parameters and the launcher.
+    // Kernel parameters and global tensors.
     let mut kernel_params = Vec::new();
     let mut kernel_args = Vec::new();
-    let mut c_params = Vec::new();
-    let mut null_checks = Vec::new();
-    let mut doc_tensors = Vec::new();
     let mut global_tensors = Vec::new();
-    for t in &spec.tensors {
+    for (ti, t) in spec.tensors.iter().enumerate() {
         let n = &t.name.name;
         let alias = element_alias(n);
         let cst = if t.output { "" } else { " const" };
         kernel_params.push(format!("{alias}{cst}* __restrict__ {n}"));
         kernel_args.push(format!("static_cast<{alias}{cst}*>({n})"));
-        c_params.push(format!("{}void* {n}", if t.output { "" } else { "const " }));
-        null_checks.push(format!("{n} == nullptr"));
         let dims: Vec<String> = t.shape.iter().map(|d| match d {
             Dim::Fixed(v, _) => v.to_string(),
             Dim::Named(i) => i.name.clone(),
         }).collect();
         let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
-        doc_tensors.push(format!("{n:<6} [{}] {}{order} ({})", dims.join(", "), t.dtype.0, if t.output { "output" } else { "input" }));
         let (shape, stride) = match (dims.len(), t.order.0) {
             (1, _) => (dims[0].clone(), "_1{}".to_string()),
             (2, Order::RowMajor) => (format!("{}, {}", dims[0], dims[1]), format!("int64_t({}), _1{{}}", dims[1])),
@@ -435,8 +421,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 (dims.join(", "), strides.join(", "))
             }
         };
-        let used = plan.copies.values().any(|cp| cp.tensor == spec.tensors.iter().position(|x| x.name.name == *n).unwrap_or(usize::MAX));
-        if used {
+        if plan.copies.values().any(|cp| cp.tensor == ti) {
             global_tensors.push(LineCtx {
                 code: format!("Tensor m{n} = make_tensor(make_gmem_ptr({n}), make_shape({shape}), make_stride({stride}));"),
                 comment: format!("{n} [{}]{order}", dims.join(", ")),
@@ -446,29 +431,6 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     for d in &info.runtime_dims {
         kernel_params.push(format!("int {d}"));
         kernel_args.push(d.clone());
-        c_params.push(format!("int {d}"));
-    }
-    let size_checks = info.runtime_dims.iter().map(|d| format!("{d} < 1")).collect();
-    let mut align_checks = Vec::new();
-    let mut doc_alignment = Vec::new();
-    for a in &plan.alignment {
-        let t = &spec.tensors[a.tensor];
-        let bytes = a.vector_elems * t.dtype.0.bytes() as i64;
-        let mut conds = vec![format!("reinterpret_cast<uintptr_t>({}) % {bytes} != 0", t.name.name)];
-        let contiguous = if t.shape.len() == 2 && t.order.0 == Order::ColMajor { 0 } else { t.shape.len() - 1 };
-        let mut doc = format!("{} must be {bytes}-byte aligned", t.name.name);
-        if t.shape.len() >= 2 {
-            // The leading dimension (the stride between rows or columns) must keep vectors aligned.
-            let lead = match &t.shape[contiguous] {
-                Dim::Fixed(v, _) => v.to_string(),
-                Dim::Named(i) => i.name.clone(),
-            };
-            conds.push(format!("{lead} % {} != 0", a.vector_elems));
-            doc.push_str(&format!(" and {lead} a multiple of {}", a.vector_elems));
-        }
-        doc.push_str(&format!(" ({})", a.why));
-        align_checks.push(CheckCtx { cond: conds.join(" || "), why: a.why.clone() });
-        doc_alignment.push(doc);
     }
     let grid_dims = ["x", "y", "z"];
     let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx { name: g.var.name.clone(), dim: grid_dims[i].into() }).collect();
@@ -481,11 +443,6 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         "grid_y < 1 || grid_y > 65535".to_string(),
         "grid_z < 1 || grid_z > 65535".to_string(),
     ];
-    let doc_sizes = if info.runtime_dims.is_empty() {
-        "none at run time".to_string()
-    } else {
-        format!("{} >= 1, any value: tiles at ragged edges are predicated", info.runtime_dims.join(", "))
-    };
     let grid_doc: Vec<String> = spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect();
     let doc_launch = format!(
         "grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
@@ -498,6 +455,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let mut seen = BTreeSet::new();
     elements.retain(|e: &ElementCtx| seen.insert(e.alias.clone()));
     Ok(Context {
+        target: c.plan.target.name().into(),
         kernel: spec.kernel.name.clone(),
         doc: spec.doc.clone().unwrap_or_default(),
         spec_path: c.file.path.clone(),
@@ -519,15 +477,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         global_tensors,
         shared_tensors,
         body,
-        c_params,
-        size_checks,
-        null_checks,
-        align_checks,
+        launcher_ctx: launcher(c),
         grid,
         grid_limits,
-        doc_tensors,
-        doc_sizes,
-        doc_alignment,
         doc_launch,
     })
 }

@@ -1,0 +1,84 @@
+//! The C launcher's contract, shared by every NVIDIA backend: parameters, argument checks
+//! and the documentation the `.h` carries.
+
+use crate::ast::{Dim, Order};
+use crate::Compiled;
+use serde::Serialize;
+
+/// One argument check: a C++ condition that makes the launcher return an error.
+#[derive(Serialize)]
+pub struct CheckCtx {
+    /// The condition.
+    pub cond: String,
+    /// Why it is required.
+    pub why: String,
+}
+
+/// Launcher parameters, checks and docs.
+#[derive(Serialize)]
+pub struct LauncherCtx {
+    /// The C parameters (without the stream).
+    pub c_params: Vec<String>,
+    /// Conditions rejecting sizes.
+    pub size_checks: Vec<String>,
+    /// Conditions rejecting null pointers.
+    pub null_checks: Vec<String>,
+    /// Alignment checks.
+    pub align_checks: Vec<CheckCtx>,
+    /// One line per tensor for the header.
+    pub doc_tensors: Vec<String>,
+    /// The sizes' contract.
+    pub doc_sizes: String,
+    /// The alignment contract, one line per tensor.
+    pub doc_alignment: Vec<String>,
+}
+
+/// Builds the launcher context from the spec and the plan's alignment requirements.
+pub fn launcher(c: &Compiled) -> LauncherCtx {
+    let spec = &c.spec;
+    let mut c_params = Vec::new();
+    let mut null_checks = Vec::new();
+    let mut doc_tensors = Vec::new();
+    for t in &spec.tensors {
+        let n = &t.name.name;
+        c_params.push(format!("{}void* {n}", if t.output { "" } else { "const " }));
+        null_checks.push(format!("{n} == nullptr"));
+        let dims: Vec<String> = t.shape.iter().map(dim_text).collect();
+        let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
+        doc_tensors.push(format!("{n:<6} [{}] {}{order} ({})", dims.join(", "), t.dtype.0, if t.output { "output" } else { "input" }));
+    }
+    for d in &c.info.runtime_dims {
+        c_params.push(format!("int {d}"));
+    }
+    let size_checks = c.info.runtime_dims.iter().map(|d| format!("{d} < 1")).collect();
+    let mut align_checks = Vec::new();
+    let mut doc_alignment = Vec::new();
+    for a in &c.plan.alignment {
+        let t = &spec.tensors[a.tensor];
+        let bytes = a.vector_elems * t.dtype.0.bytes() as i64;
+        let mut conds = vec![format!("reinterpret_cast<uintptr_t>({}) % {bytes} != 0", t.name.name)];
+        let contiguous = if t.shape.len() == 2 && t.order.0 == Order::ColMajor { 0 } else { t.shape.len() - 1 };
+        let mut doc = format!("{} must be {bytes}-byte aligned", t.name.name);
+        // The leading dimension (the stride between rows or columns) keeps vectors aligned;
+        // for a vector, its length keeps the last piece whole.
+        let lead = dim_text(&t.shape[contiguous]);
+        conds.push(format!("{lead} % {} != 0", a.vector_elems));
+        doc.push_str(&format!(" and {lead} a multiple of {}", a.vector_elems));
+        doc.push_str(&format!(" ({})", a.why));
+        align_checks.push(CheckCtx { cond: conds.join(" || "), why: a.why.clone() });
+        doc_alignment.push(doc);
+    }
+    let doc_sizes = if c.info.runtime_dims.is_empty() {
+        "none at run time".to_string()
+    } else {
+        format!("{} >= 1, any value: tiles at ragged edges are predicated", c.info.runtime_dims.join(", "))
+    };
+    LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment }
+}
+
+fn dim_text(d: &Dim) -> String {
+    match d {
+        Dim::Fixed(v, _) => v.to_string(),
+        Dim::Named(i) => i.name.clone(),
+    }
+}

@@ -1,0 +1,285 @@
+//! The sm90a backend: CUTLASS 3.x collectives (TMA, WGMMA, warp specialisation) for
+//! GEMM-shaped specs, with the spec's element-wise epilogue as an epilogue visitor tree.
+//!
+//! Requires: a spec planned for [`Target::Sm90a`](crate::target::Target::Sm90a) (a
+//! [`CollectivePlan`]). Guarantees: a `.cu` with explicit schedules, stage count, tile and
+//! cluster shapes (never `Auto`), and the same C launcher contract as every target.
+
+use super::launcher::{launcher, LauncherCtx};
+use super::OutputFile;
+use crate::ast::{DType, Dim};
+use crate::back::conv::cpp_type;
+use crate::diag::Diagnostic;
+use crate::layout::{CollectivePlan, EvtNode};
+use crate::Compiled;
+use serde::Serialize;
+
+const KERNEL_TEMPLATE: &str = include_str!("../../../templates/sm90a/kernel.cu.tera");
+
+#[derive(Serialize)]
+struct Context {
+    target: String,
+    kernel: String,
+    doc: String,
+    spec_path: String,
+    version: String,
+    cutlass: String,
+    launcher: String,
+    why: String,
+    gemm_line: usize,
+    epilogue_lines: String,
+    constants: Vec<Triple>,
+    elements: Vec<Triple>,
+    layout_a: String,
+    layout_b: String,
+    layout_d: String,
+    element_a: String,
+    element_b: String,
+    element_d: String,
+    element_accumulator: String,
+    tile: String,
+    cluster: String,
+    epilogue_tile: String,
+    stages: String,
+    kernel_schedule: String,
+    epilogue_schedule: String,
+    evt_nodes: Vec<EvtNodeCtx>,
+    evt_root: String,
+    evt_args: Vec<String>,
+    stride_a: String,
+    stride_b: String,
+    stride_d: String,
+    problem: String,
+    ptr_a: String,
+    ptr_b: String,
+    ptr_d: String,
+    #[serde(flatten)]
+    launcher_ctx: LauncherCtx,
+    doc_launch: String,
+}
+
+/// (type, name, value) of a constant; (alias, C++ type, what) of an element type.
+#[derive(Serialize)]
+struct Triple {
+    a: String,
+    b: String,
+    c: String,
+}
+
+#[derive(Serialize)]
+struct EvtNodeCtx {
+    name: String,
+    comment: String,
+    definition: String,
+}
+
+struct EvtBuilder<'a> {
+    c: &'a Compiled,
+    nodes: Vec<EvtNodeCtx>,
+    scalars: usize,
+    computes: usize,
+}
+
+impl EvtBuilder<'_> {
+    /// Declares the node's type alias; returns (alias, argument initialiser lines).
+    fn node(&mut self, n: &EvtNode, root: bool, depth: usize) -> (String, Vec<String>) {
+        let pad = "    ".repeat(depth + 1);
+        match n {
+            EvtNode::Acc if !root => {
+                if !self.nodes.iter().any(|x| x.name == "Acc") {
+                    self.nodes.push(EvtNodeCtx { name: "Acc".into(), comment: "the accumulator".into(), definition: "Sm90AccFetch".into() });
+                }
+                ("Acc".into(), vec![format!("{pad}{{}},  // Acc")])
+            }
+            EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => {
+                let t = &self.c.spec.tensors[*tensor];
+                let row = matches!(n, EvtNode::RowBroadcast { .. });
+                let name = format!("{}{}", if row { "Row" } else { "Col" }, upper(&t.name.name));
+                if !self.nodes.iter().any(|x| x.name == name) {
+                    let (kind, stride, what) = if row {
+                        ("Sm90RowBroadcast", "Stride<_0, _1, _0>", "one value per output column, broadcast down the rows")
+                    } else {
+                        ("Sm90ColBroadcast", "Stride<_1, _0, _0>", "one value per output row, broadcast along the columns")
+                    };
+                    self.nodes.push(EvtNodeCtx {
+                        name: name.clone(),
+                        comment: format!("`{}`: {what}", t.name.name),
+                        definition: format!(
+                            "{kind}<0, TileShape, Element{}, ElementCompute, {stride}, 128 / cutlass::sizeof_bits<Element{}>::value, false>",
+                            upper(&t.name.name), upper(&t.name.name)),
+                    });
+                }
+                (name, vec![format!("{pad}{{static_cast<Element{} const*>({}), Element{}(0.0f), {{}}}},  // {}", upper(&t.name.name), t.name.name, upper(&t.name.name), t.name.name)])
+            }
+            EvtNode::Scalar { value } => {
+                self.scalars += 1;
+                let name = format!("Scalar{}", self.scalars);
+                self.nodes.push(EvtNodeCtx { name: name.clone(), comment: format!("the constant {value}"), definition: "Sm90ScalarBroadcast<ElementCompute, Stride<_0, _0, _0>, 1>".into() });
+                (name.clone(), vec![format!("{pad}{{{{{value}}}}},  // {name} = {value}")])
+            }
+            EvtNode::Compute { functor, children } => {
+                let mut kids = Vec::new();
+                let mut args = Vec::new();
+                for ch in children {
+                    let (k, a) = self.node(ch, false, depth + 1);
+                    kids.push(k);
+                    args.extend(a);
+                }
+                self.computes += 1;
+                let name = if root { "Epilogue".to_string() } else { format!("Node{}", self.computes) };
+                let out = if root { "ElementD" } else { "ElementCompute" };
+                self.nodes.push(EvtNodeCtx {
+                    name: name.clone(),
+                    comment: format!("{}({})", functor.trim_start_matches("cutlass::"), kids.join(", ")),
+                    definition: format!("Sm90EVT<Sm90Compute<{functor}, {out}, ElementCompute, RoundStyle>, {}>", kids.join(", ")),
+                });
+                let mut lines = vec![format!("{pad}{{  // {name}")];
+                lines.extend(args);
+                lines.push(format!("{pad}    {{}},  // {}", functor.trim_start_matches("cutlass::")));
+                lines.push(format!("{pad}}},"));
+                (name, lines)
+            }
+            // A bare accumulator or broadcast as the whole epilogue: convert it to ElementD.
+            other => self.node(&EvtNode::Compute { functor: "cutlass::epilogue::thread::Identity", children: vec![other.clone()] }, true, depth),
+        }
+    }
+}
+
+fn upper(name: &str) -> String {
+    let mut ch = name.chars();
+    ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
+}
+
+fn dim(d: &Dim) -> String {
+    match d {
+        Dim::Fixed(v, _) => v.to_string(),
+        Dim::Named(i) => i.name.clone(),
+    }
+}
+
+/// Renders the `.cu` and `.h` for a spec planned for sm90a.
+pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    let Some(p) = &c.plan.collective else {
+        return Err(vec![Diagnostic::error(c.spec.kernel.span, "internal error: no collective plan for sm90a")]);
+    };
+    super::render_pair(c, KERNEL_TEMPLATE, &context(c, p))
+}
+
+fn context(c: &Compiled, p: &CollectivePlan) -> Context {
+    let spec = &c.spec;
+    let (ta, tb, td) = (&spec.tensors[p.a], &spec.tensors[p.b], &spec.tensors[p.d]);
+    let line = |span: crate::diag::Span| c.file.line_col(span.start).0;
+    let mut gemm_line = 0;
+    let mut epilogue_lines = Vec::new();
+    spec.walk(&mut |s| match &s.kind {
+        crate::ast::StmtKind::Gemm { .. } => gemm_line = line(s.span),
+        crate::ast::StmtKind::Assign { .. } => epilogue_lines.push(line(s.span).to_string()),
+        _ => {}
+    });
+    let constants = spec.constants.iter().map(|k| {
+        let (ty, v) = match &k.value.kind {
+            crate::ast::ExprKind::Int(v) => ("int", v.to_string()),
+            crate::ast::ExprKind::Float(_, s) => ("float", crate::back::conv::float_literal(s)),
+            crate::ast::ExprKind::Bool(b) => ("bool", b.to_string()),
+            _ => ("int", "0".into()),
+        };
+        Triple { a: ty.to_string(), b: k.name.name.clone(), c: v }
+    }).collect();
+    let triple = |a: &str, b: &str, c: String| Triple { a: a.into(), b: b.into(), c };
+    let mut elements = vec![
+        triple("ElementA", cpp_type(ta.dtype.0), format!("tensor `{}`", ta.name.name)),
+        triple("ElementB", cpp_type(tb.dtype.0), format!("tensor `{}`", tb.name.name)),
+        triple("ElementD", cpp_type(td.dtype.0), format!("tensor `{}` (the output)", td.name.name)),
+    ];
+    crate::layout::collect_broadcasts(&p.epilogue, &mut |t| {
+        let alias = format!("Element{}", upper(&spec.tensors[t].name.name));
+        if !elements.iter().any(|e| e.a == alias) {
+            elements.push(Triple { a: alias, b: cpp_type(spec.tensors[t].dtype.0).into(), c: format!("tensor `{}`", spec.tensors[t].name.name) });
+        }
+    });
+    // Names of M, N, K as the launcher knows them.
+    let (m, n) = (dim(&td.shape[0]), dim(&td.shape[1]));
+    let a_k_dim = if p.layouts.0 == "RowMajor" { ta.shape.len() - 1 } else { 0 };
+    let _ = a_k_dim;
+    let k = {
+        // K is the A dimension that is not M.
+        let a_dims: Vec<String> = ta.shape.iter().map(dim).collect();
+        a_dims.iter().find(|d| **d != m).cloned().unwrap_or_else(|| a_dims.last().cloned().unwrap_or_default())
+    };
+    let stride = |layout: &str, rows: &str, cols: &str| -> String {
+        // CUTLASS 3 strides are (row-mode, col-mode, batch) in the operand's own order.
+        if layout == "RowMajor" {
+            format!("cute::make_stride(int64_t({cols}), cute::Int<1>{{}}, int64_t({rows}) * {cols})")
+        } else {
+            format!("cute::make_stride(cute::Int<1>{{}}, int64_t({rows}), int64_t({rows}) * {cols})")
+        }
+    };
+    // A is (M, K); B is (N, K): B's "RowMajor" (K x N, N contiguous) is N-contiguous.
+    let stride_a = stride(p.layouts.0, &m, &k);
+    let stride_b = if p.layouts.1 == "RowMajor" {
+        format!("cute::make_stride(cute::Int<1>{{}}, int64_t({n}), int64_t({k}) * {n})")
+    } else {
+        format!("cute::make_stride(int64_t({k}), cute::Int<1>{{}}, int64_t({n}) * {k})")
+    };
+    let stride_d = stride(p.layouts.2, &m, &n);
+    let mut evt = EvtBuilder { c, nodes: Vec::new(), scalars: 0, computes: 0 };
+    let (root, mut args) = evt.node(&p.epilogue, true, 0);
+    if let Some(last) = args.last_mut() {
+        *last = last.trim_end_matches(',').to_string();
+    }
+    // The outermost braces belong to `args.epilogue.thread = { ... };`.
+    if args.len() >= 2 {
+        args.remove(0);
+        args.pop();
+    }
+    let t = p.tile;
+    let mut stages_name = p.stages.to_string();
+    spec.walk(&mut |s| {
+        if let crate::ast::StmtKind::Loop { kind: crate::ast::LoopKind::Pipelined, stages: Some(st), .. } = &s.kind {
+            stages_name = c.file.snippet(st.span).to_string();
+        }
+    });
+    let ext = |v: i64, name: &str| if spec.constants.iter().any(|k| k.name.name == name && matches!(k.value.kind, crate::ast::ExprKind::Int(x) if x == v)) { format!("Int<{name}>") } else { format!("Int<{v}>") };
+    let doc_launch = format!(
+        "persistent grid of at most one {}x{} cluster per {} SMs, 384 threads (one producer and two consumer warpgroups), about {} bytes of shared memory",
+        p.cluster.0, p.cluster.1, p.cluster.0 * p.cluster.1, p.smem_bytes);
+    Context {
+        target: "sm90a".into(),
+        kernel: spec.kernel.name.clone(),
+        doc: spec.doc.clone().unwrap_or_default(),
+        spec_path: c.file.path.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        cutlass: crate::back::CUTLASS_VERSION.into(),
+        launcher: format!("tilegen_{}", spec.kernel.name),
+        why: p.why.clone(),
+        gemm_line,
+        epilogue_lines: epilogue_lines.join(", "),
+        constants,
+        elements,
+        layout_a: p.layouts.0.into(),
+        layout_b: p.layouts.1.into(),
+        layout_d: p.layouts.2.into(),
+        element_a: cpp_type(ta.dtype.0).into(),
+        element_b: cpp_type(tb.dtype.0).into(),
+        element_d: cpp_type(td.dtype.0).into(),
+        element_accumulator: cpp_type(if p.accumulator == DType::F16 { DType::F16 } else { DType::F32 }).into(),
+        tile: format!("{}, {}, {}", ext(t.0, "block_M"), ext(t.1, "block_N"), ext(t.2, "block_K")),
+        cluster: format!("Int<{}>, Int<{}>, _1", p.cluster.0, p.cluster.1),
+        epilogue_tile: format!("Int<{}>, Int<{}>", t.0.min(128), t.1.min(32)),
+        stages: stages_name,
+        kernel_schedule: p.kernel_schedule.into(),
+        epilogue_schedule: p.epilogue_schedule.into(),
+        evt_nodes: evt.nodes,
+        evt_root: root,
+        evt_args: args,
+        stride_a,
+        stride_b,
+        stride_d,
+        problem: format!("{m}, {n}, {k}, 1"),
+        ptr_a: ta.name.name.clone(),
+        ptr_b: tb.name.name.clone(),
+        ptr_d: td.name.name.clone(),
+        launcher_ctx: launcher(c),
+        doc_launch,
+    }
+}

@@ -1,0 +1,398 @@
+//! sm90a planning: a spec whose body is a plain GEMM main loop with an element-wise
+//! epilogue lowers to an explicit CUTLASS 3.x collective (TMA + WGMMA, warp-specialised,
+//! persistent) with the epilogue as an epilogue visitor tree (EVT).
+//!
+//! Requires: a checked spec. Guarantees: a [`CollectivePlan`] whose every choice is explicit
+//! (schedules, stage count, tile and cluster shapes), or errors naming the statement that
+//! keeps the spec off this path.
+
+use super::Infer;
+use crate::ast::*;
+use crate::check::{ConstValue, Symbol};
+use crate::diag::{Diagnostic, Span};
+
+/// A node of the epilogue visitor tree, computed in f32.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EvtNode {
+    /// The accumulator (`Sm90AccFetch`).
+    Acc,
+    /// One value per output column from a vector tensor (`Sm90RowBroadcast`).
+    RowBroadcast {
+        /// Tensor index.
+        tensor: usize,
+    },
+    /// One value per output row from a vector tensor (`Sm90ColBroadcast`).
+    ColBroadcast {
+        /// Tensor index.
+        tensor: usize,
+    },
+    /// A compile-time scalar (`Sm90ScalarBroadcast`), as a C++ float literal.
+    Scalar {
+        /// The literal.
+        value: String,
+    },
+    /// `Sm90Compute<functor>` over the children's values.
+    Compute {
+        /// The CUTLASS functor template, e.g. `cutlass::plus`.
+        functor: &'static str,
+        /// Operands, in order.
+        children: Vec<EvtNode>,
+    },
+}
+
+/// How a GEMM-shaped spec maps onto a CUTLASS 3.x collective.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectivePlan {
+    /// CTA tile (M, N, K).
+    pub tile: (i64, i64, i64),
+    /// Thread-block cluster (M, N).
+    pub cluster: (i64, i64),
+    /// Shared-memory pipeline stages of the mainloop.
+    pub stages: i64,
+    /// Mainloop kernel schedule.
+    pub kernel_schedule: &'static str,
+    /// Epilogue schedule.
+    pub epilogue_schedule: &'static str,
+    /// Tensor indices of A, B and D (the output).
+    pub a: usize,
+    /// B operand tensor.
+    pub b: usize,
+    /// Output tensor.
+    pub d: usize,
+    /// CUTLASS layouts of A (M×K), B (K×N) and D (M×N): `RowMajor` or `ColumnMajor`.
+    pub layouts: (&'static str, &'static str, &'static str),
+    /// Accumulator dtype.
+    pub accumulator: DType,
+    /// The epilogue, from the `parallel` blocks between the main loop and the store.
+    pub epilogue: EvtNode,
+    /// Estimated shared memory: mainloop stages plus the epilogue's buffers.
+    pub smem_bytes: u64,
+    /// Why.
+    pub why: String,
+}
+
+struct Shape<'a> {
+    acc: usize,
+    gemm: &'a Stmt,
+    pipeline: &'a Stmt,
+    epilogue: Vec<&'a Stmt>,
+    store: &'a Stmt,
+}
+
+impl<'a> Infer<'a> {
+    fn off_path(&mut self, span: Span, why: &str) {
+        self.err(Diagnostic::error(span, format!("the sm90a target lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) to CUTLASS collectives; {why}"))
+            .hint("fused programs need the CuTe-level WGMMA backend, which is not implemented yet: use --target sm80 for this spec"));
+    }
+
+    fn shape_of_body(&mut self) -> Option<Shape<'a>> {
+        let spec: &'a Spec = self.spec;
+        let body = &spec.body;
+        let Some(first) = body.first() else {
+            self.off_path(self.spec.kernel.span, "this body is empty");
+            return None;
+        };
+        let acc = match &first.kind {
+            StmtKind::Clear { buf } => self.buffer_index(&buf.name),
+            StmtKind::Fill { buf, value } if matches!(value.kind, ExprKind::Int(0)) || matches!(&value.kind, ExprKind::Float(v, _) if *v == 0.0) => self.buffer_index(&buf.name),
+            _ => None,
+        };
+        let Some(acc) = acc else {
+            self.off_path(first.span, "the body must start by clearing the accumulator");
+            return None;
+        };
+        let Some(pipeline) = body.get(1).filter(|s| matches!(s.kind, StmtKind::Loop { kind: LoopKind::Pipelined, .. })) else {
+            self.off_path(body.get(1).map_or(first.span, |s| s.span), "a pipelined main loop must follow");
+            return None;
+        };
+        let StmtKind::Loop { body: inner, .. } = &pipeline.kind else { return None };
+        let gemms: Vec<&Stmt> = inner.iter().filter(|s| matches!(s.kind, StmtKind::Gemm { .. })).collect();
+        let copies = inner.iter().filter(|s| matches!(s.kind, StmtKind::Copy { .. })).count();
+        if gemms.len() != 1 || copies != 2 || inner.len() != 3 {
+            self.off_path(pipeline.span, "the main loop must hold exactly two copies and one gemm");
+            return None;
+        }
+        let Some(store) = body.last().filter(|s| body.len() >= 3 && matches!(s.kind, StmtKind::Copy { .. })) else {
+            self.off_path(body.last().map_or(first.span, |s| s.span), "the body must end by storing the accumulator");
+            return None;
+        };
+        let mut epilogue = Vec::new();
+        for s in &body[2..body.len() - 1] {
+            match &s.kind {
+                StmtKind::Parallel { .. } if self.info.parallel_domains.get(&s.id) == Some(&acc) => epilogue.push(s),
+                _ => {
+                    self.off_path(s.span, "between the main loop and the store only `parallel` blocks over the accumulator may stand");
+                    return None;
+                }
+            }
+        }
+        Some(Shape { acc, gemm: gemms[0], pipeline, epilogue, store })
+    }
+
+    /// Plans the collective; errors go to `self.errors`.
+    pub(super) fn plan_collective(&mut self) {
+        let Some(shape) = self.shape_of_body() else { return };
+        let spec = self.spec;
+        let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &shape.gemm.kind else { return };
+        let StmtKind::Loop { var, body: inner, .. } = &shape.pipeline.kind else { return };
+        let (Some(ia), Some(ib), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&b.name), self.buffer_index(&c.name)) else { return };
+        if ic != shape.acc {
+            self.off_path(shape.gemm.span, "the gemm must accumulate into the buffer that is cleared and stored");
+            return;
+        }
+        // Which tensor fills each operand, and where.
+        let source = |buf: usize| -> Option<(usize, Vec<Expr>, Span)> {
+            inner.iter().find_map(|s| match &s.kind {
+                StmtKind::Copy { src, dst } if self.buffer_index(&dst.name.name) == Some(buf) => {
+                    self.tensor_index(&src.name.name).map(|t| (t, src.origin.clone().unwrap_or_default(), s.span))
+                }
+                _ => None,
+            })
+        };
+        let (Some((ta_idx, a_origin, a_span)), Some((tb_idx, b_origin, b_span))) = (source(ia), source(ib)) else {
+            self.off_path(shape.pipeline.span, "both gemm operands must be copied from global tensors inside the loop");
+            return;
+        };
+        let StmtKind::Copy { src: store_src, dst: store_dst } = &shape.store.kind else { return };
+        let (Some(td), true) = (self.tensor_index(&store_dst.name.name), self.buffer_index(&store_src.name.name) == Some(ic)) else {
+            self.off_path(shape.store.span, "the last statement must copy the accumulator to a global tensor");
+            return;
+        };
+        let (sa, sb, sc) = (self.shape(ia).to_vec(), self.shape(ib).to_vec(), self.shape(ic).to_vec());
+        let (bm, bn) = (sc[0], sc[1]);
+        let bk = if *transpose_a { sa[0] } else { sa[1] };
+        let _ = sb;
+        // Tile coordinates: C at (cm, cn); A at (cm, k) or (k, cm); B at (k, cn) or (cn, k).
+        let c_coords = self.coords(store_dst.origin.as_deref().unwrap_or(&[]), &[bm, bn]);
+        let a_coords = self.coords(&a_origin, &if *transpose_a { [bk, bm] } else { [bm, bk] });
+        let b_coords = self.coords(&b_origin, &if *transpose_b { [bn, bk] } else { [bk, bn] });
+        let (Some(cc), Some(ac), Some(bc)) = (c_coords, a_coords, b_coords) else {
+            self.off_path(shape.store.span, "tile origins must be tile-aligned (`<index>*<extent>`)");
+            return;
+        };
+        let (a_m, a_k) = if *transpose_a { (&ac[1], &ac[0]) } else { (&ac[0], &ac[1]) };
+        let (b_k, b_n) = if *transpose_b { (&bc[1], &bc[0]) } else { (&bc[0], &bc[1]) };
+        let is = |e: &str, n: &str| e == n;
+        if !(is(a_k, &var.name) && is(b_k, &var.name) && is(a_m, &cc[0]) && is(b_n, &cc[1])) {
+            self.off_path(a_span.to(b_span), "A's tile must be (output row tile, k) and B's (k, output column tile), stepping k with the loop variable");
+            return;
+        }
+        // The grid must be exactly the output tiles, so that CUTLASS's scheduler covers the same work.
+        let grid_ok = spec.grid.len() == 2 && [(&cc[0], bm, 0usize), (&cc[1], bn, 1usize)].iter().all(|(v, ext, d)| {
+            spec.grid.iter().any(|g| g.var.name == **v && self.is_ceildiv_of(&g.extent, td, *d, *ext))
+        });
+        if !grid_ok {
+            self.off_path(spec.grid.first().map_or(spec.kernel.span, |g| g.var.span), "the grid must be one block per output tile: `ceildiv(<rows>, block_M)` and `ceildiv(<cols>, block_N)`");
+            return;
+        }
+        let (da, db, dc) = (spec.tensors[ta_idx].dtype.0, spec.tensors[tb_idx].dtype.0, spec.buffers[ic].dtype.0);
+        if !matches!((da, db, dc), (DType::BF16, DType::BF16, DType::F32) | (DType::F16, DType::F16, DType::F32) | (DType::F16, DType::F16, DType::F16)) {
+            self.err(Diagnostic::error(shape.gemm.span, format!("the sm90a target has no WGMMA for {da} × {db} accumulating in {dc}"))
+                .hint("use bf16 or f16 operands with an f32 accumulator (or f16 with f16)"));
+            return;
+        }
+        let major = |t: usize, transposed: bool| {
+            let order = spec.tensors[t].order.0;
+            match (order == Order::RowMajor) ^ transposed {
+                true => "RowMajor",
+                false => "ColumnMajor",
+            }
+        };
+        let layouts = (major(ta_idx, *transpose_a), major(tb_idx, *transpose_b), major(td, false));
+        // Tile limits of the cooperative WGMMA kernel: two consumer warpgroups split M.
+        if bm % 128 != 0 || bm > 256 || bn % 16 != 0 || bn > 256 || bk % 16 != 0 || bk > 128 {
+            let span = self.spec.buffers[ic].shape_span;
+            self.err(Diagnostic::error(span, format!("tile {bm}x{bn}x{bk} does not fit the sm90a cooperative WGMMA kernel"))
+                .hint("use block_M 128 or 256, block_N a multiple of 16 up to 256, block_K 64 (override per target under `targets: sm90a: constants:`)"));
+            return;
+        }
+        let stages = self.info.stages.get(&shape.pipeline.id).copied().unwrap_or(1);
+        if stages < 2 {
+            self.err(Diagnostic::error(shape.pipeline.span, "the sm90a pipeline needs at least 2 stages (TMA loads run ahead of WGMMA)"));
+            return;
+        }
+        let cluster = match &spec.cluster {
+            Some((d, _)) => (d[0], d[1]),
+            None => (1, 1),
+        };
+        if let Some((d, span)) = &spec.cluster {
+            if d[0] * d[1] > 4 || (bm / 64) % d[0].max(1) != 0 {
+                self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit: at most 4 CTAs, and multicast needs the tile to split over it")));
+                return;
+            }
+        }
+        // The epilogue: compose the parallel blocks into one expression of the accumulator.
+        let mut tree = EvtNode::Acc;
+        for p in &shape.epilogue {
+            let StmtKind::Parallel { vars, body } = &p.kind else { continue };
+            for st in body {
+                let StmtKind::Assign { target, op, value, .. } = &st.kind else { continue };
+                if self.buffer_index(&target.name) != Some(ic) {
+                    self.off_path(st.span, "epilogue assignments may only update the accumulator");
+                    return;
+                }
+                let Some(v) = self.evt(value, &tree, vars, td, (&cc[0], &cc[1]), (bm, bn)) else { return };
+                tree = match op {
+                    AssignOp::Set => v,
+                    AssignOp::Add => EvtNode::Compute { functor: "cutlass::plus", children: vec![tree, v] },
+                    AssignOp::Sub => EvtNode::Compute { functor: "cutlass::minus", children: vec![tree, v] },
+                    AssignOp::Mul => EvtNode::Compute { functor: "cutlass::multiplies", children: vec![tree, v] },
+                };
+            }
+        }
+        let bytes = |d: DType| d.bytes();
+        let stage_bytes = (bm * bk) as u64 * bytes(da) + (bn * bk) as u64 * bytes(db);
+        // The TMA epilogue stages 128x64 (or smaller) subtiles of D through shared memory, twice.
+        let epi_bytes = 2 * (bm.min(128) * bn.min(64)) as u64 * bytes(spec.tensors[td].dtype.0) + 4 * bn as u64;
+        let smem_bytes = stages as u64 * stage_bytes + epi_bytes + 1024;
+        self.plan.smem = super::SmemUse { buffers: stages as u64 * stage_bytes, staging: epi_bytes, total: smem_bytes, budget: self.target.smem_budget() };
+        if smem_bytes > self.target.smem_budget() {
+            let span = match &shape.pipeline.kind {
+                StmtKind::Loop { stages: Some(st), .. } => st.span,
+                _ => shape.pipeline.span,
+            };
+            self.err(Diagnostic::error(span, format!(
+                "shared memory over budget: {stages} stages of {stage_bytes} bytes plus {epi_bytes} bytes of epilogue need {smem_bytes} bytes but sm90a allows {} bytes per block",
+                self.target.smem_budget())).hint("use fewer stages or a smaller tile for sm90a"));
+            return;
+        }
+        for (t, why) in [(ta_idx, "TMA loads of A"), (tb_idx, "TMA loads of B"), (td, "TMA stores of the output")] {
+            let v = 16 / spec.tensors[t].dtype.0.bytes() as i64;
+            self.plan.alignment.retain(|x| x.tensor != t);
+            self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: format!("{why} need 16-byte aligned rows") });
+        }
+        collect_broadcasts(&tree, &mut |t| {
+            let v = 16 / spec.tensors[t].dtype.0.bytes() as i64;
+            if !self.plan.alignment.iter().any(|x| x.tensor == t) {
+                self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: "the epilogue loads the vector in 16-byte pieces".into() });
+            }
+        });
+        self.plan.alignment.sort_by_key(|a| a.tensor);
+        let why = format!(
+            "a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on {}x{} of the {bm}x{bn} tile), {stages} TMA stages, persistent tile scheduler with swizzled rasterization; the epilogue is an EVT fused into the TMA store",
+            bm / 2, bn);
+        self.plan.collective = Some(CollectivePlan {
+            tile: (bm, bn, bk),
+            cluster,
+            stages,
+            kernel_schedule: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+            epilogue_schedule: "cutlass::epilogue::TmaWarpSpecializedCooperative",
+            a: ta_idx,
+            b: tb_idx,
+            d: td,
+            layouts,
+            accumulator: dc,
+            epilogue: tree,
+            smem_bytes,
+            why,
+        });
+    }
+
+    fn coords(&self, origin: &[Expr], extents: &[i64]) -> Option<Vec<String>> {
+        if origin.len() != extents.len() {
+            return None;
+        }
+        origin.iter().zip(extents).map(|(e, ext)| match &e.kind {
+            ExprKind::Binary(BinOp::Mul, x, y) => match (&x.kind, &y.kind) {
+                (ExprKind::Name(n), _) if crate::check::eval_int(y, &self.info.symbols) == Some(*ext) => Some(n.clone()),
+                (_, ExprKind::Name(n)) if crate::check::eval_int(x, &self.info.symbols) == Some(*ext) => Some(n.clone()),
+                _ => None,
+            },
+            _ => None,
+        }).collect()
+    }
+
+    fn is_ceildiv_of(&self, e: &Expr, tensor: usize, dim: usize, ext: i64) -> bool {
+        let ExprKind::Call(f, args) = &e.kind else { return false };
+        let want = match self.spec.tensors[tensor].shape.get(dim) {
+            Some(Dim::Named(i)) => i.name.clone(),
+            Some(Dim::Fixed(v, _)) => v.to_string(),
+            None => return false,
+        };
+        f.name == "ceildiv" && args.len() == 2
+            && matches!(&args[0].value.kind, ExprKind::Name(n) if *n == want)
+            && crate::check::eval_int(&args[1].value, &self.info.symbols) == Some(ext)
+    }
+
+    /// Translates an element-wise expression into an EVT, with `acc[i, j]` = `current`.
+    fn evt(&mut self, e: &Expr, current: &EvtNode, vars: &[Ident], out: usize, tiles: (&str, &str), ext: (i64, i64)) -> Option<EvtNode> {
+        let unsupported = |this: &mut Self, what: &str| {
+            this.err(Diagnostic::error(e.span, format!("the sm90a epilogue cannot express {what} as a CUTLASS epilogue visitor tree yet"))
+                .hint("supported: + - * /, max, min, float constants, the accumulator at [i, j], and vectors indexed by the output row or column"));
+            None
+        };
+        match &e.kind {
+            ExprKind::Float(_, lit) => Some(EvtNode::Scalar { value: crate::back::conv::float_literal(lit) }),
+            ExprKind::Int(v) => Some(EvtNode::Scalar { value: format!("{v}.0f") }),
+            ExprKind::Name(n) => match self.info.symbols.get(n) {
+                Some(Symbol::Constant(ConstValue::Float(_, lit))) => Some(EvtNode::Scalar { value: crate::back::conv::float_literal(lit) }),
+                Some(Symbol::Constant(ConstValue::Int(v))) => Some(EvtNode::Scalar { value: format!("{v}.0f") }),
+                _ => unsupported(self, &format!("`{n}`")),
+            },
+            ExprKind::Index(name, idx) => {
+                if self.buffer_index(&name.name).is_some() {
+                    let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| matches!(&x.kind, ExprKind::Name(n) if *n == v.name));
+                    return if plain { Some(current.clone()) } else { unsupported(self, "a buffer read at other indices") };
+                }
+                let Some(t) = self.tensor_index(&name.name) else { return unsupported(self, "this read") };
+                if self.spec.tensors[t].shape.len() != 1 || idx.len() != 1 || vars.len() != 2 {
+                    return unsupported(self, "a read of a tensor that is not a vector");
+                }
+                // `tile*extent + var` names the output row (var i) or column (var j).
+                let along = |tile: &str, e_ext: i64, var: &str| match &idx[0].kind {
+                    ExprKind::Binary(BinOp::Add, l, r) => {
+                        let term = |x: &Expr| matches!(&x.kind, ExprKind::Binary(BinOp::Mul, a, b)
+                            if (matches!(&a.kind, ExprKind::Name(n) if n == tile) && crate::check::eval_int(b, &self.info.symbols) == Some(e_ext))
+                            || (matches!(&b.kind, ExprKind::Name(n) if n == tile) && crate::check::eval_int(a, &self.info.symbols) == Some(e_ext)));
+                        let v = |x: &Expr| matches!(&x.kind, ExprKind::Name(n) if n == var);
+                        (term(l) && v(r)) || (term(r) && v(l))
+                    }
+                    _ => false,
+                };
+                let _ = out;
+                if along(tiles.1, ext.1, &vars[1].name) {
+                    Some(EvtNode::RowBroadcast { tensor: t })
+                } else if along(tiles.0, ext.0, &vars[0].name) {
+                    Some(EvtNode::ColBroadcast { tensor: t })
+                } else {
+                    unsupported(self, "a vector read that is not at the output row or column")
+                }
+            }
+            ExprKind::Binary(op, a, b) => {
+                let functor = match op {
+                    BinOp::Add => "cutlass::plus",
+                    BinOp::Sub => "cutlass::minus",
+                    BinOp::Mul => "cutlass::multiplies",
+                    BinOp::Div => "cutlass::divides",
+                    _ => return unsupported(self, &format!("`{}`", op.symbol())),
+                };
+                let l = self.evt(a, current, vars, out, tiles, ext)?;
+                let r = self.evt(b, current, vars, out, tiles, ext)?;
+                Some(EvtNode::Compute { functor, children: vec![l, r] })
+            }
+            ExprKind::Call(f, args) => match f.name.as_str() {
+                "f32" => self.evt(&args[0].value, current, vars, out, tiles, ext),
+                "max" | "min" => {
+                    let l = self.evt(&args[0].value, current, vars, out, tiles, ext)?;
+                    let r = self.evt(&args[1].value, current, vars, out, tiles, ext)?;
+                    Some(EvtNode::Compute { functor: if f.name == "max" { "cutlass::maximum" } else { "cutlass::minimum" }, children: vec![l, r] })
+                }
+                other => unsupported(self, &format!("`{other}`")),
+            },
+            ExprKind::Unary(UnOp::Neg, x) => {
+                let v = self.evt(x, current, vars, out, tiles, ext)?;
+                Some(EvtNode::Compute { functor: "cutlass::negate", children: vec![v] })
+            }
+            _ => unsupported(self, "this expression"),
+        }
+    }
+}
+
+/// Visits the tensors the tree broadcasts.
+pub fn collect_broadcasts(n: &EvtNode, f: &mut impl FnMut(usize)) {
+    match n {
+        EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => f(*tensor),
+        EvtNode::Compute { children, .. } => children.iter().for_each(|c| collect_broadcasts(c, f)),
+        _ => {}
+    }
+}
