@@ -241,13 +241,28 @@ fn build_one(spec: &Path, target: Target, dir: &Path, tc: &Toolchain, sms: &[u32
     let src = dir.join(format!("{kernel}.{}", target.source_extension()));
     let object = dir.join(format!("{kernel}.o"));
     let shared_library = dir.join(format!("lib{kernel}.so"));
-    eprintln!("building {kernel} with {} ({})", tc.nvcc.display(), tc.version);
-    let start = Instant::now();
-    let warnings = compile(tc, target, sms, &kernel, &src, &object, &[dir]).map_err(|e| e.to_string())?;
-    if !warnings.trim().is_empty() {
-        eprintln!("{kernel}: nvcc said:\n{warnings}");
+    // Unchanged sources keep their timestamps (writes skip identical text), so an object
+    // newer than its source and header is current.
+    let newer = |out: &Path, inputs: &[&Path]| {
+        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        m(out).is_some_and(|o| inputs.iter().all(|i| m(i).is_some_and(|t| t <= o)))
+    };
+    let header = dir.join(format!("{kernel}.h"));
+    let stamp = dir.join(format!("{kernel}.flags"));
+    let flags = format!("{} {:?} {}", tc.nvcc.display(), gencode_flags(target, sms), tc.cutlass_include.display());
+    let same_flags = std::fs::read_to_string(&stamp).is_ok_and(|f| f == flags);
+    if same_flags && newer(&shared_library, &[&src, &header]) {
+        eprintln!("{} is up to date", shared_library.display());
+    } else {
+        eprintln!("building {kernel} with {} ({})", tc.nvcc.display(), tc.version);
+        let start = Instant::now();
+        let warnings = compile(tc, target, sms, &kernel, &src, &object, &[dir]).map_err(|e| e.to_string())?;
+        if !warnings.trim().is_empty() {
+            eprintln!("{kernel}: nvcc said:\n{warnings}");
+        }
+        link(tc, &kernel, std::slice::from_ref(&object), &shared_library, true).map_err(|e| e.to_string())?;
+        std::fs::write(&stamp, flags).map_err(|e| format!("{}: {e}", stamp.display()))?;
+        eprintln!("built {} in {:.0} s", shared_library.display(), start.elapsed().as_secs_f64());
     }
-    link(tc, &kernel, std::slice::from_ref(&object), &shared_library, true).map_err(|e| e.to_string())?;
-    eprintln!("built {} in {:.0} s", shared_library.display(), start.elapsed().as_secs_f64());
     Ok(Built { kernel, compiled, dir: dir.to_path_buf(), object, shared_library })
 }

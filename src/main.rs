@@ -74,10 +74,16 @@ enum Command {
         opts: BuildOpts,
     },
     /// Build specs, then run every golden case on the GPU and compare (needs an NVIDIA GPU).
-    #[command(after_help = "Prints a table (kernel, case, sizes, max abs err, rel err, unwritten elements) and exits 1\nif any case fails.\n\nExample:\n  tilegen validate specs/*.yaml --sm 90")]
+    #[command(after_help = "Prints a table (kernel, case, sizes, max abs err, rel err, unwritten elements) and exits 1\nif any case fails.\n\nExamples:\n  tilegen validate specs/*.yaml --sm 90\n  tilegen validate specs/gemm_bf16.yaml --target sm90a --wrap 'compute-sanitizer --tool racecheck --error-exitcode 1'")]
     Validate {
         #[command(flatten)]
         opts: BuildOpts,
+        /// Run each case's harness under this command (split on spaces), e.g. compute-sanitizer.
+        #[arg(long)]
+        wrap: Option<String>,
+        /// Only the golden cases whose name contains this text.
+        #[arg(long)]
+        cases: Option<String>,
     },
     /// Print what layout inference decided for a spec.
     #[command(after_help = "Example:\n  tilegen explain specs/gemm_bf16.yaml")]
@@ -133,8 +139,8 @@ fn main() -> ExitCode {
         Command::Check { specs, target } => check(&specs, target),
         Command::Explain { spec, target } => explain(&spec, target),
         Command::Run { spec, inputs, out, sizes } => run(&spec, &inputs, &out, sizes),
-        Command::Build { opts } => build(opts, false),
-        Command::Validate { opts } => build(opts, true),
+        Command::Build { opts } => build(opts, None, None),
+        Command::Validate { opts, wrap, cases } => build(opts, Some(wrap.map(|w| w.split_whitespace().map(String::from).collect()).unwrap_or_default()), cases),
     };
     ExitCode::from(code)
 }
@@ -293,7 +299,7 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
     exit::OK
 }
 
-fn build(opts: BuildOpts, validate: bool) -> u8 {
+fn build(opts: BuildOpts, validate: Option<Vec<String>>, cases: Option<String>) -> u8 {
     let specs = if opts.specs.is_empty() {
         match output::default_specs(Path::new(".")) {
             Ok(s) => s,
@@ -319,7 +325,7 @@ fn build(opts: BuildOpts, validate: bool) -> u8 {
                 eprintln!("{e}");
                 code = exit::FAILED;
             }
-            Ok(b) if validate => match tilegen::validate::validate_built(&b, &tc, Path::new(".")) {
+            Ok(b) if validate.is_some() => match tilegen::validate::validate_built(&b, &tc, Path::new("."), validate.as_deref().unwrap_or_default(), cases.as_deref()) {
                 Ok(r) => rows.extend(r),
                 Err(e) => {
                     eprintln!("{}: {e}", b.kernel);
@@ -329,7 +335,7 @@ fn build(opts: BuildOpts, validate: bool) -> u8 {
             Ok(b) => println!("{}", b.shared_library.display()),
         }
     }
-    if validate && !tilegen::validate::print_table(&rows) {
+    if validate.is_some() && !tilegen::validate::print_table(&rows) {
         code = exit::FAILED;
     }
     code

@@ -122,8 +122,9 @@ pub fn build_harness(b: &Built, tc: &Toolchain) -> Result<PathBuf, String> {
     Ok(exe)
 }
 
-/// Builds the harness for a built kernel and runs every golden case (needs a GPU).
-pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path) -> Result<Vec<Row>, String> {
+/// Builds the harness for a built kernel and runs every golden case (needs a GPU). `wrap`
+/// is a command the harness runs under (e.g. `compute-sanitizer --tool memcheck`).
+pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path, wrap: &[String], only: Option<&str>) -> Result<Vec<Row>, String> {
     let c = &b.compiled;
     let kernel = &b.kernel;
     let exe = build_harness(b, tc)?;
@@ -133,10 +134,10 @@ pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path) -> Result<Vec<Row>
     let case_dir = cases_path.parent().unwrap_or(Path::new("."));
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
-    for case in &set.cases {
+    for case in set.cases.iter().filter(|c| only.is_none_or(|o| c.name.contains(o))) {
         let shape = case.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
         let row = |output: &str, result| Row { kernel: kernel.clone(), case: case.name.clone(), shape: shape.clone(), output: output.into(), result };
-        match run_case(c, &exe, case_dir, case, scratch.path()) {
+        match run_case(c, &exe, wrap, case_dir, case, scratch.path()) {
             Ok(results) => rows.extend(results.into_iter().map(|(o, cmp)| row(&o, Ok(cmp)))),
             Err(e) => rows.push(row("-", Err(e))),
         }
@@ -144,11 +145,18 @@ pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path) -> Result<Vec<Row>
     Ok(rows)
 }
 
-fn run_case(c: &Compiled, exe: &Path, case_dir: &Path, case: &golden::Case, scratch: &Path) -> Result<Vec<(String, Comparison)>, String> {
+fn run_case(c: &Compiled, exe: &Path, wrap: &[String], case_dir: &Path, case: &golden::Case, scratch: &Path) -> Result<Vec<(String, Comparison)>, String> {
     let spec = &c.spec;
     let inputs = golden::load_inputs(spec, case_dir, case).map_err(|e| e.to_string())?;
     let sizes = crate::interp::infer_sizes(spec, &c.info, &inputs, &case.sizes).map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = match wrap.split_first() {
+        Some((tool, args)) => {
+            let mut cmd = Command::new(tool);
+            cmd.args(args).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    };
     for d in &c.info.runtime_dims {
         cmd.arg(sizes[d].to_string());
     }
@@ -170,7 +178,8 @@ fn run_case(c: &Compiled, exe: &Path, case_dir: &Path, case: &golden::Case, scra
     }
     let out = cmd.output().map_err(|e| format!("running {}: {e}", exe.display()))?;
     if !out.status.success() {
-        return Err(format!("harness failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+        return Err(format!("harness failed ({}): {}", out.status, text.trim()));
     }
     let expected = golden::load_expected(case_dir, case).map_err(|e| e.to_string())?;
     let mut results = Vec::new();

@@ -9,7 +9,8 @@
 # 3. scripts/gpu/bench.py checks the kernels against torch on fresh random inputs and times
 #    them against cuBLAS in the same process, writing BENCHMARKS.md (to $BENCH_OUT, default
 #    ./BENCHMARKS.md). EXTRA_SPECs (e.g. tile-size variants) are built for sm80 and timed too.
-# The benchmark table is printed last; the exit status is 1 if any check failed.
+# With TILEGEN_SANITIZE=1, the ragged golden case of each kernel also runs under
+# compute-sanitizer memcheck and racecheck. The benchmark table is printed last; the exit status is 1 if any check failed.
 set -euo pipefail
 tilegen=${1:?usage: roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]}
 wheel=${2:?usage: roundtrip.sh TILEGEN_BINARY CUTLASS_WHEEL [EXTRA_SPEC...]}
@@ -31,6 +32,14 @@ for t in $targets; do
   # sm80 code is built as sm_90 machine code here (it runs on sm_80 and later).
   "$tilegen" validate specs/*.yaml --target "$t" -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm 90 -j "$jobs" || status=1
   libdirs+=("$t=$work/build/$t")
+  if [[ -n ${TILEGEN_SANITIZE:-} ]]; then
+    # Every golden case again under compute-sanitizer (the builds are reused).
+    for tool in memcheck racecheck; do
+      echo "compute-sanitizer --tool $tool, target $t:"
+      "$tilegen" validate specs/*.yaml --target "$t" -o "$work/build" --nvcc "$nvcc" --cutlass "$cutlass" --sm 90 -j "$jobs" \
+        --cases ragged --wrap "compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 5" 2>&1 | grep -v "is up to date" || status=1
+    done
+  fi
 done
 kernels=$(for s in specs/*.yaml; do sed -n 's/^kernel: *//p' "$s"; done)
 if [[ $# -gt 0 ]]; then
