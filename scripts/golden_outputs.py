@@ -17,6 +17,7 @@ needs column-major memory re-lays it out). A result passes when
 
 Usage: scripts/golden-outputs.sh   (runs this file with the pinned numpy; byte-identical)
 """
+import math
 import sys
 import zlib
 from pathlib import Path
@@ -61,7 +62,14 @@ def gemm_bias_relu(t):
     return {"C": np.maximum(t["A"] @ t["B"] + t["bias"][None, :], 0.0)}
 
 
+def gemm_bias_gelu(t):
+    x = t["A"] @ t["B"] + t["bias"][None, :]
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return {"C": 0.5 * (0.5 * x * (1.0 + erf(x / math.sqrt(2.0))))}
+
+
 REFERENCES = {
+    "gemm_bias_gelu_bf16": gemm_bias_gelu,
     "gemm_bf16": gemm,
     "gemm_f16": gemm,
     "gemm_bias_relu_bf16": gemm_bias_relu,

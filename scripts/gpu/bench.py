@@ -14,11 +14,16 @@ versions, to --markdown); exits 1 if any check fails.
 import argparse, ctypes, datetime, os, statistics, subprocess, sys
 import torch
 
-# kernel -> (input dtype, has bias, relative-error bound on the output)
+# kernel -> (input dtype, has bias, relative-error bound on the output, epilogue on (x, bias))
 KERNELS = {
-    "gemm_bf16": (torch.bfloat16, False, 1e-2),
-    "gemm_f16": (torch.float16, False, 2e-2),   # f16 accumulation: wider bound
-    "gemm_bias_relu_bf16": (torch.bfloat16, True, 1e-2),
+    "gemm_bf16": (torch.bfloat16, False, 1e-2, lambda x, b: x),
+    "gemm_f16": (torch.float16, False, 2e-2, lambda x, b: x),   # f16 accumulation: wider bound
+    "gemm_bias_relu_bf16": (torch.bfloat16, True, 1e-2, lambda x, b: torch.relu(x + b)),
+    "gemm_bias_gelu_bf16": (torch.bfloat16, True, 1e-2, lambda x, b: torch.nn.functional.gelu(x + b) * 0.5),
+}
+PEER_NAMES = {
+    "gemm_bias_relu_bf16": "cuBLAS (torch.matmul) + bias + relu in torch",
+    "gemm_bias_gelu_bf16": "cuBLAS (torch.matmul) + bias + gelu + scale in torch",
 }
 CHECK_SHAPES = [(1000, 1000, 1000), (1, 4096, 4096), (77, 136, 264), (4096, 4096, 4096), (129, 8, 8)]
 BENCH_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 8192)]
@@ -39,18 +44,12 @@ def call(fn, name, A, B, C, bias, M, N, K):
     return fn(p(A), p(B), p(C), M, N, K, stream)
 
 
-def reference(A, B, bias):
-    ref = A.float() @ B.float()
-    if bias is not None:
-        ref = torch.relu(ref + bias.float())
-    return ref
+def reference(name, A, B, bias):
+    return KERNELS[name][3](A.float() @ B.float(), None if bias is None else bias.float())
 
 
-def peer(A, B, bias):
-    out = torch.matmul(A, B)
-    if bias is not None:
-        out = torch.relu(out + bias)
-    return out
+def peer(name, A, B, bias):
+    return KERNELS[name][3](torch.matmul(A, B), bias)
 
 
 def inputs(M, N, K, dtype, bias, gen):
@@ -61,6 +60,7 @@ def inputs(M, N, K, dtype, bias, gen):
 
 
 def check(fn, name, dtype, bias, bound, M, N, K, gen):
+    base = name.split("_cfg_")[0]
     A, B, b = inputs(M, N, K, dtype, bias, gen)
     C = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
     rc = call(fn, name, A, B, C, b, M, N, K)
@@ -68,7 +68,7 @@ def check(fn, name, dtype, bias, bound, M, N, K, gen):
     if rc != 0:
         return False, f"launcher returned {rc}"
     unwritten = int(torch.isnan(C).sum())
-    ref = reference(A, B, b)
+    ref = reference(base, A, B, b)
     err = float((C.float() - ref).norm() / ref.norm().clamp_min(1e-30))
     ok = unwritten == 0 and err <= bound
     return ok, f"rel err {err:.2e} (bound {bound:.0e}), unwritten {unwritten}"
@@ -93,7 +93,7 @@ def time_ms(run, sets, iters):
 def bench_kernel(target, libdir, name, args, gen, rows):
     failures = 0
     base = name.split("_cfg_")[0]
-    dtype, bias, bound = KERNELS[base]
+    dtype, bias, bound, _ = KERNELS[base]
     fn = load(libdir, name)
     for (M, N, K) in CHECK_SHAPES[: 3 if args.quick else None]:
         ok, msg = check(fn, name, dtype, bias, bound, M, N, K, gen)
@@ -117,7 +117,7 @@ def bench_kernel(target, libdir, name, args, gen, rows):
         ours, theirs = [], []
         for _ in range(2):
             ours.append(time_ms(lambda s: call(fn, name, s[0], s[1], s[3], s[2], M, N, K), sets, iters))
-            theirs.append(time_ms(lambda s: peer(s[0], s[1], s[2]), sets, iters))
+            theirs.append(time_ms(lambda s: peer(base, s[0], s[1], s[2]), sets, iters))
         flops = 2.0 * M * N * K
         rows.append((f"{name} ({target})", f"{M}x{N}x{K}", min(ours), max(ours), min(theirs), flops))
 
@@ -148,7 +148,7 @@ def main():
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, shape, t, t_hi, tp, flops in rows:
-        peer_name = "cuBLAS (torch.matmul)" + (" + bias + relu in torch" if KERNELS[name.split(" ")[0].split("_cfg_")[0]][1] else "")
+        peer_name = PEER_NAMES.get(name.split(" ")[0].split("_cfg_")[0], "cuBLAS (torch.matmul)")
         table.append(f"| {name} | {shape} | {t:.3f} | {flops / t / 1e9:.0f} | {peer_name} | {tp:.3f} | {flops / tp / 1e9:.0f} | {tp / t:.2f}x |")
     print()
     print("\n".join(table))

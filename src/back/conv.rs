@@ -131,6 +131,10 @@ impl Conv<'_> {
             "rsqrt" => format!("rsqrtf({})", a[0]),
             "tanh" => format!("tanhf({})", a[0]),
             "erf" => format!("erff({})", a[0]),
+            // Activations are small device functions in the generated file (see `helpers`).
+            "gelu" => format!("gelu_erf({})", a[0]),
+            "silu" => format!("silu({})", a[0]),
+            "sigmoid" => format!("sigmoid({})", a[0]),
             other => format!("{other}({})", a.join(", ")),
         }
     }
@@ -193,5 +197,35 @@ mod tests {
         assert_eq!(float_literal("0.0"), "0.0f");
         assert_eq!(float_literal(".5"), "0.5f");
         assert_eq!(float_literal("1e-3"), "1e-3f");
+    }
+}
+
+/// Device helper functions an expression needs, by name, with their C++ definitions.
+pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str, &'static str>) {
+    match &e.kind {
+        ExprKind::Call(f, args) => {
+            match f.name.as_str() {
+                "gelu" => {
+                    out.insert("gelu_erf", "// GELU, exact (erf) form: x/2 * (1 + erf(x/sqrt(2))).\nCUTE_DEVICE float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }");
+                }
+                "silu" => {
+                    out.insert("silu", "// SiLU: x * sigmoid(x).\nCUTE_DEVICE float silu(float x) { return x / (1.0f + expf(-x)); }");
+                }
+                "sigmoid" => {
+                    out.insert("sigmoid", "// Logistic sigmoid.\nCUTE_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }");
+                }
+                _ => {}
+            }
+            for a in args {
+                helpers_used(&a.value, out);
+            }
+        }
+        ExprKind::Index(_, idx) => idx.iter().for_each(|i| helpers_used(i, out)),
+        ExprKind::Unary(_, x) => helpers_used(x, out),
+        ExprKind::Binary(_, a, b) => {
+            helpers_used(a, out);
+            helpers_used(b, out);
+        }
+        _ => {}
     }
 }

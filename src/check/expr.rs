@@ -27,8 +27,10 @@ impl Ty {
 }
 
 /// Built-in functions usable in expressions (casts are the dtype names).
-pub const INTRINSICS: [&str; 13] =
-    ["ceildiv", "min", "max", "exp2", "exp", "log2", "log", "sqrt", "rsqrt", "abs", "tanh", "select", "erf"];
+pub const INTRINSICS: [&str; 16] = [
+    "ceildiv", "min", "max", "exp2", "exp", "log2", "log", "sqrt", "rsqrt", "abs", "tanh", "select", "erf", "gelu", "silu",
+    "sigmoid",
+];
 
 /// Evaluates an integer expression made of literals and integer constants.
 pub fn eval_int(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> Option<i64> {
@@ -224,7 +226,7 @@ impl Checker<'_> {
                 }
                 Some(if tys[1] == Ty::Float || tys[2] == Ty::Float { Ty::Float } else { Ty::Int })
             }
-            "exp2" | "exp" | "log2" | "log" | "sqrt" | "rsqrt" | "abs" | "tanh" | "erf" => {
+            "exp2" | "exp" | "log2" | "log" | "sqrt" | "rsqrt" | "abs" | "tanh" | "erf" | "gelu" | "silu" | "sigmoid" => {
                 if !arity(1, self) {
                     return None;
                 }

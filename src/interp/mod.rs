@@ -452,6 +452,9 @@ impl Machine<'_> {
                     "rsqrt" => un(|x| 1.0 / x.sqrt()),
                     "tanh" => un(f64::tanh),
                     "erf" => un(erf),
+                    "gelu" => un(|x| 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))),
+                    "silu" => un(|x| x / (1.0 + (-x).exp())),
+                    "sigmoid" => un(|x| 1.0 / (1.0 + (-x).exp())),
                     other => return Err(self.fail(e.span, format!("unknown function `{other}`"))),
                 }
             }

@@ -318,15 +318,16 @@ impl<'a> Infer<'a> {
     fn evt(&mut self, e: &Expr, current: &EvtNode, vars: &[Ident], out: usize, tiles: (&str, &str), ext: (i64, i64)) -> Option<EvtNode> {
         let unsupported = |this: &mut Self, what: &str| {
             this.err(Diagnostic::error(e.span, format!("the sm90a epilogue cannot express {what} as a CUTLASS epilogue visitor tree yet"))
-                .hint("supported: + - * /, max, min, float constants, the accumulator at [i, j], and vectors indexed by the output row or column"));
+                .hint("supported: + - * /, max, min, gelu, silu, sigmoid, float constants, the accumulator at [i, j], and vectors indexed by the output row or column"));
             None
         };
         match &e.kind {
             ExprKind::Float(_, lit) => Some(EvtNode::Scalar { value: crate::back::conv::float_literal(lit) }),
             ExprKind::Int(v) => Some(EvtNode::Scalar { value: format!("{v}.0f") }),
             ExprKind::Name(n) => match self.info.symbols.get(n) {
-                Some(Symbol::Constant(ConstValue::Float(_, lit))) => Some(EvtNode::Scalar { value: crate::back::conv::float_literal(lit) }),
-                Some(Symbol::Constant(ConstValue::Int(v))) => Some(EvtNode::Scalar { value: format!("{v}.0f") }),
+                // Named constants keep their names: the generated file declares them.
+                Some(Symbol::Constant(ConstValue::Float(..))) => Some(EvtNode::Scalar { value: n.clone() }),
+                Some(Symbol::Constant(ConstValue::Int(_))) => Some(EvtNode::Scalar { value: format!("float({n})") }),
                 _ => unsupported(self, &format!("`{n}`")),
             },
             ExprKind::Index(name, idx) => {
@@ -376,6 +377,15 @@ impl<'a> Infer<'a> {
                     let l = self.evt(&args[0].value, current, vars, out, tiles, ext)?;
                     let r = self.evt(&args[1].value, current, vars, out, tiles, ext)?;
                     Some(EvtNode::Compute { functor: if f.name == "max" { "cutlass::maximum" } else { "cutlass::minimum" }, children: vec![l, r] })
+                }
+                "gelu" | "silu" | "sigmoid" => {
+                    let v = self.evt(&args[0].value, current, vars, out, tiles, ext)?;
+                    let functor = match f.name.as_str() {
+                        "gelu" => "cutlass::epilogue::thread::GELU",
+                        "silu" => "cutlass::epilogue::thread::SiLu",
+                        _ => "cutlass::epilogue::thread::Sigmoid",
+                    };
+                    Some(EvtNode::Compute { functor, children: vec![v] })
                 }
                 other => unsupported(self, &format!("`{other}`")),
             },

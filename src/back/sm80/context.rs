@@ -21,6 +21,7 @@ pub struct Context {
     pub cutlass: String,
     pub launcher: String,
     pub threads: i64,
+    pub helpers: Vec<String>,
     pub constants: Vec<ConstantCtx>,
     pub elements: Vec<ElementCtx>,
     pub smem_layouts: Vec<SmemLayoutCtx>,
@@ -454,7 +455,15 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     }
     let mut seen = BTreeSet::new();
     elements.retain(|e: &ElementCtx| seen.insert(e.alias.clone()));
+    let mut used = std::collections::BTreeMap::new();
+    spec.walk(&mut |s| {
+        if let StmtKind::Assign { value, .. } = &s.kind {
+            crate::back::conv::helpers_used(value, &mut used);
+        }
+    });
+    let helpers = used.values().map(|d| d.to_string()).collect();
     Ok(Context {
+        helpers,
         target: c.plan.target.name().into(),
         kernel: spec.kernel.name.clone(),
         doc: spec.doc.clone().unwrap_or_default(),
