@@ -89,15 +89,17 @@ fn mutated_specs_never_panic() {
     let (mut ok, mut failed) = (0, 0);
     panic::set_hook(Box::new(|_| {}));
     for i in 0..10_000 {
-        let base = &sources[i % sources.len()];
+        let base = &sources[(i / Target::ALL.len()) % sources.len()];
         let mut text = mutate(base, &mut rng);
         if rng.below(4) == 0 {
             text = mutate(&text, &mut rng);
         }
         let case = text.clone();
+        // Alternate targets so that both planners and backends see every kind of mutation.
+        let target = Target::ALL[i % Target::ALL.len()];
         let result = panic::catch_unwind(move || {
             let file = SourceFile::new("fuzz.yaml", case);
-            match tilegen::compile(file, Target::Sm80) {
+            match tilegen::compile(file, target) {
                 Ok(c) => match tilegen::back::render(&c) {
                     Ok(files) => Ok(files.len()),
                     Err(d) => Err(render_all(&d, &c.file)),
