@@ -28,8 +28,8 @@ extern "C" {
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
 //   alignment, or the grid exceeds CUDA's limits;
-//   otherwise the error cudaFuncSetAttribute or the launch reported. Errors during
-//   execution surface at the next synchronisation, as for any kernel.
+//   otherwise the error that cudaFuncSetAttribute or the launch reported.
+// Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_gemm_bias_gelu_bf16(const void* A, const void* B, const void* bias, void* C, int M, int N, int K, cudaStream_t stream);
 
 #ifdef __cplusplus

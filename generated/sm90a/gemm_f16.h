@@ -22,13 +22,13 @@ extern "C" {
 //   A must be 16-byte aligned and K a multiple of 8 (TMA loads of A need 16-byte aligned rows).
 //   B must be 16-byte aligned and N a multiple of 8 (TMA loads of B need 16-byte aligned rows).
 //   C must be 16-byte aligned and N a multiple of 8 (TMA stores of the output need 16-byte aligned rows).
-// Launch: persistent grid of at most one 2x1 cluster per 2 SMs, 384 threads (one producer and two consumer warpgroups), about 231424 bytes of shared memory.
+// Launch: persistent grid of at most one CTA per SM, in 2x1 clusters, 384 threads (one producer and two consumer warpgroups), about 231424 bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
-//   otherwise the error cudaFuncSetAttribute or the launch reported. Errors during
-//   execution surface at the next synchronisation, as for any kernel.
+//   alignment, or CUTLASS's can_implement rejects the problem;
+//   otherwise the error that cudaGetDevice, the workspace allocation or the launch reported.
+// Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_gemm_f16(const void* A, const void* B, void* C, int M, int N, int K, cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -41,6 +41,8 @@ pub struct Context {
     pub grid: Vec<String>,
     pub grid_limits: Vec<String>,
     pub doc_launch: String,
+    pub doc_invalid: String,
+    pub doc_errors: String,
 }
 
 #[derive(Serialize)]
@@ -490,6 +492,8 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         grid,
         grid_limits,
         doc_launch,
+        doc_invalid: "the grid exceeds CUDA's limits".into(),
+        doc_errors: "cudaFuncSetAttribute or the launch".into(),
     })
 }
 

@@ -56,6 +56,8 @@ struct Context {
     #[serde(flatten)]
     launcher_ctx: LauncherCtx,
     doc_launch: String,
+    doc_invalid: String,
+    doc_errors: String,
 }
 
 /// (type, name, value) of a constant; (alias, C++ type, what) of an element type.
@@ -241,8 +243,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     });
     let ext = |v: i64, name: &str| if spec.constants.iter().any(|k| k.name.name == name && matches!(k.value.kind, crate::ast::ExprKind::Int(x) if x == v)) { format!("Int<{name}>") } else { format!("Int<{v}>") };
     let doc_launch = format!(
-        "persistent grid of at most one {}x{} cluster per {} SMs, 384 threads (one producer and two consumer warpgroups), about {} bytes of shared memory",
-        p.cluster.0, p.cluster.1, p.cluster.0 * p.cluster.1, p.smem_bytes);
+        "persistent grid of at most one CTA per SM, in {}x{} clusters, 384 threads (one producer and two consumer warpgroups), about {} bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`",
+        p.cluster.0, p.cluster.1, p.smem_bytes);
     Context {
         target: "sm90a".into(),
         kernel: spec.kernel.name.clone(),
@@ -281,5 +283,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         ptr_d: td.name.name.clone(),
         launcher_ctx: launcher(c),
         doc_launch,
+        doc_invalid: "CUTLASS's can_implement rejects the problem".into(),
+        doc_errors: "cudaGetDevice, the workspace allocation or the launch".into(),
     }
 }
