@@ -33,38 +33,47 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found; tilegen's toolchain c
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "pip is not available for $PYTHON"
 command -v unzip >/dev/null || "$PYTHON" -c 'import zipfile' || die "neither unzip nor Python's zipfile is available"
 
-pip_fetch() { # pip_fetch DEST ARGS... ; turns pip's failure into a clear message
-  local log
+pip_fetch() { # pip_fetch WHAT PIP_ARGS... ; turns pip's failure into a clear message
+  local what=$1 log
+  shift
   log="$(mktemp)"
   if ! "$PYTHON" -m pip "$@" >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
-    die "pip could not fetch ${*: -5} -- is PyPI reachable (proxy, PIP_INDEX_URL)? Nothing was installed; rerun when it is."
+    die "pip could not fetch $what -- is PyPI reachable (proxy, PIP_INDEX_URL)? Nothing was installed; rerun when it is."
   fi
   rm -f "$log"
 }
 
+# begin DIR MESSAGE: returns 1 when DIR is already complete; otherwise starts DIR.partial afresh.
+begin() {
+  if [[ -f "$1/.complete" ]]; then return 1; fi
+  say "$2"
+  rm -rf "$1" "$1.partial"
+  mkdir -p "$1.partial"
+}
+
+# finish DIR: the install is whole; move it into place and mark it complete.
+finish() {
+  mv "$1.partial" "$1"
+  touch "$1/.complete"
+}
+
 install_cuda() {
-  if [[ -f "$CUDA_DIR/.complete" ]]; then return; fi
-  say "installing nvcc 13.0 wheels into $CUDA_DIR (about 104 MB download)"
-  rm -rf "$CUDA_DIR" "$CUDA_DIR.partial"
-  mkdir -p "$CUDA_DIR.partial"
-  pip_fetch install --quiet --no-deps --no-cache-dir --disable-pip-version-check \
+  begin "$CUDA_DIR" "installing nvcc 13.0 wheels into $CUDA_DIR (about 104 MB download)" || return 0
+  pip_fetch "the nvcc 13.0 wheels (${CUDA_PINS[*]})" install --quiet --no-deps --no-cache-dir --disable-pip-version-check \
     --target "$CUDA_DIR.partial" "${CUDA_PINS[@]}"
   local home="$CUDA_DIR.partial/nvidia/cu13"
   [[ -x "$home/bin/nvcc" ]] || die "the nvcc wheel did not provide $home/bin/nvcc"
   # nvcc links against lib64/; the wheels ship lib/.
   [[ -e "$home/lib64" ]] || ln -s lib "$home/lib64"
-  mv "$CUDA_DIR.partial" "$CUDA_DIR"
-  touch "$CUDA_DIR/.complete"
+  finish "$CUDA_DIR"
 }
 
 install_cutlass() {
-  if [[ -f "$CUTLASS_DIR/.complete" ]]; then return; fi
-  say "installing CUTLASS 4.2 headers into $CUTLASS_DIR (6.4 MB download)"
-  rm -rf "$CUTLASS_DIR" "$CUTLASS_DIR.partial"
+  begin "$CUTLASS_DIR" "installing CUTLASS 4.2 headers into $CUTLASS_DIR (6.4 MB download)" || return 0
   mkdir -p "$CUTLASS_DIR.partial/wheel"
-  pip_fetch download --quiet --no-deps --no-cache-dir --disable-pip-version-check \
+  pip_fetch "$CUTLASS_PIN" download --quiet --no-deps --no-cache-dir --disable-pip-version-check \
     -d "$CUTLASS_DIR.partial/wheel" "$CUTLASS_PIN"
   local whl
   whl="$(ls "$CUTLASS_DIR.partial"/wheel/nvidia_cutlass-4.2.0.0-*.whl)"
@@ -81,8 +90,7 @@ PY
   [[ -f "$CUTLASS_DIR.partial/cutlass_library/source/include/cute/tensor.hpp" ]] \
     || die "cute/tensor.hpp missing after unpacking $whl"
   mv "$CUTLASS_DIR.partial/wheel" "$CUTLASS_DIR.partial/wheel-kept"
-  mv "$CUTLASS_DIR.partial" "$CUTLASS_DIR"
-  touch "$CUTLASS_DIR/.complete"
+  finish "$CUTLASS_DIR"
 }
 
 mkdir -p "$ROOT"

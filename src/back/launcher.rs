@@ -33,6 +33,38 @@ pub struct LauncherCtx {
     pub doc_alignment: Vec<String>,
 }
 
+/// What every generated file's header comment names.
+#[derive(Serialize)]
+pub struct HeaderCtx {
+    /// Target name.
+    pub target: String,
+    /// Kernel name.
+    pub kernel: String,
+    /// The spec's one-line doc.
+    pub doc: String,
+    /// The spec's display path.
+    pub spec_path: String,
+    /// tilegen's version.
+    pub version: String,
+    /// The CUTLASS version the code is written against.
+    pub cutlass: String,
+    /// The C launcher's name.
+    pub launcher: String,
+}
+
+/// The header fields for a compiled spec.
+pub fn header(c: &Compiled) -> HeaderCtx {
+    HeaderCtx {
+        target: c.plan.target.name().into(),
+        kernel: c.spec.kernel.name.clone(),
+        doc: c.spec.doc.clone().unwrap_or_default(),
+        spec_path: c.file.path.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        cutlass: crate::back::CUTLASS_VERSION.into(),
+        launcher: format!("tilegen_{}", c.spec.kernel.name),
+    }
+}
+
 /// Builds the launcher context from the spec and the plan's alignment requirements.
 pub fn launcher(c: &Compiled) -> LauncherCtx {
     let spec = &c.spec;

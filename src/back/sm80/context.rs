@@ -3,7 +3,7 @@
 use super::body::{self, BodyItem};
 use crate::ast::*;
 use crate::back::conv::{cpp_type, Conv, Env};
-use crate::back::launcher::{launcher, LauncherCtx};
+use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::check::{ConstValue, Symbol};
 use crate::diag::Diagnostic;
 use crate::layout::{CopyKind, FragmentLayout, Swizzle};
@@ -13,13 +13,8 @@ use std::collections::BTreeSet;
 
 #[derive(Serialize)]
 pub struct Context {
-    pub target: String,
-    pub kernel: String,
-    pub doc: String,
-    pub spec_path: String,
-    pub version: String,
-    pub cutlass: String,
-    pub launcher: String,
+    #[serde(flatten)]
+    pub header: HeaderCtx,
     pub threads: i64,
     pub helpers: Vec<String>,
     pub constants: Vec<ConstantCtx>,
@@ -466,13 +461,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let helpers = used.values().map(|d| d.to_string()).collect();
     Ok(Context {
         helpers,
-        target: c.plan.target.name().into(),
-        kernel: spec.kernel.name.clone(),
-        doc: spec.doc.clone().unwrap_or_default(),
-        spec_path: c.file.path.clone(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        cutlass: crate::back::CUTLASS_VERSION.into(),
-        launcher: format!("tilegen_{}", spec.kernel.name),
+        header: header(c),
         threads: spec.threads.0,
         constants,
         elements,

@@ -5,7 +5,7 @@
 //! [`CollectivePlan`]). Guarantees: a `.cu` with explicit schedules, stage count, tile and
 //! cluster shapes (never `Auto`), and the same C launcher contract as every target.
 
-use super::launcher::{launcher, LauncherCtx};
+use super::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use super::OutputFile;
 use crate::ast::{DType, Dim};
 use crate::back::conv::cpp_type;
@@ -18,13 +18,8 @@ const KERNEL_TEMPLATE: &str = include_str!("../../../templates/sm90a/kernel.cu.t
 
 #[derive(Serialize)]
 struct Context {
-    target: String,
-    kernel: String,
-    doc: String,
-    spec_path: String,
-    version: String,
-    cutlass: String,
-    launcher: String,
+    #[serde(flatten)]
+    header: HeaderCtx,
     why: String,
     gemm_line: usize,
     epilogue_lines: String,
@@ -246,13 +241,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         "persistent grid of at most one CTA per SM, in {}x{} clusters, 384 threads (one producer and two consumer warpgroups), about {} bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`",
         p.cluster.0, p.cluster.1, p.smem_bytes);
     Context {
-        target: "sm90a".into(),
-        kernel: spec.kernel.name.clone(),
-        doc: spec.doc.clone().unwrap_or_default(),
-        spec_path: c.file.path.clone(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        cutlass: crate::back::CUTLASS_VERSION.into(),
-        launcher: format!("tilegen_{}", spec.kernel.name),
+        header: header(c),
         why: p.why.clone(),
         gemm_line,
         epilogue_lines: epilogue_lines.join(", "),
