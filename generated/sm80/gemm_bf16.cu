@@ -34,21 +34,26 @@ using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
 using ElementB_s = cute::bfloat16_t;  // shared buffer `B_s`
 using ElementAcc = float;  // fragment buffer `acc`
 
-// Shared buffer `A_s` (spec 13): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `A_s` (spec 13): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
+// cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte line's
+// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutA_sAtom = decltype(composition(
     Swizzle<2, 3, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
 
-// Shared buffer `B_s` (spec 14): gemm operand B, viewed as (N, K); dim 1 contiguous to match `B` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `B_s` (spec 14): gemm operand B, viewed as (N, K); dim 1 contiguous to match `B` so
+// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte line's
+// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutB_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
     Layout<Shape<Int<64>, Int<8>>, Stride<_1, Int<64>>>{}));
 using SmemLayoutB_s = decltype(tile_to_shape(
     SmemLayoutB_sAtom{}, make_shape(Int<block_N>{}, Int<block_K>{}, Int<stages>{})));  // (block_N, block_K, stage)
 
-// gemm (spec 21): 4 warps as 2x2: each warp owns a 64x64 accumulator tile, the squarest split of 128x128 (best operand reuse).
+// gemm (spec 21): 4 warps as 2x2: each warp owns a 64x64 accumulator tile, the squarest split of
+// 128x128 (best operand reuse).
 using TiledMma = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
     Layout<Shape<Int<2>, Int<2>, _1>>,  // warps (M, N, K)
@@ -56,22 +61,27 @@ using TiledMma = TiledMMA<
 static_assert(size(TiledMma{}) == kThreads, "the MMA uses every thread of the block");
 // A is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
 using S2RCopyAtomA_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementA_s>;
-// B is MN-major in shared memory: ldmatrix.x4.trans transposes the 8x8 tiles on the way to registers.
+// B is MN-major in shared memory: ldmatrix.x4.trans transposes the 8x8 tiles on the way to
+// registers.
 using S2RCopyAtomB_s = Copy_Atom<SM75_U16x8_LDSM_T, ElementB_s>;
 
-// copy (spec 19): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension; 32x4 threads, numbered along it first so that neighbours read neighbouring bytes.
+// copy (spec 19): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// 32x4 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyA_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementA_s>{},
     Layout<Shape<Int<32>, Int<4>>, Stride<Int<4>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<8>>>{}));                             // values per thread
 
-// copy (spec 20): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension; 16x8 threads, numbered along it first so that neighbours read neighbouring bytes.
+// copy (spec 20): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// 16x8 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyB_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementB_s>{},
     Layout<Shape<Int<16>, Int<8>>, Stride<_1, Int<16>>>{},  // thread layout
     Layout<Shape<Int<8>, _1>>{}));                             // values per thread
 
-// copy (spec 22): accumulators are converted to bf16 and staged through a swizzled shared tile (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp instead of scattered 4-byte writes.
+// copy (spec 22): accumulators are converted to bf16 and staged through a swizzled shared tile
+// (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp
+// instead of scattered 4-byte writes.
 using SmemLayoutCAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
     Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));
@@ -137,7 +147,8 @@ gemm_bf16_kernel(ElementA const* __restrict__ A,
   clear(acc);
 
   // spec 18: pipelined(k, ceildiv(K, block_K), stages)
-  // cp.async multistage: 3 k-tiles in flight in 4 shared stages while the current one feeds the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
+  // cp.async multistage: 3 k-tiles in flight in 4 shared stages while the current one feeds the
+  // MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
   {
     // spec 19: copy(A[by*block_M, k*block_K], A_s)
     G2SCopyA_s g2s_copy_A;
@@ -225,7 +236,9 @@ gemm_bf16_kernel(ElementA const* __restrict__ A,
   }
 
   // spec 22: copy(acc, C[by*block_M, bx*block_N])
-  // accumulators are converted to bf16 and staged through a swizzled shared tile (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp instead of scattered 4-byte writes.
+  // accumulators are converted to bf16 and staged through a swizzled shared tile (Swizzle<3,3,3>),
+  // then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp instead of
+  // scattered 4-byte writes.
   {
     Tensor gC = local_tile(mC, make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
     Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));

@@ -22,7 +22,8 @@ extern "C" {
 //   A must be 16-byte aligned and K a multiple of 8 (cp.async moves 16-byte vectors of `A`).
 //   B must be 16-byte aligned and N a multiple of 8 (cp.async moves 16-byte vectors of `B`).
 //   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 128 threads, 65536 bytes of dynamic shared memory (the limit is raised when over 48 KB).
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 128 threads, 65536 bytes of dynamic
+// shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

@@ -21,8 +21,11 @@ extern "C" {
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (TMA loads of A need 16-byte aligned rows).
 //   B must be 16-byte aligned and N a multiple of 8 (TMA loads of B need 16-byte aligned rows).
-//   C must be 16-byte aligned and N a multiple of 8 (TMA stores of the output need 16-byte aligned rows).
-// Launch: persistent grid of at most one CTA per SM, in 2x1 clusters, 384 threads (one producer and two consumer warpgroups), about 231424 bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`.
+// C must be 16-byte aligned and N a multiple of 8 (TMA stores of the output need 16-byte aligned
+// rows).
+// Launch: persistent grid of at most one CTA per SM, in 2x1 clusters, 384 threads (one producer and
+// two consumer warpgroups), about 231424 bytes of shared memory; any workspace CUTLASS asks for is
+// allocated and freed on `stream`.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

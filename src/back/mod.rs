@@ -74,7 +74,12 @@ pub(crate) fn render_pair(c: &Compiled, kernel_template: &str, ctx: &impl serde:
     ])
 }
 
-/// Strips trailing spaces and collapses runs of blank lines left by template control flow.
+/// Longest comment line, in characters, before `tidy` wraps it.
+const COMMENT_WIDTH: usize = 100;
+
+/// Strips trailing spaces, collapses runs of blank lines left by template control flow, and
+/// wraps comment-only lines longer than [`COMMENT_WIDTH`] at word boundaries, so that the
+/// generated source reads well in a review.
 pub(crate) fn tidy(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut blank = 0;
@@ -88,11 +93,52 @@ pub(crate) fn tidy(text: &str) -> String {
         } else {
             blank = 0;
         }
-        out.push_str(line);
-        out.push('\n');
+        for wrapped in wrap_comment(line) {
+            out.push_str(&wrapped);
+            out.push('\n');
+        }
     }
     while out.ends_with("\n\n") {
         out.pop();
     }
     out
+}
+
+/// Splits a `// ...` line wider than [`COMMENT_WIDTH`] into several, keeping its indent.
+fn wrap_comment(line: &str) -> Vec<String> {
+    let body = line.trim_start();
+    if line.chars().count() <= COMMENT_WIDTH || !body.starts_with("// ") {
+        return vec![line.to_string()];
+    }
+    let prefix = format!("{}// ", &line[..line.len() - body.len()]);
+    let mut lines = Vec::new();
+    let mut current = prefix.clone();
+    for word in body[3..].split(' ').filter(|w| !w.is_empty()) {
+        let fits = current.chars().count() + 1 + word.chars().count() <= COMMENT_WIDTH;
+        if current.len() > prefix.len() && !fits {
+            lines.push(std::mem::replace(&mut current, prefix.clone()));
+        }
+        if current.len() > prefix.len() {
+            current.push(' ');
+        }
+        current.push_str(word);
+    }
+    lines.push(current);
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_comments_wrap_and_code_stays() {
+        let long = format!("  // {}", "word ".repeat(40));
+        let out = tidy(&format!("{long}\nint x = 1;  // {}\n", "y".repeat(120)));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 4, "{out}");
+        assert!(lines[..3].iter().all(|l| l.starts_with("  // word") && l.chars().count() <= COMMENT_WIDTH), "{out}");
+        assert_eq!(lines[..3].iter().map(|l| l.matches("word").count()).sum::<usize>(), 40, "no word is lost");
+        assert!(lines[3].starts_with("int x = 1;") && lines[3].len() > COMMENT_WIDTH, "code lines are never split");
+    }
 }
