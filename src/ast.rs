@@ -470,6 +470,30 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// The statement with id `id`.
+    pub fn stmt(&self, id: StmtId) -> Option<&Stmt> {
+        let mut found = None;
+        self.walk(&mut |s| {
+            if s.id == id {
+                found = Some(s);
+            }
+        });
+        found
+    }
+
+    /// The stage-count expression of the first `pipelined` loop for which `wanted` holds.
+    pub fn pipelined_stages(&self, wanted: impl Fn(&[Stmt]) -> bool) -> Option<&Expr> {
+        let mut found = None;
+        self.walk(&mut |s| {
+            if let StmtKind::Loop { kind: LoopKind::Pipelined, stages: Some(st), body, .. } = &s.kind {
+                if found.is_none() && wanted(body) {
+                    found = Some(st);
+                }
+            }
+        });
+        found
+    }
+
     /// Visits every statement in pre-order.
     pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Stmt)) {
         fn go<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Stmt)) {

@@ -8,7 +8,10 @@ use std::fmt::Write as _;
 pub fn explain(c: &Compiled) -> String {
     let spec = &c.spec;
     let plan = &c.plan;
-    let line = |span: crate::diag::Span| c.file.line_col(span.start).0;
+    let line = |span: crate::diag::Span| c.line(span);
+    // "spec N: <statement text>" for a statement id.
+    let heading = |id: crate::ast::StmtId| spec.stmt(id).map_or_else(String::new, |s| format!("spec {}: {}", line(s.span), c.file.snippet(s.span)));
+    let line_of_stmt = |id: crate::ast::StmtId| spec.stmt(id).map_or(0, |s| line(s.span));
     let mut o = String::new();
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
     let grid = spec.grid.iter().map(|g| format!("{} = {}", g.var.name, c.file.snippet(g.extent.span))).collect::<Vec<_>>().join(", ");
@@ -30,8 +33,7 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "  (no gemm)");
     }
     for (id, m) in &plan.mmas {
-        let s = crate::back::sm80_find(spec, *id);
-        let _ = writeln!(o, "  spec {}: {}", s.map_or(0, |s| line(s.span)), s.map_or(String::new(), |s| c.file.snippet(s.span).to_string()));
+        let _ = writeln!(o, "  {}", heading(*id));
         let _ = writeln!(o, "    atom {}; tile {}x{}x{} in {} k-block(s) of 16", m.atom, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks);
         let _ = writeln!(o, "    warps {}x{} (M x N); TiledMma permutation {}x{}x{}", m.warps.0, m.warps.1, m.tile.0, m.tile.1, m.tile.2);
         let _ = writeln!(o, "    why: {}", m.why);
@@ -56,7 +58,7 @@ pub fn explain(c: &Compiled) -> String {
                     let m = &plan.mmas[gemm];
                     let per_thread: i64 = shape.iter().product::<i64>() / spec.threads.0.max(1);
                     let _ = writeln!(o, "MMA accumulator layout of the gemm at spec {} ({} per thread, {} warps {}x{})",
-                        crate::back::sm80_find(spec, *gemm).map_or(0, |s| line(s.span)), per_thread, m.warps.0 * m.warps.1, m.warps.0, m.warps.1);
+                        line_of_stmt(*gemm), per_thread, m.warps.0 * m.warps.1, m.warps.0, m.warps.1);
                 }
                 FragmentLayout::Striped { per_thread } => {
                     let _ = writeln!(o, "striped over threads ({per_thread} per thread)");
@@ -69,8 +71,7 @@ pub fn explain(c: &Compiled) -> String {
 
     let _ = writeln!(o, "\nCopies");
     for (id, cp) in &plan.copies {
-        let s = crate::back::sm80_find(spec, *id);
-        let _ = writeln!(o, "  spec {}: {}", s.map_or(0, |s| line(s.span)), s.map_or(String::new(), |s| c.file.snippet(s.span).to_string()));
+        let _ = writeln!(o, "  {}", heading(*id));
         let kind = match cp.kind {
             CopyKind::GlobalToShared => "global -> shared",
             CopyKind::AccumulatorToGlobal => "accumulator -> shared staging -> global",
@@ -85,11 +86,10 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "  (none)");
     }
     for (id, p) in &plan.pipelines {
-        let s = crate::back::sm80_find(spec, *id);
-        let _ = writeln!(o, "  spec {}: {}", s.map_or(0, |s| line(s.span)), s.map_or(String::new(), |s| c.file.snippet(s.span).to_string()));
+        let _ = writeln!(o, "  {}", heading(*id));
         let _ = writeln!(o, "    {:?}, {} stage(s); producers at spec {}; consumers at spec {}", p.mode, p.stages,
-            p.producers.iter().map(|i| crate::back::sm80_find(spec, *i).map_or(0, |s| line(s.span)).to_string()).collect::<Vec<_>>().join(", "),
-            p.consumers.iter().map(|i| crate::back::sm80_find(spec, *i).map_or(0, |s| line(s.span)).to_string()).collect::<Vec<_>>().join(", "));
+            p.producers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "),
+            p.consumers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "));
         let _ = writeln!(o, "    why: {}", p.why);
     }
 

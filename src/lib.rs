@@ -30,6 +30,13 @@ pub struct Compiled {
     pub plan: layout::Plan,
 }
 
+impl Compiled {
+    /// The 1-based spec line a span starts on.
+    pub fn line(&self, span: diag::Span) -> usize {
+        self.file.line_col(span.start).0
+    }
+}
+
 /// The pipeline, in order; each stage needs what the one before it guarantees:
 /// 1. `front` — text → spanned syntax tree (structure and statement grammar);
 /// 2. `check` — names, types, shapes and scopes, so that inference may assume them;

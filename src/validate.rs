@@ -64,35 +64,21 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
     tera.render("harness.cu", &context).map_err(|e| e.to_string())
 }
 
-/// Device memory order of a logical row-major array: column-major 2-D tensors transpose.
-fn to_device(t: &crate::ast::Tensor, a: &Array) -> Vec<f64> {
-    if a.shape.len() == 2 && t.order.0 == Order::ColMajor {
-        let (r, c) = (a.shape[0], a.shape[1]);
-        let mut out = vec![0.0; r * c];
-        for i in 0..r {
-            for j in 0..c {
-                out[j * r + i] = a.data[i * c + j];
-            }
+/// Transposes a row-major `rows` x `cols` array.
+fn transpose(rows: usize, cols: usize, data: &[f64]) -> Vec<f64> {
+    let mut out = vec![0.0; rows * cols];
+    for i in 0..rows {
+        for j in 0..cols {
+            out[j * rows + i] = data[i * cols + j];
         }
-        out
-    } else {
-        a.data.clone()
     }
+    out
 }
 
-fn from_device(t: &crate::ast::Tensor, shape: &[usize], data: Vec<f64>) -> Vec<f64> {
-    if shape.len() == 2 && t.order.0 == Order::ColMajor {
-        let (r, c) = (shape[0], shape[1]);
-        let mut out = vec![0.0; r * c];
-        for i in 0..r {
-            for j in 0..c {
-                out[i * c + j] = data[j * r + i];
-            }
-        }
-        out
-    } else {
-        data
-    }
+/// Whether a tensor's device memory order differs from the logical row-major order of the
+/// golden arrays (column-major 2-D tensors).
+fn is_col_major(t: &crate::ast::Tensor) -> bool {
+    t.shape.len() == 2 && t.order.0 == Order::ColMajor
 }
 
 /// One row of the validation table.
@@ -164,7 +150,8 @@ fn run_case(c: &Compiled, exe: &Path, wrap: &[String], case_dir: &Path, case: &g
     for t in spec.tensors.iter().filter(|t| !t.output) {
         let a = inputs.get(&t.name.name).ok_or_else(|| format!("case {} has no input `{}`", case.name, t.name.name))?;
         let path = scratch.join(format!("{}.bin", t.name.name));
-        std::fs::write(&path, npy::encode(t.dtype.0, &to_device(t, a))).map_err(|e| e.to_string())?;
+        let device = if is_col_major(t) { transpose(a.shape[0], a.shape[1], &a.data) } else { a.data.clone() };
+        std::fs::write(&path, npy::encode(t.dtype.0, &device)).map_err(|e| e.to_string())?;
         cmd.arg(&path);
     }
     for t in spec.tensors.iter().filter(|t| t.output) {
@@ -185,7 +172,9 @@ fn run_case(c: &Compiled, exe: &Path, wrap: &[String], case_dir: &Path, case: &g
     let mut results = Vec::new();
     for (t, path, shape) in outs {
         let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-        let data = from_device(t, &shape, npy::decode(t.dtype.0, &bytes));
+        let data = npy::decode(t.dtype.0, &bytes);
+        // Column-major memory holds the transpose: (cols x rows) row-major.
+        let data = if is_col_major(t) { transpose(shape[1], shape[0], &data) } else { data };
         let got = Array { shape, dtype: t.dtype.0, data };
         if let Some(exp) = expected.get(&t.name.name) {
             results.push((t.name.name.clone(), golden::compare(&got, exp, case.rtol)));

@@ -49,11 +49,6 @@ pub(crate) fn template_error(c: &Compiled, e: &dyn std::error::Error) -> Vec<Dia
         .hint("this is a tilegen bug; please report it with the spec")]
 }
 
-/// Finds a statement by id (for reports).
-pub fn sm80_find(spec: &crate::ast::Spec, id: crate::ast::StmtId) -> Option<&crate::ast::Stmt> {
-    sm80::find_stmt(spec, id)
-}
-
 /// The launcher header template, shared by the NVIDIA targets.
 pub(crate) const HEADER_TEMPLATE: &str = include_str!("../../templates/launcher.h.tera");
 

@@ -127,7 +127,7 @@ impl Checker<'_> {
 
     fn declarations(&mut self) {
         let spec = self.spec;
-        if !crate::front::is_identifier_pub(&spec.kernel.name) {
+        if !crate::front::is_identifier(&spec.kernel.name) {
             self.err(Diagnostic::error(spec.kernel.span, "the kernel name must be a C identifier"));
         }
         for c in &spec.constants {

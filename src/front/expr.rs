@@ -309,8 +309,7 @@ impl ExprParser {
                             if self.eat(",") {
                                 continue;
                             }
-                            let end = self.expect(")")?;
-                            let _ = end;
+                            self.expect(")")?;
                             break;
                         }
                     }

@@ -10,4 +10,4 @@ pub mod yaml;
 
 mod spec;
 
-pub use spec::{apply_target, is_identifier as is_identifier_pub, parse_spec, parse_spec_partial, Parsed};
+pub use spec::{apply_target, is_identifier, parse_spec, parse_spec_partial, Parsed};

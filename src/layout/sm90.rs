@@ -158,10 +158,9 @@ impl<'a> Infer<'a> {
             self.off_path(shape.store.span, "the last statement must copy the accumulator to a global tensor");
             return;
         };
-        let (sa, sb, sc) = (self.shape(ia).to_vec(), self.shape(ib).to_vec(), self.shape(ic).to_vec());
+        let (sa, sc) = (self.shape(ia).to_vec(), self.shape(ic).to_vec());
         let (bm, bn) = (sc[0], sc[1]);
         let bk = if *transpose_a { sa[0] } else { sa[1] };
-        let _ = sb;
         // Tile coordinates: C at (cm, cn); A at (cm, k) or (k, cm); B at (k, cn) or (cn, k).
         let c_coords = self.coords(store_dst.origin.as_deref().unwrap_or(&[]), &[bm, bn]);
         let a_coords = self.coords(&a_origin, &if *transpose_a { [bk, bm] } else { [bm, bk] });
@@ -231,7 +230,7 @@ impl<'a> Infer<'a> {
                     self.off_path(st.span, "epilogue assignments may only update the accumulator");
                     return;
                 }
-                let Some(v) = self.evt(value, &tree, vars, td, (&cc[0], &cc[1]), (bm, bn)) else { return };
+                let Some(v) = self.evt(value, &tree, vars, (&cc[0], &cc[1]), (bm, bn)) else { return };
                 tree = match op {
                     AssignOp::Set => v,
                     AssignOp::Add => EvtNode::Compute { functor: "cutlass::plus", children: vec![tree, v] },
@@ -315,7 +314,7 @@ impl<'a> Infer<'a> {
     }
 
     /// Translates an element-wise expression into an EVT, with `acc[i, j]` = `current`.
-    fn evt(&mut self, e: &Expr, current: &EvtNode, vars: &[Ident], out: usize, tiles: (&str, &str), ext: (i64, i64)) -> Option<EvtNode> {
+    fn evt(&mut self, e: &Expr, current: &EvtNode, vars: &[Ident], tiles: (&str, &str), ext: (i64, i64)) -> Option<EvtNode> {
         let unsupported = |this: &mut Self, what: &str| {
             this.err(Diagnostic::error(e.span, format!("the sm90a epilogue cannot express {what} as a CUTLASS epilogue visitor tree yet"))
                 .hint("supported: + - * /, max, min, gelu, silu, sigmoid, float constants, the accumulator at [i, j], and vectors indexed by the output row or column"));
@@ -350,7 +349,6 @@ impl<'a> Infer<'a> {
                     }
                     _ => false,
                 };
-                let _ = out;
                 if along(tiles.1, ext.1, &vars[1].name) {
                     Some(EvtNode::RowBroadcast { tensor: t })
                 } else if along(tiles.0, ext.0, &vars[0].name) {
@@ -367,19 +365,19 @@ impl<'a> Infer<'a> {
                     BinOp::Div => "cutlass::divides",
                     _ => return unsupported(self, &format!("`{}`", op.symbol())),
                 };
-                let l = self.evt(a, current, vars, out, tiles, ext)?;
-                let r = self.evt(b, current, vars, out, tiles, ext)?;
+                let l = self.evt(a, current, vars, tiles, ext)?;
+                let r = self.evt(b, current, vars, tiles, ext)?;
                 Some(EvtNode::Compute { functor, children: vec![l, r] })
             }
             ExprKind::Call(f, args) => match f.name.as_str() {
-                "f32" => self.evt(&args[0].value, current, vars, out, tiles, ext),
+                "f32" => self.evt(&args[0].value, current, vars, tiles, ext),
                 "max" | "min" => {
-                    let l = self.evt(&args[0].value, current, vars, out, tiles, ext)?;
-                    let r = self.evt(&args[1].value, current, vars, out, tiles, ext)?;
+                    let l = self.evt(&args[0].value, current, vars, tiles, ext)?;
+                    let r = self.evt(&args[1].value, current, vars, tiles, ext)?;
                     Some(EvtNode::Compute { functor: if f.name == "max" { "cutlass::maximum" } else { "cutlass::minimum" }, children: vec![l, r] })
                 }
                 "gelu" | "silu" | "sigmoid" => {
-                    let v = self.evt(&args[0].value, current, vars, out, tiles, ext)?;
+                    let v = self.evt(&args[0].value, current, vars, tiles, ext)?;
                     let functor = match f.name.as_str() {
                         "gelu" => "cutlass::epilogue::thread::GELU",
                         "silu" => "cutlass::epilogue::thread::SiLu",
@@ -390,7 +388,7 @@ impl<'a> Infer<'a> {
                 other => unsupported(self, &format!("`{other}`")),
             },
             ExprKind::Unary(UnOp::Neg, x) => {
-                let v = self.evt(x, current, vars, out, tiles, ext)?;
+                let v = self.evt(x, current, vars, tiles, ext)?;
                 Some(EvtNode::Compute { functor: "cutlass::negate", children: vec![v] })
             }
             _ => unsupported(self, "this expression"),

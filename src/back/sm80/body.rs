@@ -1,6 +1,6 @@
 //! Lowers the spec body to a flat list of template items, one per emitted block of code.
 
-use super::context::{element_alias, find_stmt, line_of, static_extents, PlainEnv};
+use super::context::{element_alias, static_extents, PlainEnv};
 use crate::ast::*;
 use crate::back::conv::{Conv, Env};
 use crate::check::Symbol;
@@ -154,7 +154,7 @@ impl Lower<'_> {
     }
 
     fn stmt(&mut self, s: &Stmt, depth: usize) {
-        let line = line_of(self.c, s.span);
+        let line = self.c.line(s.span);
         let text = self.text(s);
         match &s.kind {
             StmtKind::Clear { buf } => self.items.push(BodyItem::Clear { pad: pad(depth), line, text, target: self.fragment_or_shared(buf) }),
@@ -209,7 +209,7 @@ impl Lower<'_> {
     fn producer(&mut self, id: StmtId, var: Option<&str>) -> Option<ProducerCtx> {
         let c = self.c;
         let cp = c.plan.copies.get(&id)?;
-        let s = find_stmt(&c.spec, id)?;
+        let s = c.spec.stmt(id)?;
         let t = &c.spec.tensors[cp.tensor];
         let buf = &c.spec.buffers[cp.buffer];
         let key = t.name.name.clone();
@@ -230,7 +230,7 @@ impl Lower<'_> {
         }).collect();
         let layout = &c.plan.shared[&cp.buffer];
         Some(ProducerCtx {
-            line: line_of(c, s.span),
+            line: c.line(s.span),
             text: c.file.snippet(s.span).to_string(),
             copy_type: format!("G2SCopy{}", upper(&buf.name.name)),
             copy_var: format!("g2s_copy_{key}"),
@@ -260,7 +260,7 @@ impl Lower<'_> {
             if c.plan.shared[&buf].staged { format!(", {}", stage.unwrap_or("0")) } else { String::new() }
         };
         Some(GemmCtx {
-            line: line_of(c, s.span),
+            line: c.line(s.span),
             text: c.file.snippet(s.span).to_string(),
             tiled_mma: format!("tiled_mma{sfx}"),
             acc: c.spec.buffers[m.c].name.name.clone(),
@@ -303,7 +303,7 @@ impl Lower<'_> {
         let stages_text = stages.as_ref().map(|e| self.c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
         self.items.push(BodyItem::Pipelined(Box::new(PipelineCtx {
             pad: pad(depth),
-            line: line_of(self.c, s.span),
+            line: self.c.line(s.span),
             text: self.text(s),
             why: plan.why.clone(),
             var: var.name.clone(),
@@ -344,13 +344,13 @@ impl Lower<'_> {
                 // Narrow accumulators: compute in f32, round once.
                 format!("{t}(e) = static_cast<{}>(static_cast<float>({t}(e)) {} {v});", element_alias(&target.name), &op.symbol()[..1], t = target.name)
             };
-            assigns.push(AssignCtx { line: line_of(c, st.span), text: c.file.snippet(st.span).to_string(), code });
+            assigns.push(AssignCtx { line: c.line(st.span), text: c.file.snippet(st.span).to_string(), code });
         }
         let var_decls = vars.iter().enumerate().filter(|(i, _)| used[*i])
             .map(|(i, v)| format!("int const {} = get<{i}>(tCc{frag}(e));", v.name)).collect();
         self.items.push(BodyItem::Parallel {
             pad: pad(depth),
-            line: line_of(c, s.span),
+            line: c.line(s.span),
             text: self.text(s),
             thr_mma: format!("thr_mma{sfx}"),
             frag: frag.clone(),
@@ -372,7 +372,7 @@ impl Lower<'_> {
         let coords: Vec<String> = cp.tile_coords.iter().map(|e| self.conv.expr(e, &PlainEnv)).collect();
         self.items.push(BodyItem::Store(Box::new(StoreItem {
             pad: pad(depth),
-            line: line_of(c, s.span),
+            line: c.line(s.span),
             text: self.text(s),
             why: cp.why.clone(),
             key: t.name.name.clone(),
@@ -399,9 +399,9 @@ fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::I
                 used[i] = true;
             }
         }
-        ExprKind::Index(_, idx) => {
+        ExprKind::Index(name, idx) => {
             // Plain reads of fragments at (i, j) need no coordinates; any other index does.
-            let buffer = matches!(info.symbols.get(&_name_of(e)), Some(Symbol::Buffer(_)));
+            let buffer = matches!(info.symbols.get(&name.name), Some(Symbol::Buffer(_)));
             let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| matches!(&x.kind, ExprKind::Name(n) if *n == v.name));
             if !(plain && buffer) {
                 for i in idx {
@@ -416,12 +416,5 @@ fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::I
             mark_used(b, vars, used, info);
         }
         _ => {}
-    }
-}
-
-fn _name_of(e: &Expr) -> String {
-    match &e.kind {
-        ExprKind::Index(n, _) => n.name.clone(),
-        _ => String::new(),
     }
 }

@@ -172,10 +172,6 @@ pub fn static_extents(c: &Compiled, buffer: usize, dims: &[usize]) -> Vec<String
     dims.iter().map(|d| format!("Int<{}>{{}}", conv.expr(&b.shape[*d], &PlainEnv))).collect()
 }
 
-pub fn line_of(c: &Compiled, span: crate::diag::Span) -> usize {
-    c.file.line_col(span.start).0
-}
-
 pub fn element_alias(name: &str) -> String {
     format!("Element{}", upper_first(name))
 }
@@ -258,7 +254,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         smem_layouts.push(SmemLayoutCtx {
             name: name.clone(),
             buffer: buf.name.name.clone(),
-            line: line_of(c, buf.span),
+            line: c.line(buf.span),
             why: l.why.clone(),
             swizzle: swizzle_text(l.swizzle),
             atom_shape,
@@ -280,14 +276,14 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         let sfx = if plan.mmas.len() == 1 { String::new() } else { format!("{i}") };
         let (a, b) = (&spec.buffers[m.a], &spec.buffers[m.b]);
         let (la, lb) = (&plan.shared[&m.a], &plan.shared[&m.b]);
-        let stmt_line = find_stmt(spec, sid).map(|s| line_of(c, s.span)).unwrap_or(0);
+        let stmt_line = spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0);
         let (s2r_a_atom, s2r_a_why) = ldsm(la.k_major == Some(true), "A");
         let (s2r_b_atom, s2r_b_why) = ldsm(lb.k_major == Some(true), "B");
         let acc = &spec.buffers[m.c];
         let acc_shape = static_extents(c, m.c, &[0, 1]);
         let accumulators = vec![LineCtx {
             code: format!("Tensor {} = partition_fragment_C(tiled_mma{sfx}, make_shape({}));", acc.name.name, acc_shape.join(", ")),
-            comment: format!("fragment `{}` (spec line {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, line_of(c, acc.span), cpp_type(acc.dtype.0)),
+            comment: format!("fragment `{}` (spec line {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, c.line(acc.span), cpp_type(acc.dtype.0)),
         }];
         let sa = if la.staged { format!("s{}(_, _, 0)", a.name.name) } else { format!("s{}", a.name.name) };
         let sb = if lb.staged { format!("s{}(_, _, 0)", b.name.name) } else { format!("s{}", b.name.name) };
@@ -342,7 +338,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let mut stores = Vec::new();
     let mut staging_storage = Vec::new();
     for (&sid, cp) in &plan.copies {
-        let line = find_stmt(spec, sid).map(|s| line_of(c, s.span)).unwrap_or(0);
+        let line = spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0);
         match cp.kind {
             CopyKind::GlobalToShared => {
                 let buf = &spec.buffers[cp.buffer];
@@ -508,27 +504,8 @@ fn mode_names(c: &Compiled, b: usize, l: &crate::layout::SharedLayout) -> Vec<St
 fn stage_count_text(c: &Compiled, b: usize) -> String {
     // The pipelined loop that fills `b` wrote its stage count as an expression: print it.
     let name = &c.spec.buffers[b].name.name;
-    let mut text = None;
-    c.spec.walk(&mut |s| {
-        if let StmtKind::Loop { kind: LoopKind::Pipelined, stages: Some(st), body, .. } = &s.kind {
-            let fills = body.iter().any(|x| matches!(&x.kind, StmtKind::Copy { dst, .. } if dst.name.name == *name));
-            if fills && text.is_none() {
-                text = Some(c.file.snippet(st.span).to_string());
-            }
-        }
-    });
-    text.unwrap_or_else(|| c.plan.shared[&b].stages.to_string())
-}
-
-/// Finds a statement by its id.
-pub fn find_stmt(spec: &Spec, id: StmtId) -> Option<&Stmt> {
-    let mut found = None;
-    spec.walk(&mut |s| {
-        if s.id == id {
-            found = Some(s);
-        }
-    });
-    found
+    let fills = |body: &[Stmt]| body.iter().any(|x| matches!(&x.kind, StmtKind::Copy { dst, .. } if dst.name.name == *name));
+    c.spec.pipelined_stages(fills).map(|st| c.file.snippet(st.span).to_string()).unwrap_or_else(|| c.plan.shared[&b].stages.to_string())
 }
 
 fn find_decl_span(spec: &Spec, name: &str) -> Option<crate::diag::Span> {

@@ -7,7 +7,6 @@
 
 mod body;
 mod context;
-pub use context::find_stmt;
 
 use super::OutputFile;
 use crate::diag::Diagnostic;

@@ -165,7 +165,7 @@ pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
 fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let spec = &c.spec;
     let (ta, tb, td) = (&spec.tensors[p.a], &spec.tensors[p.b], &spec.tensors[p.d]);
-    let line = |span: crate::diag::Span| c.file.line_col(span.start).0;
+    let line = |span: crate::diag::Span| c.line(span);
     let mut gemm_line = 0;
     let mut epilogue_lines = Vec::new();
     spec.walk(&mut |s| match &s.kind {
@@ -196,8 +196,6 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     });
     // Names of M, N, K as the launcher knows them.
     let (m, n) = (dim(&td.shape[0]), dim(&td.shape[1]));
-    let a_k_dim = if p.layouts.0 == "RowMajor" { ta.shape.len() - 1 } else { 0 };
-    let _ = a_k_dim;
     let k = {
         // K is the A dimension that is not M.
         let a_dims: Vec<String> = ta.shape.iter().map(dim).collect();
@@ -230,12 +228,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         args.pop();
     }
     let t = p.tile;
-    let mut stages_name = p.stages.to_string();
-    spec.walk(&mut |s| {
-        if let crate::ast::StmtKind::Loop { kind: crate::ast::LoopKind::Pipelined, stages: Some(st), .. } = &s.kind {
-            stages_name = c.file.snippet(st.span).to_string();
-        }
-    });
+    let stages_name = spec.pipelined_stages(|_| true).map_or_else(|| p.stages.to_string(), |st| c.file.snippet(st.span).to_string());
     let ext = |v: i64, name: &str| if spec.constants.iter().any(|k| k.name.name == name && matches!(k.value.kind, crate::ast::ExprKind::Int(x) if x == v)) { format!("Int<{name}>") } else { format!("Int<{v}>") };
     let doc_launch = format!(
         "persistent grid of at most one CTA per SM, in {}x{} clusters, 384 threads (one producer and two consumer warpgroups), about {} bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`",
