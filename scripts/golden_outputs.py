@@ -68,7 +68,25 @@ def gemm_bias_gelu(t):
     return {"C": 0.5 * (0.5 * x * (1.0 + erf(x / math.sqrt(2.0))))}
 
 
+def attention(causal):
+    """softmax(Q·Kᵀ/sqrt(D))·V over [batch, seq, heads, dim] tensors, in float64."""
+    def reference(t):
+        q, k, v = (np.transpose(t[n], (0, 2, 1, 3)) for n in "QKV")  # -> [B, H, S, D]
+        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+        if causal:
+            rows, cols = np.indices(s.shape[-2:])
+            s = np.where(cols <= rows, s, -np.inf)
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        o = (p / p.sum(axis=-1, keepdims=True)) @ v
+        return {"O": np.transpose(o, (0, 2, 1, 3))}
+    return reference
+
+
 REFERENCES = {
+    "flash_attention_fwd_bf16": attention(causal=False),
+    "flash_attention_fwd_causal_bf16": attention(causal=True),
+    "flash_attention_fwd_d64_bf16": attention(causal=False),
+    "flash_attention_fwd_f16": attention(causal=False),
     "gemm_bias_gelu_bf16": gemm_bias_gelu,
     "gemm_bf16": gemm,
     "gemm_f16": gemm,
@@ -82,7 +100,14 @@ GEMM_CASES = [
     ("row_1x8x8", {"M": 1, "N": 8, "K": 8}),
     ("tiles_200x264x72", {"M": 200, "N": 264, "K": 72}),
 ]
-CASES = {name: GEMM_CASES for name in REFERENCES}
+# Attention: a ragged sequence (not a multiple of either tile), several heads and batches,
+# and a sequence shorter than one key tile.
+ATTENTION_CASES = [
+    ("ragged_b2_s200_h3", {"B": 2, "S": 200, "H": 3}),
+    ("short_b1_s17_h2", {"B": 1, "S": 17, "H": 2}),
+    ("tiles_b1_s256_h1", {"B": 1, "S": 256, "H": 1}),
+]
+CASES = {name: ATTENTION_CASES if name.startswith("flash_attention") else GEMM_CASES for name in REFERENCES}
 
 
 def tolerance(spec):

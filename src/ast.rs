@@ -171,6 +171,10 @@ pub enum ExprKind {
     Unary(UnOp, Box<Expr>),
     /// `a + b`, ...
     Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `start:` inside a copy's tile origin: a dimension the tile spans (`:` is `0:`).
+    /// The front end moves slices into [`Operand::tile_dims`]; anywhere else the checker
+    /// rejects them.
+    Slice(Box<Expr>),
 }
 
 /// A call argument, positional or `key=value`.
@@ -203,6 +207,9 @@ pub struct Operand {
     pub name: Ident,
     /// The origin, for a tensor tile.
     pub origin: Option<Vec<Expr>>,
+    /// The origin's dimensions the tile spans, when the origin has slices
+    /// (`Q[b, m0:, h, :]` spans dims 1 and 3, and fixes the others); `None`: all of them.
+    pub tile_dims: Option<Vec<usize>>,
     /// The whole operand's text.
     pub span: Span,
 }
@@ -254,9 +261,42 @@ impl AssignOp {
     }
 }
 
+/// Reductions along one dimension of a fragment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// `reduce_max`
+    Max,
+    /// `reduce_sum`
+    Sum,
+}
+
+impl ReduceOp {
+    /// The statement's name.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            ReduceOp::Max => "reduce_max",
+            ReduceOp::Sum => "reduce_sum",
+        }
+    }
+}
+
 /// Statement forms.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StmtKind {
+    /// `reduce_max(src, dst, dim=1, clear=true)`: dst = reduction of src along `dim`
+    /// (combined with dst's old values when `clear=false`).
+    Reduce {
+        /// Which reduction.
+        op: ReduceOp,
+        /// The 2-D fragment reduced.
+        src: Ident,
+        /// The 1-D fragment written.
+        dst: Ident,
+        /// The dimension reduced away, and where it was written.
+        dim: (i64, crate::diag::Span),
+        /// Start from the identity (true) or from dst's values (false).
+        clear: bool,
+    },
     /// `copy(src, dst)`: extents come from the buffer side.
     Copy {
         /// Source.

@@ -37,8 +37,11 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "    atom {}; tile {}x{}x{} in {} k-block(s) of 16", m.atom, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks);
         let _ = writeln!(o, "    warps {}x{} (M x N); TiledMma permutation {}x{}x{}", m.warps.0, m.warps.1, m.tile.0, m.tile.1, m.tile.2);
         let _ = writeln!(o, "    why: {}", m.why);
+        if m.a_in_registers {
+            let _ = writeln!(o, "    A = `{}`: read from registers (the producing gemm's accumulator layout; two m16n8 accumulator blocks form one m16k16 A operand, no shared round trip)", spec.buffers[m.a].name.name);
+        }
         for (role, buf) in [("A", m.a), ("B", m.b)] {
-            let l = &plan.shared[&buf];
+            let Some(l) = plan.shared.get(&buf) else { continue };
             let ldsm = if l.k_major == Some(true) { "SM75_U32x4_LDSM_N (ldmatrix.x4)" } else { "SM75_U16x8_LDSM_T (ldmatrix.x4.trans)" };
             let _ = writeln!(o, "    {role} = `{}`: {} -> registers via {ldsm}", spec.buffers[buf].name.name, if l.k_major == Some(true) { "K-major" } else { "MN-major" });
         }
@@ -62,6 +65,11 @@ pub fn explain(c: &Compiled) -> String {
                 }
                 FragmentLayout::Striped { per_thread } => {
                     let _ = writeln!(o, "striped over threads ({per_thread} per thread)");
+                }
+                FragmentLayout::RowStats { gemm } => {
+                    let m = &plan.mmas[gemm];
+                    let _ = writeln!(o, "row statistics of the gemm at spec {}: {} rows per thread (2 per 16-row MMA tile), each value held by the 4 lanes of a quad",
+                        line_of_stmt(*gemm), 2 * m.mnk.0 / (16 * m.warps.0));
                 }
             }
         } else {

@@ -40,7 +40,10 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
     let elems = |t: &crate::ast::Tensor| {
         t.shape.iter().map(|d| match d {
             Dim::Fixed(v, _) => format!("size_t({v})"),
-            Dim::Named(i) => format!("size_t({})", i.name),
+            Dim::Named(i) => match c.info.const_int(&i.name) {
+                Some(v) => format!("size_t({v})"),  // a spec constant: not a name in the harness
+                None => format!("size_t({})", i.name),
+            },
         }).collect::<Vec<_>>().join(" * ")
     };
     let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0) };

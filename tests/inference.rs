@@ -133,3 +133,51 @@ fn sm90a_maps_majorness_and_refuses_what_it_cannot_lower() {
     let errs = compile_for(masked, Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("cannot express `exp2`"), "{errs}");
 }
+
+fn attention() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_bf16.yaml")).unwrap()
+}
+
+#[test]
+fn attention_keeps_rows_in_warps_and_feeds_p_from_registers() {
+    let c = compile(attention()).unwrap();
+    let buffer = |n: &str| c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
+    let mmas: Vec<_> = c.plan.mmas.iter().collect();
+    assert_eq!(mmas.len(), 2);
+    let (&qk, s) = mmas[0];
+    let (_, pv) = mmas[1];
+    // Reduced rows and register operands need every row inside one warp: 4x1, not the
+    // squarer 2x2 a plain 128x64 gemm would get.
+    assert_eq!(s.warps, (4, 1));
+    assert_eq!(pv.warps, (4, 1));
+    assert!(!s.a_in_registers);
+    assert!(pv.a_in_registers, "P·V reads P from registers");
+    assert_eq!(c.plan.fragments[&buffer("P_f")], FragmentLayout::MmaAccumulator { gemm: qk });
+    // m is fixed by the reduction; m_prev, l and alpha through the parallel blocks.
+    for n in ["m", "m_prev", "l", "alpha"] {
+        assert_eq!(c.plan.fragments[&buffer(n)], FragmentLayout::RowStats { gemm: qk }, "{n}");
+    }
+    // The 2-D tiles of the 4-D tensors: batch and head indices fixed, seq and dim spanned.
+    let q = c.plan.copies.values().find(|cp| cp.buffer == buffer("Q_s")).unwrap();
+    assert_eq!(q.kind, CopyKind::GlobalToShared);
+    assert_eq!(q.fixed.iter().map(|(d, _)| *d).collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(q.vector_elems, 8);
+    // V is the B operand of P·V stored [k, n]: MN-major in shared memory (ldmatrix.trans).
+    assert_eq!(c.plan.shared[&buffer("V_s")].k_major, Some(false));
+    assert_eq!(c.plan.shared[&buffer("K_s")].k_major, Some(true));
+    let p = c.plan.pipelines.values().next().unwrap();
+    assert_eq!(p.mode, PipelineMode::Multistage);
+    assert_eq!(p.producers.len(), 2);
+}
+
+#[test]
+fn attention_without_row_reductions_in_warps_is_a_conflict() {
+    // The row max read at the column index needs other threads' registers.
+    let text = attention().replace("O_f[i, j] *= alpha[i]", "O_f[i, j] *= alpha[j]");
+    let errs = compile(text).unwrap_err().join("\n");
+    assert!(errs.contains("read at another index than the block's row index `i`"), "{errs}");
+    // A rank-reducing copy must span the contiguous (last) dimension.
+    let text = attention().replace("copy(K[bz, t*block_N:, by, :], K_s)", "copy(K[bz, t*block_N:, by:, 0], K_s)");
+    let errs = compile(text).unwrap_err().join("\n");
+    assert!(errs.contains("does not span its contiguous dimension"), "{errs}");
+}

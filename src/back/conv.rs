@@ -37,7 +37,7 @@ impl Conv<'_> {
     pub fn is_float(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Float(..) => true,
-            ExprKind::Int(_) | ExprKind::Bool(_) => false,
+            ExprKind::Int(_) | ExprKind::Bool(_) | ExprKind::Slice(_) => false,
             ExprKind::Name(n) => matches!(self.info.symbols.get(n), Some(Symbol::Constant(ConstValue::Float(..)))),
             ExprKind::Index(name, _) => match self.info.symbols.get(&name.name) {
                 Some(Symbol::Tensor(t)) => self.spec.tensors[*t].dtype.0.is_float(),
@@ -83,6 +83,7 @@ impl Conv<'_> {
             }
             ExprKind::Binary(op, a, b) => format!("{} {} {}", self.operand(a, *op, env), op.symbol(), self.operand(b, *op, env)),
             ExprKind::Call(f, args) => self.call(e, f, args, env),
+            ExprKind::Slice(_) => "/* slice */ 0".into(),
         }
     }
 
@@ -123,7 +124,7 @@ impl Conv<'_> {
             "select" => format!("({} ? {} : {})", a[0], a[1], a[2]),
             "abs" if any_float => format!("fabsf({})", a[0]),
             "abs" => format!("({0} < 0 ? -{0} : {0})", a[0]),
-            "exp2" => format!("exp2f({})", a[0]),
+            "exp2" => format!("fast_exp2({})", a[0]),
             "exp" => format!("expf({})", a[0]),
             "log2" => format!("log2f({})", a[0]),
             "log" => format!("logf({})", a[0]),
@@ -178,6 +179,11 @@ fn prec(op: BinOp) -> u8 {
 
 /// A float literal spelled as a C++ `float` literal: `0.0` → `0.0f`, `1e3` → `1e3f`, `2.` → `2.f`.
 pub fn float_literal(lit: &str) -> String {
+    match lit {
+        "inf" => return "INFINITY".into(),
+        "-inf" => return "-INFINITY".into(),
+        _ => {}
+    }
     let mut s = lit.to_string();
     if s.starts_with('.') {
         s.insert(0, '0');
@@ -197,6 +203,7 @@ mod tests {
         assert_eq!(float_literal("0.0"), "0.0f");
         assert_eq!(float_literal(".5"), "0.5f");
         assert_eq!(float_literal("1e-3"), "1e-3f");
+        assert_eq!(float_literal("-inf"), "-INFINITY");
     }
 }
 
@@ -205,6 +212,9 @@ pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str,
     match &e.kind {
         ExprKind::Call(f, args) => {
             match f.name.as_str() {
+                "exp2" => {
+                    out.insert("fast_exp2", "// 2^x in one MUFU.EX2 (ex2.approx.ftz: relative error below 2^-22, results below\n// 2^-126 flush to zero): the exp2 of softmax, without exp2f's range fix-ups.\nCUTE_DEVICE float fast_exp2(float x) {\n  float y;\n  asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}");
+                }
                 "gelu" => {
                     out.insert("gelu_erf", "// GELU, exact (erf) form: x/2 * (1 + erf(x/sqrt(2))).\nCUTE_DEVICE float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }");
                 }

@@ -85,6 +85,11 @@ impl Checker<'_> {
             ExprKind::Int(_) => Some(Ty::Int),
             ExprKind::Float(..) => Some(Ty::Float),
             ExprKind::Bool(_) => Some(Ty::Bool),
+            ExprKind::Slice(_) => {
+                self.err(Diagnostic::error(e.span, "a slice `start:` marks a tile dimension and belongs only in a copy's tensor origin")
+                    .hint("index with a plain expression here"));
+                None
+            }
             ExprKind::Name(n) => {
                 let ident = Ident { name: n.clone(), span: e.span };
                 match self.resolve(&ident)? {

@@ -24,6 +24,7 @@ impl Checker<'_> {
             StmtKind::Clear { buf } => {
                 self.buffer(buf, "clear");
             }
+            StmtKind::Reduce { op, src, dst, dim, .. } => self.reduce(*op, src, dst, *dim),
             StmtKind::Fill { buf, value } => {
                 if let Some(b) = self.buffer(buf, "fill") {
                     let want = if self.spec.buffers[b].dtype.0.is_float() { Ty::Float } else { Ty::Int };
@@ -136,14 +137,31 @@ impl Checker<'_> {
                 let (tensor, buffer) = (&spec.tensors[t], &spec.buffers[buf]);
                 let shape = self.info.buffer_shapes[buf].clone();
                 let tile = if matches!(a, Side::Global(_)) { src } else { dst };
-                if shape.len() != tensor.shape.len() {
+                let tile_dims: Vec<usize> = tile.tile_dims.clone().unwrap_or_else(|| (0..tensor.shape.len()).collect());
+                if tile.tile_dims.is_some() && shape.len() != tile_dims.len() {
+                    self.err(Diagnostic::error(tile.span, format!(
+                        "the tile of `{}` spans {} dimension{} (the slices `start:`), but buffer `{}` is {}-D",
+                        tensor.name.name, tile_dims.len(), if tile_dims.len() == 1 { "" } else { "s" }, buffer.name.name, shape.len()))
+                        .label(buffer.shape_span, "buffer shape declared here")
+                        .hint(format!("mark exactly {} of the origin's indices as slices", shape.len())));
+                    return;
+                }
+                if shape.len() != tile_dims.len() {
                     self.err(Diagnostic::error(s.span, format!(
                         "copy between `{}` ({}-D) and buffer `{}` ({}-D): ranks differ",
                         tensor.name.name, tensor.shape.len(), buffer.name.name, shape.len()))
-                        .label(buffer.shape_span, "buffer shape declared here"));
+                        .label(buffer.shape_span, "buffer shape declared here")
+                        .hint(if shape.len() < tensor.shape.len() {
+                            let example: Vec<&str> = (0..tensor.shape.len()).map(|d| if d + shape.len() < tensor.shape.len() { "0" } else { "0:" }).collect();
+                            format!("to copy a {}-D tile of a {}-D tensor, mark the tile's dimensions as slices (`start:`); the other indices stay fixed, e.g. `{}[{}]`",
+                                shape.len(), tensor.shape.len(), tensor.name.name, example.join(", "))
+                        } else {
+                            "give the buffer the tensor's rank".to_string()
+                        }));
                     return;
                 }
-                for (d, extent) in tensor.shape.iter().zip(&shape) {
+                let tile_shape: Vec<&Dim> = tile_dims.iter().map(|d| &tensor.shape[*d]).collect();
+                for (d, extent) in tile_shape.into_iter().zip(&shape) {
                     if let Dim::Fixed(v, _) = d {
                         if extent > v {
                             self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
@@ -185,6 +203,41 @@ impl Checker<'_> {
                         .hint("only copies whose source is a fragment convert"));
                 }
             }
+        }
+    }
+
+    fn reduce(&mut self, op: ReduceOp, src: &Ident, dst: &Ident, dim: (i64, crate::diag::Span)) {
+        let (is, id) = (self.buffer(src, op.keyword()), self.buffer(dst, op.keyword()));
+        let (Some(is), Some(id)) = (is, id) else { return };
+        let spec = self.spec;
+        let (bs, bd) = (&spec.buffers[is], &spec.buffers[id]);
+        for (b, ident) in [(bs, src), (bd, dst)] {
+            if b.scope.0 != Scope::Fragment {
+                self.err(Diagnostic::error(ident.span, format!("`{}` reduces fragments, and `{}` is in {} memory", op.keyword(), ident.name, b.scope.0.name()))
+                    .label(b.scope.1, "scope declared here")
+                    .hint("copy the tile into a fragment first, or declare the buffer with `scope: fragment`"));
+            }
+            if !b.dtype.0.is_float() {
+                self.err(Diagnostic::error(ident.span, format!("`{}` works on floating-point fragments; `{}` is {}", op.keyword(), ident.name, b.dtype.0)));
+            }
+        }
+        let (ss, sd) = (self.info.buffer_shapes[is].clone(), self.info.buffer_shapes[id].clone());
+        if ss.len() != 2 {
+            self.err(Diagnostic::error(src.span, format!("`{}` reduces a 2-D fragment; `{}` is {}-D", op.keyword(), src.name, ss.len()))
+                .label(bs.shape_span, "shape declared here"));
+            return;
+        }
+        if dim.0 != 0 && dim.0 != 1 {
+            self.err(Diagnostic::error(dim.1, format!("`dim` must be 0 or 1 for the 2-D fragment `{}`, found {}", src.name, dim.0))
+                .hint("dim=1 reduces each row to one value (row statistics)"));
+            return;
+        }
+        let want = ss[1 - dim.0 as usize];
+        if sd.len() != 1 || sd[0] != want {
+            self.err(Diagnostic::error(dst.span, format!(
+                "reducing `{}` {:?} along dim {} gives [{want}] values, but `{}` is {:?}", src.name, ss, dim.0, dst.name, sd))
+                .label(bd.shape_span, "shape declared here")
+                .hint(format!("declare `{}` with shape [{want}]", dst.name)));
         }
     }
 

@@ -7,8 +7,9 @@
 //! cmp     := sum (('<'|'<='|'>'|'>='|'=='|'!=') sum)?
 //! sum     := term (('+'|'-') term)* ;  term := unary (('*'|'/'|'%') unary)*
 //! unary   := ('-'|'!') unary | postfix
-//! postfix := NAME '(' args? ')' | NAME '[' expr (',' expr)* ']' | primary
-//! primary := INT | FLOAT | true | false | NAME | '(' expr ')'
+//! postfix := NAME '(' args? ')' | NAME '[' index (',' index)* ']' | primary
+//! index   := expr | expr ':' | ':'             (slices: tile dims of a copy's origin)
+//! primary := INT | FLOAT | inf | true | false | NAME | '(' expr ')'
 //! args    := arg (',' arg)* ;  arg := (NAME '=')? expr
 //! ```
 //! Requires: the string and the byte offset of its first character in the file (or none,
@@ -32,9 +33,9 @@ struct Lexer<'a> {
     pos: usize,
 }
 
-const PUNCTS: [&str; 23] = [
+const PUNCTS: [&str; 24] = [
     "<=", ">=", "==", "!=", "&&", "||", "+=", "-=", "*=", "(", ")", "[", "]", ",", "+", "-", "*", "/",
-    "%", "<", ">", "=", "!",
+    "%", "<", ">", "=", "!", ":",
 ];
 
 impl Lexer<'_> {
@@ -299,6 +300,7 @@ impl ExprParser {
             Tok::Int(v) => Ok(Expr { kind: ExprKind::Int(v), span }),
             Tok::Float(v, lit) => Ok(Expr { kind: ExprKind::Float(v, lit), span }),
             Tok::Name(n) if n == "true" || n == "false" => Ok(Expr { kind: ExprKind::Bool(n == "true"), span }),
+            Tok::Name(n) if n == "inf" => Ok(Expr { kind: ExprKind::Float(f64::INFINITY, n), span }),
             Tok::Name(name) => {
                 let ident = Ident { name: name.clone(), span };
                 if self.eat("(") {
@@ -316,9 +318,9 @@ impl ExprParser {
                     let end = self.toks[self.pos.saturating_sub(1)].2;
                     Ok(Expr { kind: ExprKind::Call(ident, args), span: span.to(self.span(end - 1, end)) })
                 } else if self.eat("[") {
-                    let mut idx = vec![self.expr()?];
+                    let mut idx = vec![self.index()?];
                     while self.eat(",") {
-                        idx.push(self.expr()?);
+                        idx.push(self.index()?);
                     }
                     let end = self.expect("]")?;
                     Ok(Expr { kind: ExprKind::Index(ident, idx), span: span.to(self.span(end - 1, end)) })
@@ -336,6 +338,29 @@ impl ExprParser {
                 Err(self.unexpected("a value (a name, a number or `(`)"))
             }
         }
+    }
+
+    /// One index inside `[...]`: an expression, or a slice `start:` / `:` that marks a tile
+    /// dimension of a copy's origin (the extent comes from the buffer).
+    fn index(&mut self) -> Result<Expr, Diagnostic> {
+        if matches!(self.peek(), Tok::Punct(":")) {
+            let span = self.tok_span();
+            self.bump();
+            let zero = Expr { kind: ExprKind::Int(0), span };
+            return Ok(Expr { kind: ExprKind::Slice(Box::new(zero)), span });
+        }
+        let start = self.expr()?;
+        if matches!(self.peek(), Tok::Punct(":")) {
+            let colon = self.tok_span();
+            self.bump();
+            if !matches!(self.peek(), Tok::Punct(",") | Tok::Punct("]")) {
+                return Err(Diagnostic::error(self.tok_span(), "a tile slice has no end: the extent comes from the buffer")
+                    .hint("write `start:` (or `:` for a tile at 0)"));
+            }
+            let span = start.span.to(colon);
+            return Ok(Expr { kind: ExprKind::Slice(Box::new(start)), span });
+        }
+        Ok(start)
     }
 
     fn arg(&mut self) -> Result<Arg, Diagnostic> {

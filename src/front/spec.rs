@@ -6,7 +6,7 @@ use crate::ast::*;
 use crate::diag::{did_you_mean, Diagnostic, SourceFile, Span};
 
 /// The statement keywords, for suggestions.
-pub const STATEMENTS: [&str; 4] = ["copy", "gemm", "clear", "fill"];
+pub const STATEMENTS: [&str; 6] = ["copy", "gemm", "clear", "fill", "reduce_max", "reduce_sum"];
 /// The block keywords, for suggestions.
 pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
 const TOP_KEYS: [&str; 9] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body", "targets"];
@@ -483,8 +483,18 @@ impl Cx {
 
     fn operand(&mut self, e: Expr) -> Option<Operand> {
         match e.kind {
-            ExprKind::Name(n) => Some(Operand { name: Ident { name: n, span: e.span }, origin: None, span: e.span }),
-            ExprKind::Index(name, idx) => Some(Operand { name, origin: Some(idx), span: e.span }),
+            ExprKind::Name(n) => Some(Operand { name: Ident { name: n, span: e.span }, origin: None, tile_dims: None, span: e.span }),
+            ExprKind::Index(name, idx) => {
+                let mut dims = Vec::new();
+                let origin = idx.into_iter().enumerate().map(|(d, x)| match x.kind {
+                    ExprKind::Slice(start) => {
+                        dims.push(d);
+                        *start
+                    }
+                    _ => x,
+                }).collect();
+                Some(Operand { name, origin: Some(origin), tile_dims: (!dims.is_empty()).then_some(dims), span: e.span })
+            }
             _ => {
                 self.err(Diagnostic::error(e.span, "a copy operand is a buffer name (`A_s`) or a tensor tile origin (`A[by*block_M, k*block_K]`)"));
                 None
@@ -532,6 +542,26 @@ impl Cx {
                 let ta = self.flag(&kw, "transpose_a")?;
                 let tb = self.flag(&kw, "transpose_b")?;
                 Some(StmtKind::Gemm { a: a?, b: b?, c: c?, transpose_a: ta, transpose_b: tb })
+            }
+            "reduce_max" | "reduce_sum" => {
+                let op = if func.name == "reduce_max" { ReduceOp::Max } else { ReduceOp::Sum };
+                let (mut p, kw) = self.positional(&func, args, 2, &["dim", "clear"], span)?;
+                let dst = p.pop()?;
+                let src = p.pop()?;
+                let (src, dst) = (self.buffer_name(src, "a reduction's source"), self.buffer_name(dst, "a reduction's destination"));
+                let dim = match kw.iter().find(|(k, _)| k.name == "dim") {
+                    None => (1, func.span),
+                    Some((_, Expr { kind: ExprKind::Int(v), span })) => (*v, *span),
+                    Some((_, e)) => {
+                        self.err(Diagnostic::error(e.span, "`dim` must be an integer literal").hint("write `dim=1` to reduce along the columns"));
+                        return None;
+                    }
+                };
+                let clear = match kw.iter().find(|(k, _)| k.name == "clear") {
+                    None => true,
+                    Some(_) => self.flag(&kw, "clear")?,
+                };
+                Some(StmtKind::Reduce { op, src: src?, dst: dst?, dim, clear })
             }
             "clear" => {
                 let (mut p, _) = self.positional(&func, args, 1, &[], span)?;

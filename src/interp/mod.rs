@@ -193,6 +193,29 @@ impl Machine<'_> {
                 self.buffers[b].iter_mut().for_each(|x| *x = v);
             }
             StmtKind::Copy { src, dst } => self.copy(s, src, dst)?,
+            StmtKind::Reduce { op, src, dst, dim, clear } => {
+                let (is, id) = (self.buffer_of(&src.name), self.buffer_of(&dst.name));
+                let shape = self.info.buffer_shapes[is].clone();
+                let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+                let dtype = self.spec.buffers[id].dtype.0;
+                let outer = if dim.0 == 1 { rows } else { cols };
+                let inner = if dim.0 == 1 { cols } else { rows };
+                for o in 0..outer {
+                    let mut acc = match (clear, op) {
+                        (false, _) => self.buffers[id][o],
+                        (true, ReduceOp::Max) => f64::NEG_INFINITY,
+                        (true, ReduceOp::Sum) => 0.0,
+                    };
+                    for i in 0..inner {
+                        let v = if dim.0 == 1 { self.buffers[is][o * cols + i] } else { self.buffers[is][i * cols + o] };
+                        acc = match op {
+                            ReduceOp::Max => acc.max(v),
+                            ReduceOp::Sum => f32r(acc + v),
+                        };
+                    }
+                    self.buffers[id][o] = round_to(dtype, acc);
+                }
+            }
             StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => self.gemm(a, b, c, *transpose_a, *transpose_b),
             StmtKind::Loop { var, count, body, .. } => {
                 let n = self.eval(count)?.i();
@@ -289,13 +312,14 @@ impl Machine<'_> {
                 let origin_ops = if st.is_some() { src } else { dst };
                 let origin: Vec<i64> = origin_ops.origin.iter().flatten().map(|e| self.eval(e).map(Value::i)).collect::<Result<_, _>>()?;
                 let shape = self.info.buffer_shapes[b].clone();
+                let tile_dims: Vec<usize> = origin_ops.tile_dims.clone().unwrap_or_else(|| (0..origin.len()).collect());
                 let n: i64 = shape.iter().product();
                 let bdt = spec.buffers[b].dtype.0;
                 for linear in 0..n {
                     let mut rest = linear;
-                    let mut coord = vec![0i64; shape.len()];
+                    let mut coord = origin.clone();
                     for d in (0..shape.len()).rev() {
-                        coord[d] = origin[d] + rest % shape[d];
+                        coord[tile_dims[d]] += rest % shape[d];
                         rest /= shape[d];
                     }
                     let off = self.tensor_offset(tensor, &coord);
@@ -351,6 +375,7 @@ impl Machine<'_> {
             ExprKind::Int(v) => Value::Int(*v),
             ExprKind::Float(v, _) => Value::Float(f32r(*v)),
             ExprKind::Bool(b) => Value::Bool(*b),
+            ExprKind::Slice(_) => return Err(self.fail(e.span, "a slice outside a copy origin")),
             ExprKind::Name(n) => match self.info.symbols.get(n) {
                 Some(Symbol::Constant(ConstValue::Int(v))) => Value::Int(*v),
                 Some(Symbol::Constant(ConstValue::Float(v, _))) => Value::Float(f32r(*v)),

@@ -33,8 +33,11 @@ pub struct CopyPlan {
     pub tensor: usize,
     /// The buffer.
     pub buffer: usize,
-    /// The tile's coordinate along each spec dimension (origin / extent).
+    /// The tile's coordinate along each buffer dimension (origin / extent).
     pub tile_coords: Vec<Expr>,
+    /// Tensor dimensions the copy does not span, with their fixed index (`Q[b, m0:, h, :]`
+    /// fixes dims 0 and 2): the tile is taken from the tensor sliced at these.
+    pub fixed: Vec<(usize, Expr)>,
     /// Spec dims in the CuTe mode order the copy works in.
     pub cute_dims: Vec<usize>,
     /// Tile extents in CuTe order.
@@ -100,6 +103,27 @@ impl Infer<'_> {
         }
     }
 
+    /// The tensor dimensions a copy operand's tile spans, in buffer-dimension order.
+    fn tile_dims(&self, op: &Operand, tensor: usize) -> Vec<usize> {
+        op.tile_dims.clone().unwrap_or_else(|| (0..self.spec.tensors[tensor].shape.len()).collect())
+    }
+
+    /// The buffer dimension that lies along the tensor's contiguous dimension, or an error
+    /// when the tile does not span it (every element would be a separate transaction).
+    fn tile_contiguous(&mut self, op: &Operand, tensor: usize) -> Option<usize> {
+        let c = self.contiguous_dim(tensor);
+        let dims = self.tile_dims(op, tensor);
+        let found = dims.iter().position(|d| *d == c);
+        if found.is_none() {
+            let t = &self.spec.tensors[tensor];
+            self.err(Diagnostic::error(op.span, format!(
+                "this tile of `{}` does not span its contiguous dimension (dim {c}), so it cannot be moved in vectors",
+                t.name.name))
+                .hint(format!("make dim {c} one of the tile's slices (`:`)")));
+        }
+        found
+    }
+
     pub(super) fn shared_layouts(&mut self) {
         let parents = self.pipelined_parent();
         let stmts = self.statements();
@@ -120,7 +144,7 @@ impl Infer<'_> {
             });
             let fill = stmts.iter().find_map(|s| match &s.kind {
                 StmtKind::Copy { src, dst } if dst.name.name == buf.name.name => {
-                    self.tensor_index(&src.name.name).map(|t| (s.id, t))
+                    self.tensor_index(&src.name.name).map(|t| (s.id, t, src))
                 }
                 _ => None,
             });
@@ -129,9 +153,14 @@ impl Infer<'_> {
                 None => ((0..shape.len()).collect(), "not a gemm operand".to_string()),
             };
             let contiguous_dim = match fill {
-                Some((_, t)) => {
-                    why.push_str(&format!("; dim {} contiguous to match `{}` so cp.async moves 16-byte vectors", self.contiguous_dim(t), self.spec.tensors[t].name.name));
-                    self.contiguous_dim(t)
+                Some((s, t, op)) => {
+                    let Some(d) = self.tile_contiguous(op, t) else {
+                        self.failed_stmts.insert(s);
+                        self.failed_buffers.insert(i);
+                        continue;
+                    };
+                    why.push_str(&format!("; dim {d} contiguous to match `{}` so cp.async moves 16-byte vectors", self.spec.tensors[t].name.name));
+                    d
                 }
                 None => {
                     let d = cute_dims.last().copied().unwrap_or(0);
@@ -163,7 +192,7 @@ impl Infer<'_> {
                         .hint("use extents that are multiples of 8 (and of 64 along the contiguous dimension, or at most 64)"));
                 }
             }
-            let parent = fill.and_then(|(s, _)| parents.get(&s));
+            let parent = fill.and_then(|(s, _, _)| parents.get(&s));
             let staged = parent.is_some();
             let stages = parent.and_then(|p| self.info.stages.get(p)).copied().unwrap_or(1);
             let elems: i64 = shape.iter().product();
@@ -183,10 +212,14 @@ impl Infer<'_> {
         }
     }
 
-    fn tile_coords(&mut self, op: &Operand, shape: &[i64]) -> Option<Vec<Expr>> {
+    /// The tile coordinates along the buffer's dimensions, and the fixed indices of the
+    /// tensor dimensions the tile does not span.
+    fn tile_coords(&mut self, op: &Operand, tensor: usize, shape: &[i64]) -> Option<(Vec<Expr>, Vec<(usize, Expr)>)> {
         let origin = op.origin.as_ref()?;
+        let dims = self.tile_dims(op, tensor);
+        let fixed = (0..origin.len()).filter(|d| !dims.contains(d)).map(|d| (d, origin[d].clone())).collect();
         let mut coords = Vec::new();
-        for (e, ext) in origin.iter().zip(shape) {
+        for (e, ext) in dims.iter().map(|d| &origin[*d]).zip(shape) {
             let c = match &e.kind {
                 ExprKind::Int(0) => Some(Expr { kind: ExprKind::Int(0), span: e.span }),
                 ExprKind::Binary(BinOp::Mul, x, y) => {
@@ -209,7 +242,7 @@ impl Infer<'_> {
                 }
             }
         }
-        Some(coords)
+        Some((coords, fixed))
     }
 
     fn require_alignment(&mut self, tensor: usize, v: i64, why: String) {
@@ -268,7 +301,7 @@ impl Infer<'_> {
 
     fn plan_g2s(&mut self, s: &Stmt, src: &Operand, t: usize, b: usize) {
         let shape = self.shape(b).to_vec();
-        let Some(coords) = self.tile_coords(src, &shape) else {
+        let Some((coords, fixed)) = self.tile_coords(src, t, &shape) else {
             self.failed_stmts.insert(s.id);
             return;
         };
@@ -307,6 +340,7 @@ impl Infer<'_> {
             tensor: t,
             buffer: b,
             tile_coords: coords,
+            fixed,
             cute_dims: layout.cute_dims.clone(),
             cute_shape: layout.cute_shape.clone(),
             atom,
@@ -321,12 +355,15 @@ impl Infer<'_> {
 
     fn plan_acc_store(&mut self, s: &Stmt, dst: &Operand, b: usize, t: usize) {
         let shape = self.shape(b).to_vec();
-        let Some(coords) = self.tile_coords(dst, &shape) else {
+        let Some((coords, fixed)) = self.tile_coords(dst, t, &shape) else {
             self.failed_stmts.insert(s.id);
             return;
         };
         let out_bytes = self.spec.tensors[t].dtype.0.bytes();
-        let contiguous = self.contiguous_dim(t);
+        let Some(contiguous) = self.tile_contiguous(dst, t) else {
+            self.failed_stmts.insert(s.id);
+            return;
+        };
         let v = (16 / out_bytes as i64).min(shape[contiguous]);
         let Some(threads) = self.thread_layout(&shape, contiguous, v) else {
             self.err(Diagnostic::error(s.span, format!("the {} threads cannot split the {:?} output tile into 16-byte stores evenly", self.spec.threads.0, shape)));
@@ -345,6 +382,7 @@ impl Infer<'_> {
             tensor: t,
             buffer: b,
             tile_coords: coords,
+            fixed,
             cute_dims: vec![0, 1],
             cute_shape: shape,
             atom: format!("UniversalCopy<cute::uint{}_t>", v * out_bytes as i64 * 8),

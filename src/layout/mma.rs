@@ -31,12 +31,22 @@ pub struct MmaPlan {
     pub a_regs_per_kblock: u64,
     /// Registers per thread for B's fragment of one k-block.
     pub b_regs_per_kblock: u64,
+    /// A is a fragment (another gemm's accumulator, converted) read from registers.
+    pub a_in_registers: bool,
     /// Why this arrangement.
     pub why: String,
 }
 
 impl Infer<'_> {
     pub(super) fn strict_gemms(&mut self) {
+        let mut reduce_sources = std::collections::BTreeSet::new();
+        for s in self.statements() {
+            if let StmtKind::Reduce { src, .. } = &s.kind {
+                if let Some(b) = self.buffer_index(&src.name) {
+                    reduce_sources.insert(b);
+                }
+            }
+        }
         for s in self.statements() {
             let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &s.kind else { continue };
             let (Some(ia), Some(ib), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&b.name), self.buffer_index(&c.name)) else { continue };
@@ -52,12 +62,19 @@ impl Infer<'_> {
                     continue;
                 }
             };
-            for (buf, ident) in [(ia, a), (ib, b)] {
-                if self.spec.buffers[buf].scope.0 != Scope::Shared {
-                    self.err(Diagnostic::error(ident.span, format!("the {} target reads gemm operands from shared memory; `{}` is a fragment", self.target, ident.name))
-                        .hint("copy the operand into a shared buffer first"));
-                }
+            let a_in_registers = self.spec.buffers[ia].scope.0 == Scope::Fragment;
+            if a_in_registers && *transpose_a {
+                self.err(Diagnostic::error(a.span, format!("a register A operand (`{}`) cannot be transposed", a.name))
+                    .hint("drop transpose_a: the fragment is already [M, K]"));
             }
+            if self.spec.buffers[ib].scope.0 != Scope::Shared {
+                self.err(Diagnostic::error(b.span, format!("the {} target reads gemm's B operand from shared memory; `{}` is a fragment", self.target, b.name))
+                    .hint("copy the operand into a shared buffer first"));
+            }
+            // Row statistics and register-sourced operands need every row of the
+            // accumulator inside one warp (a quad of lanes): no warps along N.
+            let reduced = reduce_sources.contains(&ic);
+            let rows_in_warp = reduced || a_in_registers;
             let (sa, sb) = (self.shape(ia).to_vec(), self.shape(ib).to_vec());
             if sa.len() != 2 || sb.len() != 2 {
                 continue;
@@ -69,7 +86,7 @@ impl Infer<'_> {
             let mut best: Option<((i64, i64), f64)> = None;
             let mut wm = 1;
             while wm <= warps {
-                if warps % wm == 0 {
+                if warps % wm == 0 && (!rows_in_warp || wm == warps) {
                     let wn = warps / wm;
                     if m % (16 * wm) == 0 && n % (16 * wn) == 0 {
                         // Square warp tiles reuse each loaded fragment the most.
@@ -96,9 +113,15 @@ impl Infer<'_> {
                 self.failed_buffers.insert(ic);
                 continue;
             };
-            let why = format!(
-                "{} warps as {wm}x{wn}: each warp owns a {}x{} accumulator tile, the squarest split of {m}x{n} (best operand reuse)",
-                warps, m / wm, n / wn);
+            let why = if rows_in_warp {
+                format!(
+                    "{} warps as {wm}x{wn}: each warp owns whole {}-wide rows of the accumulator, because {}",
+                    warps, n, if reduced { "its rows are reduced (row statistics stay inside a quad of lanes)" } else { "A comes from registers, laid out as the producing gemm's rows" })
+            } else {
+                format!(
+                    "{} warps as {wm}x{wn}: each warp owns a {}x{} accumulator tile, the squarest split of {m}x{n} (best operand reuse)",
+                    warps, m / wm, n / wn)
+            };
             let plan = MmaPlan {
                 atom: atom.to_string(),
                 warps: (wm, wn),
@@ -110,6 +133,7 @@ impl Infer<'_> {
                 b_dims,
                 mnk: (m, n, k),
                 k_blocks: k / 16,
+                a_in_registers,
                 a_regs_per_kblock: ((m / wm / 16) * 4) as u64,
                 b_regs_per_kblock: ((n / wn / 8) * 2) as u64,
                 why,
@@ -129,7 +153,7 @@ impl Infer<'_> {
                             .hint("use one accumulator per gemm and combine them with a `parallel` block"));
                     }
                 }
-                Some(FragmentLayout::Striped { .. }) => {}
+                Some(FragmentLayout::Striped { .. } | FragmentLayout::RowStats { .. }) => {}
             }
             self.plan.mmas.insert(s.id, plan);
         }

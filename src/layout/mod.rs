@@ -78,6 +78,13 @@ pub enum FragmentLayout {
         /// The gemm that fixed it.
         gemm: StmtId,
     },
+    /// One value per row of the accumulator of gemm `gemm` (row statistics, produced by
+    /// `reduce_*(acc, x, dim=1)`): each thread holds the rows its accumulator elements
+    /// sit in, and the four threads of an MMA quad that share a row hold the same value.
+    RowStats {
+        /// The gemm whose accumulator rows these are.
+        gemm: StmtId,
+    },
     /// Element `e` (row-major linear index) is owned by thread `e % threads`.
     Striped {
         /// Elements each thread holds.
@@ -172,15 +179,21 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         failed_stmts: Default::default(),
         failed_buffers: Default::default(),
     };
-    if target == Target::Sm90a {
+    if target == Target::Sm90a && cx.gemm_shaped() {
         // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
         cx.plan_collective();
         return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
     }
+    // Other programs (and every program on sm80) lower to CuTe with cp.async, ldmatrix and
+    // mma.sync; on sm90a this is the fallback until fused programs get a WGMMA lowering.
     // Strict: gemms fix MMA atoms and accumulator layouts.
     cx.strict_gemms();
+    // Reductions of accumulators along their rows give row-statistics fragments.
+    cx.row_stats();
     // Common: parallel blocks propagate fragment layouts; copies fix shared majorness.
     cx.common_parallel();
+    // Register-sourced gemm operands need the layout common propagation gave them.
+    cx.register_operands();
     // Free: defaults for fragments nothing constrained.
     cx.free_fragments();
     // Shared layouts need the gemm roles (strict) and the copies' tensors (common).
@@ -225,52 +238,174 @@ impl<'a> Infer<'a> {
         out
     }
 
-    fn common_parallel(&mut self) {
+    /// Whether two fragment layouts put the same rows in the same threads: both come from
+    /// gemms whose warps all split M (none along N) with the same M tile and atom.
+    pub fn same_rows(&self, a: StmtId, b: StmtId) -> bool {
+        match (self.plan.mmas.get(&a), self.plan.mmas.get(&b)) {
+            (Some(x), Some(y)) => a == b || (x.warps == y.warps && x.warps.1 == 1 && x.mnk.0 == y.mnk.0),
+            _ => false,
+        }
+    }
+
+    fn row_stats(&mut self) {
         for s in self.statements() {
-            let StmtKind::Parallel { vars, body } = &s.kind else { continue };
-            let Some(&domain) = self.info.parallel_domains.get(&s.id) else { continue };
-            let scope = self.spec.buffers[domain].scope.0;
-            if scope != Scope::Fragment {
+            let StmtKind::Reduce { op, src, dst, dim, .. } = &s.kind else { continue };
+            let (Some(is), Some(id)) = (self.buffer_index(&src.name), self.buffer_index(&dst.name)) else { continue };
+            let Some(FragmentLayout::MmaAccumulator { gemm }) = self.plan.fragments.get(&is).cloned() else {
+                if !self.failed_buffers.contains(&is) {
+                    self.err(Diagnostic::error(src.span, format!(
+                        "`{}` reduces `{}`, which is not a gemm accumulator: the {} target reduces rows of MMA accumulators (the values of a row sit in one quad of threads)",
+                        op.keyword(), src.name, self.target))
+                        .hint("reduce the gemm's accumulator itself, before copying or converting it"));
+                }
+                self.failed_buffers.insert(id);
+                continue;
+            };
+            if dim.0 != 1 {
+                self.err(Diagnostic::error(dim.1, format!("the {} target reduces accumulators along dim 1 (row statistics) only", self.target))
+                    .hint("transpose the gemm (swap its operands and transpose flags) so that the reduced dimension is the columns"));
+                self.failed_buffers.insert(id);
                 continue;
             }
-            // Every fragment touched at the block's own indices shares the domain's layout.
-            let mut touched: Vec<(usize, crate::diag::Span, bool)> = Vec::new();
+            let layout = FragmentLayout::RowStats { gemm };
+            match self.plan.fragments.get(&id) {
+                None => {
+                    self.plan.fragments.insert(id, layout);
+                    self.fixed_at.insert(id, dst.span);
+                }
+                Some(FragmentLayout::RowStats { gemm: g }) if self.same_rows(*g, gemm) => {}
+                Some(_) => {
+                    let first = self.fixed_at.get(&id).copied().unwrap_or(dst.span);
+                    self.err(Diagnostic::error(dst.span, format!(
+                        "layout conflict: `{}` holds the row statistics of `{}` here, but its layout was fixed by another use", dst.name, src.name))
+                        .label(first, "its layout was fixed here")
+                        .hint("use one statistics fragment per accumulator layout, or stage through a shared buffer with `copy`"));
+                }
+            }
+        }
+    }
+
+    /// The layout a fragment read (or written) at `idx` inside a parallel block over a
+    /// domain with layout `domain` must have, if the read is one the target lowers.
+    fn implied_layout(&self, domain: &FragmentLayout, idx_plain: bool, row_only: bool) -> Option<FragmentLayout> {
+        match domain {
+            FragmentLayout::MmaAccumulator { gemm } if row_only => Some(FragmentLayout::RowStats { gemm: *gemm }),
+            l if idx_plain => Some(l.clone()),
+            _ => None,
+        }
+    }
+
+    fn compatible(&self, want: &FragmentLayout, have: &FragmentLayout) -> bool {
+        match (want, have) {
+            (FragmentLayout::RowStats { gemm: a }, FragmentLayout::RowStats { gemm: b }) => self.same_rows(*a, *b),
+            (FragmentLayout::MmaAccumulator { gemm: a }, FragmentLayout::MmaAccumulator { gemm: b }) => {
+                a == b || (self.same_rows(*a, *b) && self.plan.mmas[a].mnk.1 == self.plan.mmas[b].mnk.1)
+            }
+            (x, y) => x == y,
+        }
+    }
+
+    fn common_parallel(&mut self) {
+        // Propagate to a fixpoint: a block's layout comes from whichever fragment it touches
+        // already has one (`m_prev[i] = m[i]` takes `m`'s), then spreads to the others.
+        // Each pass fixes at least one fragment or stops, so this ends.
+        let blocks: Vec<&'a Stmt> = self.statements().into_iter().filter(|s| matches!(s.kind, StmtKind::Parallel { .. })).collect();
+        while self.propagate(&blocks, false) {}
+        self.propagate(&blocks, true);
+    }
+
+    /// One propagation pass over the parallel blocks; with `report`, reports conflicts and
+    /// reads the target cannot lower instead of fixing layouts. Returns whether a layout
+    /// was fixed.
+    fn propagate(&mut self, blocks: &[&'a Stmt], report: bool) -> bool {
+        let mut changed = false;
+        for s in blocks {
+            let StmtKind::Parallel { vars, body } = &s.kind else { continue };
+            let Some(&domain) = self.info.parallel_domains.get(&s.id) else { continue };
+            if self.spec.buffers[domain].scope.0 != Scope::Fragment {
+                continue;
+            }
+            let mut touched: Vec<Touch> = Vec::new();
             for st in body {
                 if let StmtKind::Assign { target, value, .. } = &st.kind {
                     if let Some(b) = self.buffer_index(&target.name) {
-                        touched.push((b, target.span, true));
+                        touched.push(Touch { buffer: b, span: target.span, plain: true, row_only: false });
                     }
                     collect_fragment_reads(self, value, vars, &mut touched);
                 }
             }
-            let layout = self.plan.fragments.get(&domain).cloned();
-            for (b, span, plain) in touched {
-                if self.spec.buffers[b].scope.0 != Scope::Fragment {
-                    continue;
-                }
-                if !plain {
-                    self.err(Diagnostic::error(span, format!(
-                        "fragment `{}` is read at other indices than the block's own, which would need other threads' registers",
-                        self.spec.buffers[b].name.name))
-                        .label(s.span, "the parallel block")
-                        .hint("stage it through a shared buffer with `copy`, then read the shared buffer"));
-                    continue;
-                }
-                match (&layout, self.plan.fragments.get(&b)) {
-                    (Some(l), None) => {
-                        self.plan.fragments.insert(b, l.clone());
-                        self.fixed_at.insert(b, span);
+            touched.retain(|t| self.spec.buffers[t.buffer].scope.0 == Scope::Fragment);
+            // The block's layout: the domain's, or one a fragment touched at the block's own
+            // indices already has.
+            let layout = self.plan.fragments.get(&domain).cloned().or_else(|| {
+                touched.iter().find_map(|t| match (self.plan.fragments.get(&t.buffer), t.plain) {
+                    (Some(l @ (FragmentLayout::MmaAccumulator { .. } | FragmentLayout::RowStats { .. })), true) => Some(l.clone()),
+                    _ => None,
+                })
+            });
+            let Some(layout) = layout else { continue };
+            if !self.plan.fragments.contains_key(&domain) {
+                self.plan.fragments.insert(domain, layout.clone());
+                changed = true;
+            }
+            for t in touched {
+                let want = self.implied_layout(&layout, t.plain, t.row_only);
+                let name = self.spec.buffers[t.buffer].name.name.clone();
+                match (want, self.plan.fragments.get(&t.buffer).cloned()) {
+                    (None, _) if report => {
+                        let what = if matches!(layout, FragmentLayout::MmaAccumulator { .. }) && self.shape(t.buffer).len() == 1 {
+                            format!("fragment `{name}` is read at another index than the block's row index `{}`; only row statistics (`{name}[{}]`) sit in the threads that own the row", vars[0].name, vars[0].name)
+                        } else {
+                            format!("fragment `{name}` is read at other indices than the block's own, which would need other threads' registers")
+                        };
+                        self.err(Diagnostic::error(t.span, what)
+                            .label(s.span, "the parallel block")
+                            .hint("stage it through a shared buffer with `copy`, then read the shared buffer"));
                     }
-                    (Some(l), Some(other)) if l != other => {
-                        let first = self.fixed_at.get(&b).copied().unwrap_or(span);
-                        self.err(Diagnostic::error(span, format!(
-                            "layout conflict: `{}` is used here with the layout of `{}`, but its layout was fixed elsewhere",
-                            self.spec.buffers[b].name.name, self.spec.buffers[domain].name.name))
+                    (Some(w), None) if !report => {
+                        self.plan.fragments.insert(t.buffer, w);
+                        self.fixed_at.insert(t.buffer, t.span);
+                        changed = true;
+                    }
+                    (Some(w), Some(have)) if report && !self.compatible(&w, &have) => {
+                        let first = self.fixed_at.get(&t.buffer).copied().unwrap_or(t.span);
+                        self.err(Diagnostic::error(t.span, format!(
+                            "layout conflict: `{name}` is used here with the layout of `{}`, but its layout was fixed elsewhere",
+                            self.spec.buffers[domain].name.name))
                             .label(first, "its layout was fixed here")
                             .hint("stage one of them through a shared buffer with `copy`"));
                     }
                     _ => {}
                 }
+            }
+        }
+        changed
+    }
+
+    /// A gemm whose A operand is a fragment reads it from registers: the fragment must hold
+    /// another gemm's accumulator layout over the same rows (the m16n8 accumulators of two
+    /// neighbouring n-blocks are exactly one m16k16 A operand), e.g. P·V after Q·Kᵀ.
+    fn register_operands(&mut self) {
+        let ids: Vec<StmtId> = self.plan.mmas.iter().filter(|(_, m)| m.a_in_registers).map(|(id, _)| *id).collect();
+        for id in ids {
+            let Some(s) = self.spec.stmt(id) else { continue };
+            let StmtKind::Gemm { a, .. } = &s.kind else { continue };
+            let m = self.plan.mmas[&id].clone();
+            let ok = match self.plan.fragments.get(&m.a) {
+                Some(FragmentLayout::MmaAccumulator { gemm }) => {
+                    let p = &self.plan.mmas[gemm];
+                    p.warps == m.warps && m.warps.1 == 1 && p.mnk.0 == m.mnk.0 && p.mnk.1 == m.mnk.2
+                }
+                _ => false,
+            };
+            if !ok && !self.failed_buffers.contains(&m.a) {
+                let mut d = Diagnostic::error(a.span, format!(
+                    "layout conflict: gemm reads `{}` from registers as its A operand, but `{}` does not hold a gemm accumulator's layout over the same rows",
+                    a.name, a.name));
+                if let Some(first) = self.fixed_at.get(&m.a) {
+                    d = d.label(*first, "its layout was fixed here");
+                }
+                self.err(d.hint(format!("compute `{}` element-wise from an accumulator of a gemm with the same M tile (`{}[i, j] = acc[i, j]`), or copy it into a shared buffer", a.name, a.name)));
             }
         }
     }
@@ -312,23 +447,38 @@ impl<'a> Infer<'a> {
                     (elems / self.spec.threads.0.max(1)) as u64
                 }
                 FragmentLayout::Striped { per_thread } => *per_thread as u64,
+                FragmentLayout::RowStats { gemm } => {
+                    let m = &self.plan.mmas[gemm];
+                    (2 * m.mnk.0 / (16 * m.warps.0)) as u64
+                }
             };
             regs += (per_thread * self.spec.buffers[*b].dtype.0.bytes()).div_ceil(4);
         }
         for m in self.plan.mmas.values() {
-            regs += 2 * (m.a_regs_per_kblock + m.b_regs_per_kblock);
+            regs += 2 * (if m.a_in_registers { 0 } else { m.a_regs_per_kblock } + m.b_regs_per_kblock);
         }
         self.plan.regs_per_thread = regs;
     }
 }
 
-fn collect_fragment_reads(cx: &Infer<'_>, e: &Expr, vars: &[Ident], out: &mut Vec<(usize, crate::diag::Span, bool)>) {
+/// A fragment touched inside a parallel block.
+pub(crate) struct Touch {
+    buffer: usize,
+    span: crate::diag::Span,
+    /// Indexed by exactly the block's variables, in order.
+    plain: bool,
+    /// A 1-D fragment indexed by the block's first (row) variable only.
+    row_only: bool,
+}
+
+fn collect_fragment_reads(cx: &Infer<'_>, e: &Expr, vars: &[Ident], out: &mut Vec<Touch>) {
     match &e.kind {
         ExprKind::Index(name, idx) => {
             if let Some(b) = cx.buffer_index(&name.name) {
-                let plain = idx.len() == vars.len()
-                    && idx.iter().zip(vars).all(|(x, v)| matches!(&x.kind, ExprKind::Name(n) if *n == v.name));
-                out.push((b, name.span, plain));
+                let is_var = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
+                let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| is_var(x, v));
+                let row_only = vars.len() == 2 && idx.len() == 1 && is_var(&idx[0], &vars[0]);
+                out.push(Touch { buffer: b, span: name.span, plain, row_only });
             }
             for i in idx {
                 collect_fragment_reads(cx, i, vars, out);

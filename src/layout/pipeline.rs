@@ -58,10 +58,12 @@ impl Infer<'_> {
                         producers.push(st.id);
                         k_dims.push(exact[0]);
                     }
-                    (StmtKind::Gemm { .. } | StmtKind::Parallel { .. }, _) => consumers.push(st.id),
-                    _ => self.err(Diagnostic::error(st.span, format!(
-                        "the {} target pipelines global → shared copies and computes on them (gemm, parallel); this statement cannot go inside `pipelined`", self.target))
+                    (StmtKind::Copy { .. } | StmtKind::Loop { kind: LoopKind::Pipelined, .. }, _) => self.err(Diagnostic::error(st.span, format!(
+                        "the {} target pipelines global → shared copies and computes on them; this statement cannot go inside `pipelined`", self.target))
                         .hint("move it before or after the pipelined loop")),
+                    _ if contains_copy(st) => self.err(Diagnostic::error(st.span, "copies inside a pipelined loop go at its top level, where the pipeline issues them ahead of use")
+                        .hint("move the copy out of this block")),
+                    _ => consumers.push(st.id),
                 }
             }
             if let Some(first_consumer) = body.iter().position(|st| consumers.contains(&st.id)) {
@@ -70,10 +72,17 @@ impl Infer<'_> {
                         .hint("move this copy above the first gemm"));
                 }
             }
-            // Shared buffers read by consumers must be produced in this loop.
+            // Shared buffers read by consumers must be produced in this loop, or filled
+            // once before it (loop-invariant tiles such as attention's Q).
+            let filled_outside: Vec<usize> = self.plan.copies.iter()
+                .filter(|(id, cp)| cp.kind == CopyKind::GlobalToShared && !body.iter().any(|st| st.id == **id))
+                .map(|(_, cp)| cp.buffer).collect();
             for c in &consumers {
                 if let Some(m) = self.plan.mmas.get(c) {
                     for buf in [m.a, m.b] {
+                        if self.spec.buffers[buf].scope.0 != Scope::Shared || filled_outside.contains(&buf) {
+                            continue;
+                        }
                         let produced = producers.iter().any(|p| self.plan.copies.get(p).is_some_and(|cp| cp.buffer == buf));
                         let failed = body.iter().any(|st| self.failed_stmts.contains(&st.id)
                             && matches!(&st.kind, StmtKind::Copy { dst, .. } if dst.name.name == self.spec.buffers[buf].name.name));
@@ -95,6 +104,15 @@ impl Infer<'_> {
             };
             self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, why });
         }
+    }
+}
+
+fn contains_copy(s: &Stmt) -> bool {
+    match &s.kind {
+        StmtKind::Copy { .. } => true,
+        StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => body.iter().any(contains_copy),
+        StmtKind::If { then_body, else_body, .. } => then_body.iter().chain(else_body).any(contains_copy),
+        _ => false,
     }
 }
 

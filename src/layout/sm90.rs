@@ -85,6 +85,14 @@ impl<'a> Infer<'a> {
             .hint("fused programs need the CuTe-level WGMMA backend, which is not implemented yet: use --target sm80 for this spec"));
     }
 
+    /// Whether the body has the GEMM shape the collective path lowers (no diagnostics).
+    pub(super) fn gemm_shaped(&mut self) -> bool {
+        let before = self.errors.len();
+        let shaped = self.shape_of_body().is_some();
+        self.errors.truncate(before);
+        shaped
+    }
+
     fn shape_of_body(&mut self) -> Option<Shape<'a>> {
         let spec: &'a Spec = self.spec;
         let body = &spec.body;

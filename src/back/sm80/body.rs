@@ -18,10 +18,19 @@ pub enum BodyItem {
     Open { pad: String, line: usize, text: String, header: String },
     Else { pad: String },
     Close { pad: String },
-    Pipelined(Box<PipelineCtx>),
-    CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx },
+    PipelineOpen(Box<PipelineCtx>),
+    PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool },
+    /// `deferred`: the wait is left to the multistage pipeline that follows (cp.async
+    /// groups complete in order, so its first wait covers this copy too).
+    CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool },
     Gemm { pad: String, line: usize, text: String, step: GemmCtx },
+    /// Element-wise over an accumulator, register by register.
     Parallel { pad: String, line: usize, text: String, thr_mma: String, frag: String, coords: String, shape: String, var_decls: Vec<String>, assigns: Vec<AssignCtx> },
+    /// Element-wise over an accumulator that also reads row statistics: (row, col) loops.
+    ParallelRows { pad: String, line: usize, text: String, frag: String, views: Vec<String>, coords: Vec<String>, var_decls: Vec<String>, assigns: Vec<AssignCtx> },
+    /// Element-wise over row statistics.
+    ParallelStats { pad: String, line: usize, text: String, frag: String, assigns: Vec<AssignCtx> },
+    Reduce { pad: String, line: usize, text: String, why: String, view: String, src: String, dst: String, init: String, fold: String, shuffles: Vec<String>, combine: String },
     Store(Box<StoreItem>),
 }
 
@@ -36,7 +45,6 @@ pub struct PipelineCtx {
     pub stages: String,
     pub multistage: bool,
     pub producers: Vec<ProducerCtx>,
-    pub gemms: Vec<GemmCtx>,
 }
 
 #[derive(Serialize)]
@@ -77,6 +85,7 @@ pub struct GemmCtx {
     pub stage_a: String,
     pub stage_b: String,
     pub k_blocks: i64,
+    pub a_in_registers: bool,
 }
 
 #[derive(Serialize)]
@@ -98,6 +107,7 @@ pub struct StoreItem {
     pub elem: String,
     pub tiled_mma: String,
     pub view: String,
+    pub view_decl: String,
     pub tile_shape: String,
     pub coord: String,
 }
@@ -107,10 +117,17 @@ struct Lower<'a> {
     conv: Conv<'a>,
     items: Vec<BodyItem>,
     errors: &'a mut Vec<Diagnostic>,
+    /// Inside a pipelined loop: the variable naming the shared stage being read.
+    stage: Option<&'static str>,
+    /// The statement being lowered may leave its cp.async wait to the next pipeline.
+    deferred: bool,
+    /// A copy left its wait to the next pipeline, which must then also cover a loop that
+    /// runs no iteration.
+    pending_wait: bool,
 }
 
 pub fn build(c: &Compiled, errors: &mut Vec<Diagnostic>) -> Vec<BodyItem> {
-    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info }, items: Vec::new(), errors };
+    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info }, items: Vec::new(), errors, stage: None, deferred: false, pending_wait: false };
     l.block(&c.spec.body, 1);
     l.items
 }
@@ -137,6 +154,49 @@ impl Env for FragmentEnv<'_> {
     }
 }
 
+/// Inside `parallel` over an accumulator viewed as (row, col): element (i, j) of a 2-D
+/// fragment is `x_rc(r, c)`, and row statistic `m[i]` is `m(r)`. Over row statistics
+/// alone (`parallel(i)`), `m[i]` is `m(r)`.
+struct RowEnv<'a> {
+    c: &'a Compiled,
+    vars: &'a [Ident],
+}
+
+impl Env for RowEnv<'_> {
+    fn buffer_element(&self, buffer: usize, idx: &[Expr]) -> Option<String> {
+        let is = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
+        let b = &self.c.spec.buffers[buffer];
+        let at = if idx.len() == 2 && self.vars.len() == 2 && is(&idx[0], &self.vars[0]) && is(&idx[1], &self.vars[1]) {
+            format!("{}_rc(r, c)", b.name.name)
+        } else if idx.len() == 1 && is(&idx[0], &self.vars[0]) {
+            format!("{}(r)", b.name.name)
+        } else {
+            return None;
+        };
+        Some(if b.dtype.0 == DType::F32 { at } else { format!("static_cast<float>({at})") })
+    }
+}
+
+/// One assignment of a parallel block, writing through `at` (the target element's C++).
+fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String) -> Option<AssignCtx> {
+    let StmtKind::Assign { target, op, value, .. } = &st.kind else { return None };
+    let v = conv.expr(value, env);
+    let tb = match c.info.symbols.get(&target.name) {
+        Some(Symbol::Buffer(b)) => *b,
+        _ => return None,
+    };
+    let dtype = c.spec.buffers[tb].dtype.0;
+    let t = at(&target.name);
+    let rhs = if dtype == DType::F32 { v.clone() } else { format!("static_cast<{}>({v})", element_alias(&target.name)) };
+    let code = if dtype == DType::F32 || *op == AssignOp::Set {
+        format!("{t} {} {rhs};", op.symbol())
+    } else {
+        // Narrow accumulators: compute in f32, round once.
+        format!("{t} = static_cast<{}>(static_cast<float>({t}) {} {v});", element_alias(&target.name), &op.symbol()[..1])
+    };
+    Some(AssignCtx { line: c.line(st.span), text: c.file.snippet(st.span).to_string(), code })
+}
+
 impl Lower<'_> {
     fn text(&self, s: &Stmt) -> String {
         self.c.file.snippet(s.span).to_string()
@@ -148,9 +208,28 @@ impl Lower<'_> {
     }
 
     fn block(&mut self, stmts: &[Stmt], depth: usize) {
-        for s in stmts {
+        for (k, s) in stmts.iter().enumerate() {
+            self.deferred = self.defers_wait(stmts, k);
             self.stmt(s, depth);
         }
+    }
+
+    /// Whether statement `k`, a global → shared copy, can leave its wait to a multistage
+    /// pipelined loop that follows with only register work (clear, fill) in between.
+    fn defers_wait(&self, stmts: &[Stmt], k: usize) -> bool {
+        if self.stage.is_some() || !matches!(self.c.plan.copies.get(&stmts[k].id).map(|c| c.kind), Some(CopyKind::GlobalToShared)) {
+            return false;
+        }
+        for s in &stmts[k + 1..] {
+            match &s.kind {
+                StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } if self.fragment_or_shared(buf) == buf.name => continue,
+                StmtKind::Loop { kind: LoopKind::Pipelined, .. } => {
+                    return self.c.plan.pipelines.get(&s.id).is_some_and(|p| p.mode == PipelineMode::Multistage);
+                }
+                _ => return false,
+            }
+        }
+        false
     }
 
     fn stmt(&mut self, s: &Stmt, depth: usize) {
@@ -184,18 +263,21 @@ impl Lower<'_> {
             StmtKind::Copy { .. } => match self.c.plan.copies.get(&s.id).map(|c| c.kind) {
                 Some(CopyKind::GlobalToShared) => {
                     if let Some(producer) = self.producer(s.id, None) {
-                        self.items.push(BodyItem::CopyToShared { pad: pad(depth), line, text, producer });
+                        let deferred = std::mem::take(&mut self.deferred);
+                        self.pending_wait |= deferred;
+                        self.items.push(BodyItem::CopyToShared { pad: pad(depth), line, text, producer, deferred });
                     }
                 }
                 Some(CopyKind::AccumulatorToGlobal) => self.store(s, depth),
                 None => {}
             },
             StmtKind::Gemm { .. } => {
-                if let Some(step) = self.gemm_step(s, None) {
+                if let Some(step) = self.gemm_step(s, self.stage) {
                     self.items.push(BodyItem::Gemm { pad: pad(depth), line, text, step });
                 }
             }
             StmtKind::Assign { .. } => self.unsupported(s, "assignments outside parallel blocks"),
+            StmtKind::Reduce { op, src, dst, clear, .. } => self.reduce(s, *op, src, dst, *clear, depth),
         }
     }
 
@@ -206,6 +288,19 @@ impl Lower<'_> {
         }
     }
 
+    /// `mQ(bz, _, by, _)`: the tensor sliced at a copy's fixed indices, if it has any.
+    fn sliced(&self, cp: &crate::layout::CopyPlan) -> Option<String> {
+        if cp.fixed.is_empty() {
+            return None;
+        }
+        let t = &self.c.spec.tensors[cp.tensor];
+        let idx: Vec<String> = (0..t.shape.len()).map(|d| match cp.fixed.iter().find(|(f, _)| *f == d) {
+            Some((_, e)) => self.conv.expr(e, &PlainEnv),
+            None => "_".into(),
+        }).collect();
+        Some(format!("m{}({})", t.name.name, idx.join(", ")))
+    }
+
     fn producer(&mut self, id: StmtId, var: Option<&str>) -> Option<ProducerCtx> {
         let c = self.c;
         let cp = c.plan.copies.get(&id)?;
@@ -214,10 +309,17 @@ impl Lower<'_> {
         let buf = &c.spec.buffers[cp.buffer];
         let key = t.name.name.clone();
         let transposed = cp.cute_dims == [1, 0];
+        let sliced = self.sliced(cp);
+        let slice_comment = if sliced.is_some() { format!("the 2-D slice of `{}` the tile lies in", t.name.name) } else { String::new() };
         let (view, view_decl, view_comment) = if transposed {
+            let base = sliced.clone().unwrap_or_else(|| format!("m{}", t.name.name));
             (format!("m{}_t", t.name.name),
-             format!("make_tensor(m{n}.data(), select<1, 0>(m{n}.layout()))", n = t.name.name),
-             format!("`{}` with its dims swapped: CuTe's ({}, K) operand order", t.name.name, if c.plan.mmas.values().any(|m| m.a == cp.buffer) { "M" } else { "N" }))
+             format!("make_tensor({base}.data(), select<1, 0>({base}.layout()))"),
+             format!("{}`{}` with its dims swapped: CuTe's ({}, K) operand order",
+                if sliced.is_some() { format!("{slice_comment}, ") } else { String::new() },
+                t.name.name, if c.plan.mmas.values().any(|m| m.a == cp.buffer) { "M" } else { "N" }))
+        } else if let Some(slice) = sliced {
+            (format!("m{}_tile", t.name.name), slice, slice_comment)
         } else {
             (format!("m{}", t.name.name), String::new(), String::new())
         };
@@ -257,7 +359,7 @@ impl Lower<'_> {
         let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
         let (a, b) = (&c.spec.buffers[m.a].name.name, &c.spec.buffers[m.b].name.name);
         let stage_of = |buf: usize| {
-            if c.plan.shared[&buf].staged { format!(", {}", stage.unwrap_or("0")) } else { String::new() }
+            if c.plan.shared.get(&buf).is_some_and(|l| l.staged) { format!(", {}", stage.unwrap_or("0")) } else { String::new() }
         };
         Some(GemmCtx {
             line: c.line(s.span),
@@ -275,6 +377,7 @@ impl Lower<'_> {
             stage_a: stage_of(m.a),
             stage_b: stage_of(m.b),
             k_blocks: m.k_blocks,
+            a_in_registers: m.a_in_registers,
         })
     }
 
@@ -287,78 +390,143 @@ impl Lower<'_> {
                 producers.push(pc);
             }
         }
-        let mut gemms = Vec::new();
-        for st in body {
-            if plan.consumers.contains(&st.id) {
-                match &st.kind {
-                    StmtKind::Gemm { .. } => {
-                        if let Some(g) = self.gemm_step(st, Some("read_stage")) {
-                            gemms.push(g);
-                        }
-                    }
-                    _ => self.unsupported(st, "statements other than gemm inside a pipelined loop"),
-                }
-            }
-        }
         let stages_text = stages.as_ref().map(|e| self.c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
-        self.items.push(BodyItem::Pipelined(Box::new(PipelineCtx {
+        let multistage = plan.mode == PipelineMode::Multistage;
+        self.items.push(BodyItem::PipelineOpen(Box::new(PipelineCtx {
             pad: pad(depth),
             line: self.c.line(s.span),
             text: self.text(s),
             why: plan.why.clone(),
             var: var.name.clone(),
             count: self.conv.expr(count, &PlainEnv),
-            stages: stages_text,
-            multistage: plan.mode == PipelineMode::Multistage,
+            stages: stages_text.clone(),
+            multistage,
             producers,
-            gemms,
         })));
+        // The loop body: every statement but the producers, on the stage just landed.
+        let outer = self.stage.replace("read_stage");
+        for st in body {
+            if plan.consumers.contains(&st.id) {
+                self.stmt(st, depth + 2);
+            }
+        }
+        self.stage = outer;
+        let sync_after = std::mem::take(&mut self.pending_wait);
+        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after });
+    }
+
+    fn reduce(&mut self, s: &Stmt, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool, depth: usize) {
+        let (init, fold, shuffle, combine) = match op {
+            ReduceOp::Max => ("-INFINITY", "v = fmaxf(v, {x});", "v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, {lane}));", "fmaxf({old}, v)"),
+            ReduceOp::Sum => ("0.0f", "v += {x};", "v += __shfl_xor_sync(0xffffffffu, v, {lane});", "{old} + v"),
+        };
+        let view = format!("{}_rc", src.name);
+        let old = format!("{}(r)", dst.name);
+        let why = format!(
+            "each thread folds the {} values of each row it holds, then the four lanes of its quad (which hold the rest of those rows) combine their partials with xor-shuffles over lanes 1 and 2{}",
+            self.c.file.snippet(src.span),
+            if clear { String::new() } else { format!("; the result is combined with `{}`'s previous value (clear=false)", dst.name) });
+        self.items.push(BodyItem::Reduce {
+            pad: pad(depth),
+            line: self.c.line(s.span),
+            text: self.text(s),
+            why,
+            view: view.clone(),
+            src: src.name.clone(),
+            dst: dst.name.clone(),
+            init: init.into(),
+            fold: fold.replace("{x}", &format!("{view}(r, c)")),
+            shuffles: ["1", "2"].iter().map(|l| shuffle.replace("{lane}", l)).collect(),
+            combine: if clear { "v".into() } else { combine.replace("{old}", &old) },
+        });
     }
 
     fn parallel(&mut self, s: &Stmt, vars: &[Ident], body: &[Stmt], depth: usize) {
         let c = self.c;
         let Some(&domain) = c.info.parallel_domains.get(&s.id) else { return };
-        let Some(FragmentLayout::MmaAccumulator { gemm }) = c.plan.fragments.get(&domain) else {
-            self.unsupported(s, "parallel blocks over shared buffers or gemm-less fragments");
-            return;
-        };
-        let idx = c.plan.mmas.keys().position(|k| k == gemm).unwrap_or(0);
-        let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
         let frag = c.spec.buffers[domain].name.name.clone();
-        let env = FragmentEnv { c, vars };
+        let gemm = match c.plan.fragments.get(&domain) {
+            Some(FragmentLayout::MmaAccumulator { gemm }) => *gemm,
+            Some(FragmentLayout::RowStats { .. }) => {
+                let mut used = vec![false; vars.len()];
+                let env = RowEnv { c, vars };
+                let mut assigns = Vec::new();
+                for st in body {
+                    if let StmtKind::Assign { value, .. } = &st.kind {
+                        mark_used(value, vars, &mut used, &c.info);
+                    }
+                    assigns.extend(assign_code(&self.conv, c, st, &env, &|t| format!("{t}(r)")));
+                }
+                if used.iter().any(|u| *u) {
+                    self.unsupported(s, "row indices as values in a parallel block over row statistics");
+                    return;
+                }
+                self.items.push(BodyItem::ParallelStats { pad: pad(depth), line: c.line(s.span), text: self.text(s), frag, assigns });
+                return;
+            }
+            _ => {
+                self.unsupported(s, "parallel blocks over shared buffers or gemm-less fragments");
+                return;
+            }
+        };
+        let idx = c.plan.mmas.keys().position(|k| *k == gemm).unwrap_or(0);
+        let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
         let mut used = vec![false; vars.len()];
-        let mut assigns = Vec::new();
         for st in body {
-            let StmtKind::Assign { target, op, value, .. } = &st.kind else { continue };
-            mark_used(value, vars, &mut used, &c.info);
-            let v = self.conv.expr(value, &env);
-            let tb = match c.info.symbols.get(&target.name) {
-                Some(Symbol::Buffer(b)) => *b,
-                _ => continue,
-            };
-            let dtype = c.spec.buffers[tb].dtype.0;
-            let rhs = if dtype == DType::F32 { v.clone() } else { format!("static_cast<{}>({v})", element_alias(&target.name)) };
-            let code = if dtype == DType::F32 || *op == AssignOp::Set {
-                format!("{}(e) {} {rhs};", target.name, op.symbol())
-            } else {
-                // Narrow accumulators: compute in f32, round once.
-                format!("{t}(e) = static_cast<{}>(static_cast<float>({t}(e)) {} {v});", element_alias(&target.name), &op.symbol()[..1], t = target.name)
-            };
-            assigns.push(AssignCtx { line: c.line(st.span), text: c.file.snippet(st.span).to_string(), code });
+            if let StmtKind::Assign { value, .. } = &st.kind {
+                mark_used(value, vars, &mut used, &c.info);
+            }
         }
-        let var_decls = vars.iter().enumerate().filter(|(i, _)| used[*i])
-            .map(|(i, v)| format!("int const {} = get<{i}>(tCc{frag}(e));", v.name)).collect();
-        self.items.push(BodyItem::Parallel {
-            pad: pad(depth),
-            line: c.line(s.span),
-            text: self.text(s),
-            thr_mma: format!("thr_mma{sfx}"),
-            frag: frag.clone(),
-            coords: format!("tCc{frag}"),
-            shape: static_extents(c, domain, &[0, 1]).join(", "),
-            var_decls,
-            assigns,
-        });
+        // Row statistics read here make it a (row, col) loop; otherwise one flat loop.
+        let mut row_stats = false;
+        let mut fragments: Vec<String> = Vec::new();
+        for st in body {
+            if let StmtKind::Assign { target, value, .. } = &st.kind {
+                let mut names = vec![target.name.clone()];
+                buffer_reads(value, &mut names);
+                for n in names {
+                    if let Some(Symbol::Buffer(b)) = c.info.symbols.get(&n) {
+                        match c.plan.fragments.get(b) {
+                            Some(FragmentLayout::RowStats { .. }) => row_stats = true,
+                            Some(FragmentLayout::MmaAccumulator { .. }) if !fragments.contains(&n) => fragments.push(n),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        let shape = static_extents(c, domain, &[0, 1]).join(", ");
+        let thr_mma = format!("thr_mma{sfx}");
+        if !row_stats {
+            let env = FragmentEnv { c, vars };
+            let assigns = body.iter().filter_map(|st| assign_code(&self.conv, c, st, &env, &|t| format!("{t}(e)"))).collect();
+            let var_decls = vars.iter().enumerate().filter(|(i, _)| used[*i])
+                .map(|(i, v)| format!("int const {} = get<{i}>(tCc{frag}(e));", v.name)).collect();
+            self.items.push(BodyItem::Parallel {
+                pad: pad(depth),
+                line: c.line(s.span),
+                text: self.text(s),
+                thr_mma,
+                frag: frag.clone(),
+                coords: format!("tCc{frag}"),
+                shape,
+                var_decls,
+                assigns,
+            });
+            return;
+        }
+        let env = RowEnv { c, vars };
+        let assigns = body.iter().filter_map(|st| assign_code(&self.conv, c, st, &env, &|t| format!("{t}_rc(r, c)"))).collect();
+        let views = fragments.iter().map(|n| format!("Tensor {n}_rc = make_tensor({n}.data(), acc_rows_cols({n}.layout()));")).collect();
+        let mut coords = Vec::new();
+        let mut var_decls = Vec::new();
+        if used.iter().any(|u| *u) {
+            coords.push(format!("Tensor tCc{frag} = {thr_mma}.partition_C(make_identity_tensor(make_shape({shape})));  // -> (row, col)"));
+            coords.push(format!("Tensor tCc{frag}_rc = make_tensor(tCc{frag}.data(), acc_rows_cols(tCc{frag}.layout()));"));
+            var_decls = vars.iter().enumerate().filter(|(i, _)| used[*i])
+                .map(|(i, v)| format!("int const {} = get<{i}>(tCc{frag}_rc(r, c));", v.name)).collect();
+        }
+        self.items.push(BodyItem::ParallelRows { pad: pad(depth), line: c.line(s.span), text: self.text(s), frag, views, coords, var_decls, assigns });
     }
 
     fn store(&mut self, s: &Stmt, depth: usize) {
@@ -370,6 +538,10 @@ impl Lower<'_> {
         let t = &c.spec.tensors[cp.tensor];
         let acc = c.spec.buffers[cp.buffer].name.name.clone();
         let coords: Vec<String> = cp.tile_coords.iter().map(|e| self.conv.expr(e, &PlainEnv)).collect();
+        let (view, view_decl) = match self.sliced(cp) {
+            Some(slice) => (format!("m{}_tile", t.name.name), slice),
+            None => (format!("m{}", t.name.name), String::new()),
+        };
         self.items.push(BodyItem::Store(Box::new(StoreItem {
             pad: pad(depth),
             line: c.line(s.span),
@@ -380,7 +552,8 @@ impl Lower<'_> {
             acc_converted: format!("{acc}_{}", t.name.name),
             elem: element_alias(&t.name.name),
             tiled_mma: format!("tiled_mma{sfx}"),
-            view: format!("m{}", t.name.name),
+            view,
+            view_decl,
             tile_shape: static_extents(c, cp.buffer, &[0, 1]).join(", "),
             coord: coords.join(", "),
         })));
@@ -392,6 +565,23 @@ fn upper(name: &str) -> String {
     ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
 }
 
+/// Names of the buffers and tensors an expression reads.
+fn buffer_reads(e: &Expr, out: &mut Vec<String>) {
+    match &e.kind {
+        ExprKind::Index(name, idx) => {
+            out.push(name.name.clone());
+            idx.iter().for_each(|i| buffer_reads(i, out));
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| buffer_reads(&a.value, out)),
+        ExprKind::Unary(_, x) => buffer_reads(x, out),
+        ExprKind::Binary(_, a, b) => {
+            buffer_reads(a, out);
+            buffer_reads(b, out);
+        }
+        _ => {}
+    }
+}
+
 fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::Info) {
     match &e.kind {
         ExprKind::Name(n) => {
@@ -400,10 +590,13 @@ fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::I
             }
         }
         ExprKind::Index(name, idx) => {
-            // Plain reads of fragments at (i, j) need no coordinates; any other index does.
+            // Plain reads of fragments at (i, j), and of row statistics at [i], need no
+            // coordinates; any other index does.
             let buffer = matches!(info.symbols.get(&name.name), Some(Symbol::Buffer(_)));
-            let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| matches!(&x.kind, ExprKind::Name(n) if *n == v.name));
-            if !(plain && buffer) {
+            let is = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
+            let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| is(x, v));
+            let row = idx.len() == 1 && vars.len() == 2 && is(&idx[0], &vars[0]);
+            if !((plain || row) && buffer) {
                 for i in idx {
                     mark_used(i, vars, used, info);
                 }

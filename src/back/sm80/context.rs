@@ -16,11 +16,15 @@ pub struct Context {
     #[serde(flatten)]
     pub header: HeaderCtx,
     pub threads: i64,
+    pub target_banner: String,
+    pub gencode: String,
     pub helpers: Vec<String>,
     pub constants: Vec<ConstantCtx>,
     pub elements: Vec<ElementCtx>,
     pub smem_layouts: Vec<SmemLayoutCtx>,
     pub mmas: Vec<MmaCtx>,
+    /// Register fragments that are not a gemm's accumulator (declared after them).
+    pub fragments: Vec<LineCtx>,
     pub g2s_copies: Vec<G2sCtx>,
     pub stores: Vec<StoreCtx>,
     pub pipeline_storage: Vec<MemberCtx>,
@@ -104,6 +108,10 @@ pub struct MmaCtx {
     pub stensor_b: String,
     pub k_blocks: i64,
     pub accumulators: Vec<LineCtx>,
+    /// A is a register fragment: `frag_a_decl` views it as the MMA's A operand.
+    pub a_in_registers: bool,
+    pub frag_a_decl: String,
+    pub a_name: String,
 }
 
 #[derive(Serialize)]
@@ -155,6 +163,28 @@ pub struct LineCtx {
     pub comment: String,
 }
 
+
+/// The (row, col) view of an SM80 m16n8 accumulator, for row statistics.
+const ACC_ROWS_COLS: &str = "\
+// An m16n8 MMA accumulator layout ((2, 2), MMA_M, MMA_N) viewed as (row, col) of the values
+// one thread holds: ((2, MMA_M), (2, MMA_N)). Value mode 1 steps 8 rows, value mode 0 one
+// column; the other three lanes of the thread's quad hold the rest of each row.
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_rows_cols(Layout const& acc) {
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
+                     make_layout(get<0, 0>(acc), get<2>(acc)));
+}";
+
+/// The A-operand view of an accumulator, for register-sourced gemms.
+const ACC_AS_OPERAND_A: &str = "\
+// An m16n8 MMA accumulator layout ((2, 2), MMA_M, MMA_N) read as the A operand of an m16n8k16
+// MMA: ((2, 2, 2), MMA_M, MMA_N / 2). The accumulators of two neighbouring n-blocks hold
+// exactly the values one k16 block of A needs in each thread, so no data moves.
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
+  auto n = logical_divide(get<2>(acc), Int<2>{});  // (2, MMA_N / 2)
+  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
+}";
 
 /// Reads that are not allowed outside `parallel` blocks never reach this environment.
 pub struct PlainEnv;
@@ -275,9 +305,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     for (i, (&sid, m)) in plan.mmas.iter().enumerate() {
         let sfx = if plan.mmas.len() == 1 { String::new() } else { format!("{i}") };
         let (a, b) = (&spec.buffers[m.a], &spec.buffers[m.b]);
-        let (la, lb) = (&plan.shared[&m.a], &plan.shared[&m.b]);
+        let (Some(lb), la) = (plan.shared.get(&m.b), plan.shared.get(&m.a)) else { continue };
         let stmt_line = spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0);
-        let (s2r_a_atom, s2r_a_why) = ldsm(la.k_major == Some(true), "A");
+        let (s2r_a_atom, s2r_a_why) = ldsm(la.is_none_or(|l| l.k_major == Some(true)), "A");
         let (s2r_b_atom, s2r_b_why) = ldsm(lb.k_major == Some(true), "B");
         let acc = &spec.buffers[m.c];
         let acc_shape = static_extents(c, m.c, &[0, 1]);
@@ -285,7 +315,12 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             code: format!("Tensor {} = partition_fragment_C(tiled_mma{sfx}, make_shape({}));", acc.name.name, acc_shape.join(", ")),
             comment: format!("fragment `{}` (spec line {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, c.line(acc.span), cpp_type(acc.dtype.0)),
         }];
-        let sa = if la.staged { format!("s{}(_, _, 0)", a.name.name) } else { format!("s{}", a.name.name) };
+        let sa = if la.is_some_and(|l| l.staged) { format!("s{}(_, _, 0)", a.name.name) } else { format!("s{}", a.name.name) };
+        let frag_a_decl = if m.a_in_registers {
+            format!("Tensor tCr{n} = make_tensor({n}.data(), acc_as_operand_a({n}.layout()));  // (MMA, MMA_M, MMA_K): `{n}`'s registers as the A operand", n = a.name.name)
+        } else {
+            String::new()
+        };
         let sb = if lb.staged { format!("s{}(_, _, 0)", b.name.name) } else { format!("s{}", b.name.name) };
         mmas.push(MmaCtx {
             name: format!("TiledMma{sfx}"),
@@ -322,14 +357,39 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             stensor_b: format!("s{}", b.name.name),
             k_blocks: m.k_blocks,
             accumulators,
+            a_in_registers: m.a_in_registers,
+            frag_a_decl,
+            a_name: a.name.name.clone(),
         });
     }
-    // Fragments with no gemm are not lowered by this backend yet.
+    // Other fragments: converted copies of accumulators and row statistics. Fragments
+    // that nothing placed are not lowered by this backend yet.
+    let mut fragments = Vec::new();
+    let is_acc = |b: usize| plan.mmas.values().any(|m| m.c == b);
     for (&b, l) in &plan.fragments {
-        if let FragmentLayout::Striped { .. } = l {
-            let buf = &spec.buffers[b];
-            errors.push(Diagnostic::error(buf.name.span, format!("fragment `{}` is not the accumulator of a gemm; the sm80 backend lowers only MMA-owned fragments yet", buf.name.name))
-                .hint("use it as a gemm accumulator, or hold the data in a shared buffer"));
+        let buf = &spec.buffers[b];
+        let n = &buf.name.name;
+        match l {
+            FragmentLayout::Striped { .. } => {
+                errors.push(Diagnostic::error(buf.name.span, format!("fragment `{n}` is not a gemm accumulator, a value computed from one, or row statistics of one; the sm80 backend places only those"))
+                    .hint("use it as a gemm accumulator, or hold the data in a shared buffer"));
+            }
+            FragmentLayout::MmaAccumulator { gemm } if !is_acc(b) => {
+                let src = &spec.buffers[plan.mmas[gemm].c].name.name;
+                fragments.push(LineCtx {
+                    code: format!("Tensor {n} = make_fragment_like<{}>({src});", element_alias(n)),
+                    comment: format!("fragment `{n}` (spec line {}): laid out as `{src}`, {} registers", c.line(buf.span), cpp_type(buf.dtype.0)),
+                });
+            }
+            FragmentLayout::MmaAccumulator { .. } => {}
+            FragmentLayout::RowStats { gemm } => {
+                let m = &plan.mmas[gemm];
+                let rows = 2 * m.mnk.0 / (16 * m.warps.0);
+                fragments.push(LineCtx {
+                    code: format!("Tensor {n} = make_tensor<{}>(Shape<Int<{rows}>>{{}});", element_alias(n)),
+                    comment: format!("fragment `{n}` (spec line {}): one value per accumulator row this thread holds (2 per 16-row MMA tile)", c.line(buf.span)),
+                });
+            }
         }
     }
 
@@ -400,11 +460,18 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             Dim::Fixed(v, _) => v.to_string(),
             Dim::Named(i) => i.name.clone(),
         }).collect();
+        // Constant extents are static in the shape (and cannot bind to make_shape's
+        // references in device code anyway).
+        let static_dims: Vec<String> = t.shape.iter().zip(&dims).map(|(d, n)| match d {
+            Dim::Fixed(v, _) => format!("Int<{v}>{{}}"),
+            Dim::Named(i) if info.const_int(&i.name).is_some() => format!("Int<{n}>{{}}"),
+            Dim::Named(_) => n.clone(),
+        }).collect();
         let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
         let (shape, stride) = match (dims.len(), t.order.0) {
-            (1, _) => (dims[0].clone(), "_1{}".to_string()),
-            (2, Order::RowMajor) => (format!("{}, {}", dims[0], dims[1]), format!("int64_t({}), _1{{}}", dims[1])),
-            (2, Order::ColMajor) => (format!("{}, {}", dims[0], dims[1]), format!("_1{{}}, int64_t({})", dims[0])),
+            (1, _) => (static_dims[0].clone(), "_1{}".to_string()),
+            (2, Order::RowMajor) => (format!("{}, {}", static_dims[0], static_dims[1]), format!("int64_t({}), _1{{}}", dims[1])),
+            (2, Order::ColMajor) => (format!("{}, {}", static_dims[0], static_dims[1]), format!("_1{{}}, int64_t({})", dims[0])),
             _ => {
                 let mut strides = vec!["_1{}".to_string()];
                 let mut acc = String::new();
@@ -412,7 +479,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                     acc = if acc.is_empty() { format!("int64_t({d})") } else { format!("{acc} * {d}") };
                     strides.insert(0, acc.clone());
                 }
-                (dims.join(", "), strides.join(", "))
+                (static_dims.join(", "), strides.join(", "))
             }
         };
         if plan.copies.values().any(|cp| cp.tensor == ti) {
@@ -454,15 +521,30 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             crate::back::conv::helpers_used(value, &mut used);
         }
     });
-    let helpers = used.values().map(|d| d.to_string()).collect();
+    let mut helpers: Vec<String> = used.values().map(|d| d.to_string()).collect();
+    if plan.fragments.values().any(|f| matches!(f, FragmentLayout::RowStats { .. })) {
+        helpers.push(ACC_ROWS_COLS.into());
+    }
+    if plan.mmas.values().any(|m| m.a_in_registers) {
+        helpers.push(ACC_AS_OPERAND_A.into());
+    }
     Ok(Context {
         helpers,
         header: header(c),
         threads: spec.threads.0,
+        target_banner: match plan.target {
+            crate::target::Target::Sm80 => "Target sm80: cp.async multistage pipeline, ldmatrix, mma.sync (runs on sm_80 and later).".into(),
+            crate::target::Target::Sm90a => "Target sm90a, mma.sync path: this spec is not GEMM-shaped, and fused programs have no TMA + WGMMA lowering yet, so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.".into(),
+        },
+        gencode: match plan.target {
+            crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),
+            crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
+        },
         constants,
         elements,
         smem_layouts,
         mmas,
+        fragments,
         g2s_copies,
         stores,
         pipeline_storage,

@@ -1,8 +1,9 @@
 //! The sm90a backend: CUTLASS 3.x collectives (TMA, WGMMA, warp specialisation) for
 //! GEMM-shaped specs, with the spec's element-wise epilogue as an epilogue visitor tree.
 //!
-//! Requires: a spec planned for [`Target::Sm90a`](crate::target::Target::Sm90a) (a
-//! [`CollectivePlan`]). Guarantees: a `.cu` with explicit schedules, stage count, tile and
+//! Requires: a spec planned for [`Target::Sm90a`](crate::target::Target::Sm90a). Specs with
+//! a [`CollectivePlan`] render here; other (fused) programs render through the sm80 backend's
+//! mma.sync lowering, built for sm_90a, until they get a CuTe TMA + WGMMA lowering. Guarantees: a `.cu` with explicit schedules, stage count, tile and
 //! cluster shapes (never `Auto`), and the same C launcher contract as every target.
 
 use super::launcher::{header, launcher, HeaderCtx, LauncherCtx};
@@ -157,7 +158,8 @@ fn dim(d: &Dim) -> String {
 /// Renders the `.cu` and `.h` for a spec planned for sm90a.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     let Some(p) = &c.plan.collective else {
-        return Err(vec![Diagnostic::error(c.spec.kernel.span, "internal error: no collective plan for sm90a")]);
+        // Not GEMM-shaped: the CuTe mma.sync lowering, built for sm_90a.
+        return super::sm80::render(c);
     };
     super::render_pair(c, KERNEL_TEMPLATE, &context(c, p))
 }
