@@ -95,6 +95,8 @@ pub fn gencode_flags(target: Target, sms: &[u32]) -> Vec<String> {
         }
         // wgmma and setmaxnreg exist only in sm_90a machine code (no PTX fallback).
         Target::Sm90a => vec!["-gencode=arch=compute_90a,code=sm_90a".into()],
+        // hipcc builds: see scripts/install-hip-toolchain.sh and tests/compile.rs.
+        Target::Gfx942 | Target::Gfx90a => Vec::new(),
     }
 }
 

@@ -109,12 +109,21 @@ pub struct Diagnostic {
     pub hint: Option<String>,
     /// Related locations.
     pub labels: Vec<Label>,
+    /// The spec is fine, but the target has no lowering for its program shape: `tilegen gen`
+    /// over every target skips the pair with a note instead of failing.
+    pub unsupported: bool,
 }
 
 impl Diagnostic {
     /// An error at `span`.
     pub fn error(span: Span, message: impl Into<String>) -> Diagnostic {
-        Diagnostic { span, message: message.into(), hint: None, labels: Vec::new() }
+        Diagnostic { span, message: message.into(), hint: None, labels: Vec::new(), unsupported: false }
+    }
+
+    /// Marks the diagnostic as "no lowering on this target" (see [`Diagnostic::unsupported`]).
+    pub fn unsupported_on_target(mut self) -> Diagnostic {
+        self.unsupported = true;
+        self
     }
 
     /// Adds a hint.

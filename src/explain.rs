@@ -15,15 +15,33 @@ pub fn explain(c: &Compiled) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
     let grid = spec.grid.iter().map(|g| format!("{} = {}", g.var.name, c.file.snippet(g.extent.span))).collect::<Vec<_>>().join(", ");
-    if plan.collective.is_some() {
+    if plan.collective.is_some() && plan.target.is_amd() {
+        let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's {} apply to sm80); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
+    } else if plan.collective.is_some() {
         let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's {} apply to sm80); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
     } else {
         let _ = writeln!(o, "  threads: {} ({} warps); grid: {grid}", spec.threads.0, spec.threads.0 / 32);
     }
-    let _ = writeln!(o, "  launcher: tilegen_{}({}{}cudaStream_t)", spec.kernel.name,
+    let _ = writeln!(o, "  launcher: tilegen_{}({}{}{}Stream_t)", spec.kernel.name,
         spec.tensors.iter().map(|t| format!("{}{}", if t.output { "void* " } else { "const void* " }, t.name.name)).collect::<Vec<_>>().join(", ") + ", ",
-        c.info.runtime_dims.iter().map(|d| format!("int {d}, ")).collect::<String>());
+        c.info.runtime_dims.iter().map(|d| format!("int {d}, ")).collect::<String>(),
+        if plan.target.is_amd() { "hip" } else { "cuda" });
 
+    if let (Some(p), true) = (&plan.collective, plan.target.is_amd()) {
+        let _ = writeln!(o, "\ncomposable_kernel device GEMM (explicit instance, every template argument named in the source)");
+        let _ = writeln!(o, "  why: {}", p.why);
+        let _ = writeln!(o, "  layouts: A (`{}`) {}, B (`{}`) {}, output (`{}`) {}; accumulator f32 (MFMA)",
+            spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2);
+        let _ = writeln!(o, "  epilogue: {}", if matches!(p.epilogue, crate::layout::EvtNode::Acc) { "none (PassThrough)".to_string() } else { format!("the CDE operator computes {}", evt_text(c, &p.epilogue)) });
+        let _ = writeln!(o, "\nResources");
+        let _ = writeln!(o, "  LDS: {} bytes of {} allowed per workgroup", plan.smem.total, plan.smem.budget);
+        let _ = writeln!(o, "  launcher checks:");
+        for a in &plan.alignment {
+            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+        }
+        let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+        return o;
+    }
     if let Some(p) = &plan.collective {
         explain_collective(&mut o, c, p);
         return o;

@@ -175,8 +175,13 @@ fn generate(specs: Vec<PathBuf>, out: &Path, targets: Vec<Target>, check: bool) 
     };
     let mut files = std::collections::BTreeMap::new();
     for target in targets {
-        match output::generate(&specs, target, out) {
-            Ok(f) => files.extend(f),
+        match output::generate_with_notes(&specs, target, out) {
+            Ok((f, notes)) => {
+                files.extend(f);
+                for n in notes {
+                    eprintln!("note: {n}");
+                }
+            }
             Err(e) => return fail(e),
         }
     }

@@ -71,12 +71,23 @@ pub fn default_specs(root: &Path) -> Result<Vec<PathBuf>, GenError> {
 
 /// Compiles and renders every spec for `target`; files are keyed by their path under `out`.
 pub fn generate(specs: &[PathBuf], target: Target, out: &Path) -> Result<BTreeMap<PathBuf, String>, GenError> {
+    generate_with_notes(specs, target, out).map(|(files, _)| files)
+}
+
+/// As [`generate`], but a spec the target has no lowering for (every diagnostic marked
+/// [`Diagnostic::unsupported`](crate::diag::Diagnostic::unsupported)) is skipped with a
+/// note instead of failing the run; returns the files and the notes.
+pub fn generate_with_notes(specs: &[PathBuf], target: Target, out: &Path) -> Result<(BTreeMap<PathBuf, String>, Vec<String>), GenError> {
     let mut files = BTreeMap::new();
+    let mut notes = Vec::new();
     let mut reports = String::new();
     let mut kernels: BTreeMap<String, String> = BTreeMap::new();
     for path in specs {
         let file = read_spec(path)?;
         match crate::compile(file, target) {
+            Err((file, diags)) if !diags.is_empty() && diags.iter().all(|d| d.unsupported) => {
+                notes.push(format!("{}: skipped for {target}: {}", file.path, diags[0].message));
+            }
             Err((file, diags)) => reports.push_str(&render_all(&diags, &file)),
             Ok(c) => {
                 if let Some(first) = kernels.insert(c.spec.kernel.name.clone(), c.file.path.clone()) {
@@ -96,7 +107,7 @@ pub fn generate(specs: &[PathBuf], target: Target, out: &Path) -> Result<BTreeMa
             }
         }
     }
-    if reports.is_empty() { Ok(files) } else { Err(GenError::Spec(reports)) }
+    if reports.is_empty() { Ok((files, notes)) } else { Err(GenError::Spec(reports)) }
 }
 
 /// Writes files atomically (temp file in the same folder, then rename).
@@ -176,7 +187,7 @@ pub fn check_files(files: &BTreeMap<PathBuf, String>, scan_stale: bool) -> Resul
         for dir in dirs {
             let Ok(entries) = std::fs::read_dir(dir) else { continue };
             let mut extra: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "cu" || x == "h") && !files.contains_key(p))
+                .filter(|p| p.extension().is_some_and(|x| x == "cu" || x == "hip" || x == "h") && !files.contains_key(p))
                 .collect();
             extra.sort();
             drift.stale.extend(extra);

@@ -10,17 +10,23 @@ pub enum Target {
     /// NVIDIA Hopper code: TMA, WGMMA, warp-specialised producer/consumer pipelines.
     /// Runs on sm_90a (H100, H200) only.
     Sm90a,
+    /// AMD CDNA3 (MI300X): composable_kernel device operations on MFMA, built with hipcc.
+    Gfx942,
+    /// AMD CDNA2 (MI250): as gfx942.
+    Gfx90a,
 }
 
 impl Target {
     /// Every target, in CLI order.
-    pub const ALL: [Target; 2] = [Target::Sm80, Target::Sm90a];
+    pub const ALL: [Target; 4] = [Target::Sm80, Target::Sm90a, Target::Gfx942, Target::Gfx90a];
 
     /// The CLI and folder name.
     pub fn name(self) -> &'static str {
         match self {
             Target::Sm80 => "sm80",
             Target::Sm90a => "sm90a",
+            Target::Gfx942 => "gfx942",
+            Target::Gfx90a => "gfx90a",
         }
     }
 
@@ -36,6 +42,8 @@ impl Target {
         match self {
             Target::Sm80 => 166_912,
             Target::Sm90a => 232_448,
+            // LDS: 64 KB per workgroup on CDNA2 and CDNA3.
+            Target::Gfx942 | Target::Gfx90a => 65_536,
         }
     }
 
@@ -44,12 +52,18 @@ impl Target {
         match self {
             Target::Sm80 => &[80, 90],
             Target::Sm90a => &[90],
+            Target::Gfx942 | Target::Gfx90a => &[],
         }
     }
 
     /// Extension of the generated translation unit.
     pub fn source_extension(self) -> &'static str {
-        "cu"
+        if self.is_amd() { "hip" } else { "cu" }
+    }
+
+    /// Whether this is an AMD target (composable_kernel, hipcc).
+    pub fn is_amd(self) -> bool {
+        matches!(self, Target::Gfx942 | Target::Gfx90a)
     }
 }
 

@@ -80,3 +80,28 @@ fn check_and_explain_work_on_the_bundled_specs() {
     let (code, _) = tilegen(root, &["gen", "--target", "sm99"]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn targets_without_a_lowering_are_skipped_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    for name in ["gemm_bf16.yaml", "flash_attention_fwd_bf16.yaml"] {
+        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs").join(name), specs.join(name)).unwrap();
+    }
+    let (code, text) = tilegen(dir.path(), &["gen"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("note: specs/flash_attention_fwd_bf16.yaml: skipped for gfx942: the gfx942 target has no lowering for fused programs yet"), "{text}");
+    let out = dir.path().join("generated");
+    for f in ["sm80/flash_attention_fwd_bf16.cu", "sm90a/flash_attention_fwd_bf16.cu", "gfx942/gemm_bf16.hip", "gfx90a/gemm_bf16.hip", "gfx942/gemm_bf16.h"] {
+        assert!(out.join(f).is_file(), "{f} was not written:\n{text}");
+    }
+    assert!(!out.join("gfx942/flash_attention_fwd_bf16.hip").exists());
+    // Asked for explicitly, the same pair is an error that says why.
+    let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/flash_attention_fwd_bf16.yaml"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("error: the gfx942 target has no lowering for fused programs yet"), "{text}");
+    // And the check mode agrees with what was written.
+    let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
+    assert_eq!(code, 0, "{text}");
+}

@@ -6,7 +6,8 @@
 // the spec and run `tilegen gen`. Target sm80: cp.async multistage pipeline, ldmatrix, mma.sync
 // (runs on sm_80 and later). Written against CUTLASS 4.2.0 (PyPI nvidia-cutlass==4.2.0.0).
 // Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG
-// -gencode=arch=compute_80,code=sm_80 -I<cutlass>/include -c flash_attention_fwd_causal_bf16.cu
+//        -gencode=arch=compute_80,code=sm_80 -I<cutlass>/include -c
+//        flash_attention_fwd_causal_bf16.cu
 // Comments "spec N" refer to line N of the spec.
 
 #include "flash_attention_fwd_causal_bf16.h"

@@ -8,7 +8,8 @@
 // ldmatrix, mma.sync) built for sm_90a. Written against CUTLASS 4.2.0 (PyPI
 // nvidia-cutlass==4.2.0.0).
 // Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG
-// -gencode=arch=compute_90a,code=sm_90a -I<cutlass>/include -c flash_attention_fwd_causal_bf16.cu
+//        -gencode=arch=compute_90a,code=sm_90a -I<cutlass>/include -c
+//        flash_attention_fwd_causal_bf16.cu
 // Comments "spec N" refer to line N of the spec.
 
 #include "flash_attention_fwd_causal_bf16.h"

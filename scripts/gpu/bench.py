@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Validate and time tilegen's GEMM-family kernels against torch/cuBLAS in one process.
+"""Validate and time tilegen's GEMM-family kernels (attention: bench_attention.py) against torch/cuBLAS in one process.
 
 Usage: bench.py TARGET=LIBDIR... [--kernels k1,k2] [--quick] [--markdown BENCHMARKS.md] [--nvcc-version TEXT]
 
@@ -140,7 +140,8 @@ def main():
     for spec in args.libdirs:
         target, libdir = spec.split("=", 1)
         for name in args.kernels.split(","):
-            if not os.path.exists(os.path.join(libdir, f"lib{name}.so")):
+            # Attention kernels are timed by bench_attention.py.
+            if name.split("_cfg_")[0] not in KERNELS or not os.path.exists(os.path.join(libdir, f"lib{name}.so")):
                 continue
             failures += bench_kernel(target, libdir, name, args, gen, rows)
     table = [

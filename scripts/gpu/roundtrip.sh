@@ -6,9 +6,10 @@
 # 1. unpacks the CUTLASS headers from the wheel (PyPI nvidia-cutlass==4.2.0.0);
 # 2. `tilegen validate` builds every specs/*.yaml for each target in $TILEGEN_TARGETS
 #    (default "sm80 sm90a") with that machine's nvcc and checks each golden case on the GPU;
-# 3. scripts/gpu/bench.py checks the kernels against torch on fresh random inputs and times
-#    them against cuBLAS in the same process, writing BENCHMARKS.md (to $BENCH_OUT, default
-#    ./BENCHMARKS.md). EXTRA_SPECs (e.g. tile-size variants) are built for sm80 and timed too.
+# 3. scripts/gpu/bench.py checks the GEMM-family kernels against torch on fresh random inputs
+#    and times them against cuBLAS in the same process, writing BENCHMARKS.md (to $BENCH_OUT,
+#    default ./BENCHMARKS.md); scripts/gpu/bench_attention.py does the same for attention
+#    against torch SDPA's FLASH and CUDNN backends and appends its table. EXTRA_SPECs (e.g. tile-size variants) are built for sm80 and timed too.
 # With TILEGEN_SANITIZE=1, the ragged golden case of each kernel also runs under
 # compute-sanitizer memcheck and racecheck. The benchmark table is printed last; the exit status is 1 if any check failed.
 set -euo pipefail
@@ -48,4 +49,7 @@ if [[ $# -gt 0 ]]; then
 fi
 PYTHONUNBUFFERED=1 python3 scripts/gpu/bench.py "${libdirs[@]}" --kernels "$(echo $kernels | tr ' ' ',')" \
   --markdown "${BENCH_OUT:-BENCHMARKS.md}" --nvcc-version "$("$nvcc" --version | tail -1)" ${TILEGEN_BENCH_ARGS:-} || status=1
+# Attention against torch SDPA (FLASH and CUDNN backends); appends its table.
+PYTHONUNBUFFERED=1 python3 scripts/gpu/bench_attention.py "${libdirs[@]}" --kernels "$(echo $kernels | tr ' ' ',')" \
+  --markdown "${BENCH_OUT:-BENCHMARKS.md}" ${TILEGEN_BENCH_ARGS:-} || status=1
 exit $status

@@ -50,10 +50,19 @@ pub struct HeaderCtx {
     pub cutlass: String,
     /// The C launcher's name.
     pub launcher: String,
+    /// The runtime API's prefix: `cuda` or `hip`.
+    pub api: String,
+    /// The runtime API's name in prose: `CUDA` or `HIP`.
+    pub api_name: String,
+    /// The runtime header to include.
+    pub runtime_header: String,
+    /// The translation unit's extension.
+    pub source_ext: String,
 }
 
 /// The header fields for a compiled spec.
 pub fn header(c: &Compiled) -> HeaderCtx {
+    let amd = c.plan.target.is_amd();
     HeaderCtx {
         target: c.plan.target.name().into(),
         kernel: c.spec.kernel.name.clone(),
@@ -62,6 +71,10 @@ pub fn header(c: &Compiled) -> HeaderCtx {
         version: env!("CARGO_PKG_VERSION").into(),
         cutlass: crate::back::CUTLASS_VERSION.into(),
         launcher: format!("tilegen_{}", c.spec.kernel.name),
+        api: if amd { "hip" } else { "cuda" }.into(),
+        api_name: if amd { "HIP" } else { "CUDA" }.into(),
+        runtime_header: if amd { "hip/hip_runtime.h" } else { "cuda_runtime.h" }.into(),
+        source_ext: c.plan.target.source_extension().into(),
     }
 }
 

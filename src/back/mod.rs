@@ -7,6 +7,7 @@
 //! Each backend builds a flat, serialisable context (names chosen, C++ spellings
 //! computed) and hands it to Tera templates that only print.
 
+pub mod ck;
 pub mod conv;
 pub mod launcher;
 pub mod sm80;
@@ -33,6 +34,7 @@ pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     match c.plan.target {
         Target::Sm80 => sm80::render(c),
         Target::Sm90a => sm90a::render(c),
+        Target::Gfx942 | Target::Gfx90a => ck::render(c),
     }
 }
 
@@ -105,10 +107,12 @@ fn wrap_comment(line: &str) -> Vec<String> {
     if line.chars().count() <= COMMENT_WIDTH || !body.starts_with("// ") {
         return vec![line.to_string()];
     }
-    let prefix = format!("{}// ", &line[..line.len() - body.len()]);
+    // Continuation lines keep the comment's own indentation (`//   item` stays indented).
+    let inner = body[2..].len() - body[2..].trim_start().len();
+    let prefix = format!("{}//{}", &line[..line.len() - body.len()], " ".repeat(inner.max(1)));
     let mut lines = Vec::new();
     let mut current = prefix.clone();
-    for word in body[3..].split(' ').filter(|w| !w.is_empty()) {
+    for word in body[2..].split(' ').filter(|w| !w.is_empty()) {
         let fits = current.chars().count() + 1 + word.chars().count() <= COMMENT_WIDTH;
         if current.len() > prefix.len() && !fits {
             lines.push(std::mem::replace(&mut current, prefix.clone()));

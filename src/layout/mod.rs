@@ -179,6 +179,19 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         failed_stmts: Default::default(),
         failed_buffers: Default::default(),
     };
+    if target.is_amd() {
+        // AMD: GEMM-shaped specs map onto composable_kernel device operations; there is no
+        // lowering for other programs yet.
+        if cx.gemm_shaped() {
+            cx.plan_collective();
+        } else {
+            cx.err(Diagnostic::error(spec.kernel.span, format!(
+                "the {target} target has no lowering for fused programs yet (only GEMM-shaped specs: clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store)"))
+                .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
+                .unsupported_on_target());
+        }
+        return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+    }
     if target == Target::Sm90a && cx.gemm_shaped() {
         // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
         cx.plan_collective();

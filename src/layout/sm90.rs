@@ -81,8 +81,13 @@ struct Shape<'a> {
 
 impl<'a> Infer<'a> {
     fn off_path(&mut self, span: Span, why: &str) {
-        self.err(Diagnostic::error(span, format!("the sm90a target lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) to CUTLASS collectives; {why}"))
-            .hint("fused programs need the CuTe-level WGMMA backend, which is not implemented yet: use --target sm80 for this spec"));
+        let (lib, hint) = if self.target.is_amd() {
+            ("composable_kernel device GEMMs", "fused programs have no CK lowering yet: this spec renders for sm80 and sm90a")
+        } else {
+            ("CUTLASS collectives", "fused programs need the CuTe-level WGMMA backend, which is not implemented yet: use --target sm80 for this spec")
+        };
+        self.err(Diagnostic::error(span, format!("the {} target lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) to {lib}; {why}", self.target))
+            .hint(hint));
     }
 
     /// Whether the body has the GEMM shape the collective path lowers (no diagnostics).
@@ -194,7 +199,7 @@ impl<'a> Infer<'a> {
         }
         let (da, db, dc) = (spec.tensors[ta_idx].dtype.0, spec.tensors[tb_idx].dtype.0, spec.buffers[ic].dtype.0);
         if !matches!((da, db, dc), (DType::BF16, DType::BF16, DType::F32) | (DType::F16, DType::F16, DType::F32) | (DType::F16, DType::F16, DType::F16)) {
-            self.err(Diagnostic::error(shape.gemm.span, format!("the sm90a target has no WGMMA for {da} × {db} accumulating in {dc}"))
+            self.err(Diagnostic::error(shape.gemm.span, format!("the {} target has no {} for {da} × {db} accumulating in {dc}", self.target, if self.target.is_amd() { "MFMA" } else { "WGMMA" }))
                 .hint("use bf16 or f16 operands with an f32 accumulator (or f16 with f16)"));
             return;
         }
@@ -206,6 +211,10 @@ impl<'a> Infer<'a> {
             }
         };
         let layouts = (major(ta_idx, *transpose_a), major(tb_idx, *transpose_b), major(td, false));
+        if self.target.is_amd() {
+            self.plan_ck(ta_idx, tb_idx, td, layouts, dc, &shape, ic, (&cc[0], &cc[1]), (bm, bn));
+            return;
+        }
         // Tile limits of the cooperative WGMMA kernel: two consumer warpgroups split M.
         if bm % 128 != 0 || bm > 256 || bn % 16 != 0 || bn > 256 || bk % 16 != 0 || bk > 128 {
             let span = self.spec.buffers[ic].shape_span;
@@ -228,25 +237,7 @@ impl<'a> Infer<'a> {
                 return;
             }
         }
-        // The epilogue: compose the parallel blocks into one expression of the accumulator.
-        let mut tree = EvtNode::Acc;
-        for p in &shape.epilogue {
-            let StmtKind::Parallel { vars, body } = &p.kind else { continue };
-            for st in body {
-                let StmtKind::Assign { target, op, value, .. } = &st.kind else { continue };
-                if self.buffer_index(&target.name) != Some(ic) {
-                    self.off_path(st.span, "epilogue assignments may only update the accumulator");
-                    return;
-                }
-                let Some(v) = self.evt(value, &tree, vars, (&cc[0], &cc[1]), (bm, bn)) else { return };
-                tree = match op {
-                    AssignOp::Set => v,
-                    AssignOp::Add => EvtNode::Compute { functor: "cutlass::plus", children: vec![tree, v] },
-                    AssignOp::Sub => EvtNode::Compute { functor: "cutlass::minus", children: vec![tree, v] },
-                    AssignOp::Mul => EvtNode::Compute { functor: "cutlass::multiplies", children: vec![tree, v] },
-                };
-            }
-        }
+        let Some(tree) = self.epilogue_tree(&shape, ic, (&cc[0], &cc[1]), (bm, bn)) else { return };
         let bytes = |d: DType| d.bytes();
         let stage_bytes = (bm * bk) as u64 * bytes(da) + (bn * bk) as u64 * bytes(db);
         // The TMA epilogue stages 128x64 (or smaller) subtiles of D through shared memory, twice.
@@ -295,6 +286,78 @@ impl<'a> Infer<'a> {
         });
     }
 
+    /// The epilogue: the parallel blocks between the main loop and the store composed into
+    /// one expression of the accumulator.
+    fn epilogue_tree(&mut self, shape: &Shape<'a>, ic: usize, cc: (&String, &String), tile: (i64, i64)) -> Option<EvtNode> {
+        let (bm, bn) = tile;
+        let mut tree = EvtNode::Acc;
+        for p in &shape.epilogue {
+            let StmtKind::Parallel { vars, body } = &p.kind else { continue };
+            for st in body {
+                let StmtKind::Assign { target, op, value, .. } = &st.kind else { continue };
+                if self.buffer_index(&target.name) != Some(ic) {
+                    self.off_path(st.span, "epilogue assignments may only update the accumulator");
+                    return None;
+                }
+                let v = self.evt(value, &tree, vars, (cc.0.as_str(), cc.1.as_str()), (bm, bn))?;
+                tree = match op {
+                    AssignOp::Set => v,
+                    AssignOp::Add => EvtNode::Compute { functor: "cutlass::plus", children: vec![tree, v] },
+                    AssignOp::Sub => EvtNode::Compute { functor: "cutlass::minus", children: vec![tree, v] },
+                    AssignOp::Mul => EvtNode::Compute { functor: "cutlass::multiplies", children: vec![tree, v] },
+                };
+            }
+        }
+        Some(tree)
+    }
+
+    /// AMD: the GEMM maps onto a composable_kernel device operation with one of CK's
+    /// published bf16/f16 "compute" instances (256 threads, 128x128x64 tiles, 32x32 MFMAs,
+    /// 2x2 per wave, pipeline v3); the epilogue becomes its CDE element-wise operator.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_ck(&mut self, a: usize, b: usize, d: usize, layouts: (&'static str, &'static str, &'static str), acc: DType, shape: &Shape<'a>, ic: usize, cc: (&String, &String), tile: (i64, i64)) {
+        if layouts.0 != "RowMajor" || layouts.2 != "RowMajor" {
+            self.err(Diagnostic::error(self.spec.tensors[a].order.1, format!("the {} target lowers GEMMs with row-major A and output only", self.target))
+                .hint("store A row-major (K contiguous) or transpose the problem").unsupported_on_target());
+            return;
+        }
+        let Some(tree) = self.epilogue_tree(shape, ic, cc, tile) else { return };
+        let (bm, bn, bk) = (128, 128, 64);
+        let bytes = self.spec.tensors[a].dtype.0.bytes();
+        let lds = (bm * bk + bn * bk) as u64 * bytes;
+        self.plan.smem = super::SmemUse { buffers: lds, staging: 0, total: lds, budget: self.target.smem_budget() };
+        if lds > self.target.smem_budget() {
+            self.err(Diagnostic::error(self.spec.kernel.span, format!(
+                "LDS over budget: the {bm}x{bn}x{bk} tiles need {lds} bytes but {} allows {} bytes per workgroup", self.target, self.target.smem_budget())));
+            return;
+        }
+        let v = 16 / bytes as i64;
+        for (t, why) in [(a, "A is read in 16-byte vectors along K"), (b, "B is read in 16-byte vectors along its contiguous dimension"), (d, "the output is written in 16-byte vectors")] {
+            self.plan.alignment.retain(|x| x.tensor != t);
+            self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: why.into() });
+        }
+        self.plan.alignment.sort_by_key(|x| x.tensor);
+        let why = format!(
+            "a plain GEMM body: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, 32x32x8 MFMAs 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
+            if matches!(tree, EvtNode::Acc) { "DeviceGemm_Xdl_CShuffleV3" } else { "DeviceGemmMultiD_Xdl_CShuffle_V3 (the epilogue as its CDE operator)" },
+            self.spec.tensors[a].dtype.0);
+        self.plan.collective = Some(CollectivePlan {
+            tile: (bm, bn, bk),
+            cluster: (1, 1),
+            stages: 1,
+            kernel_schedule: "ck::BlockGemmPipelineVersion::v3",
+            epilogue_schedule: "ck::BlockGemmPipelineScheduler::Intrawave",
+            a,
+            b,
+            d,
+            layouts,
+            accumulator: acc,
+            epilogue: tree,
+            smem_bytes: lds,
+            why,
+        });
+    }
+
     fn coords(&self, origin: &[Expr], extents: &[i64]) -> Option<Vec<String>> {
         if origin.len() != extents.len() {
             return None;
@@ -324,7 +387,8 @@ impl<'a> Infer<'a> {
     /// Translates an element-wise expression into an EVT, with `acc[i, j]` = `current`.
     fn evt(&mut self, e: &Expr, current: &EvtNode, vars: &[Ident], tiles: (&str, &str), ext: (i64, i64)) -> Option<EvtNode> {
         let unsupported = |this: &mut Self, what: &str| {
-            this.err(Diagnostic::error(e.span, format!("the sm90a epilogue cannot express {what} as a CUTLASS epilogue visitor tree yet"))
+            let form = if this.target.is_amd() { "a CK element-wise epilogue" } else { "a CUTLASS epilogue visitor tree" };
+            this.err(Diagnostic::error(e.span, format!("the {} epilogue cannot express {what} as {form} yet", this.target))
                 .hint("supported: + - * /, max, min, gelu, silu, sigmoid, float constants, the accumulator at [i, j], and vectors indexed by the output row or column"));
             None
         };

@@ -534,11 +534,13 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         threads: spec.threads.0,
         target_banner: match plan.target {
             crate::target::Target::Sm80 => "Target sm80: cp.async multistage pipeline, ldmatrix, mma.sync (runs on sm_80 and later).".into(),
+            crate::target::Target::Gfx942 | crate::target::Target::Gfx90a => String::new(),
             crate::target::Target::Sm90a => "Target sm90a, mma.sync path: this spec is not GEMM-shaped, and fused programs have no TMA + WGMMA lowering yet, so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.".into(),
         },
         gencode: match plan.target {
             crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),
             crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
+            _ => String::new(),  // AMD targets never reach this backend
         },
         constants,
         elements,

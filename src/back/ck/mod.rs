@@ -1,0 +1,237 @@
+//! The AMD backend: composable_kernel (CK) device operations on MFMA, built with hipcc.
+//!
+//! Requires: a GEMM-shaped spec planned for an AMD target (a [`CollectivePlan`] made by
+//! `plan_ck`). Guarantees: a `.hip` translation unit with an explicit
+//! `DeviceGemm_Xdl_CShuffleV3` (plain GEMMs) or `DeviceGemmMultiD_Xdl_CShuffle_V3` (fused
+//! element-wise epilogues, as the CDE operator) instantiation, every template argument named
+//! in a comment, and the same C launcher contract as the NVIDIA targets (`hipStream_t`).
+
+use super::launcher::{header, launcher, HeaderCtx, LauncherCtx};
+use super::OutputFile;
+use crate::ast::DType;
+use crate::diag::Diagnostic;
+use crate::layout::{CollectivePlan, EvtNode};
+use crate::Compiled;
+use serde::Serialize;
+
+const KERNEL_TEMPLATE: &str = include_str!("../../../templates/ck/kernel.hip.tera");
+
+#[derive(Serialize)]
+struct Context {
+    #[serde(flatten)]
+    header: HeaderCtx,
+    why: String,
+    gemm_line: usize,
+    epilogue_lines: String,
+    elements: Vec<ElemCtx>,
+    elem_a: String,
+    elem_b: String,
+    elem_e: String,
+    multi_d: bool,
+    layout_a: String,
+    layout_b: String,
+    ds: Vec<DCtx>,
+    epilogue_expr: String,
+    helpers: Vec<String>,
+    constants: Vec<String>,
+    b_k_contiguous: bool,
+    ptr_a: String,
+    ptr_b: String,
+    ptr_d: String,
+    stride_a: String,
+    stride_b: String,
+    stride_d: String,
+    problem: String,
+    #[serde(flatten)]
+    launcher_ctx: LauncherCtx,
+    doc_launch: String,
+    doc_invalid: String,
+    doc_errors: String,
+}
+
+/// An element type alias.
+#[derive(Serialize)]
+struct ElemCtx {
+    alias: String,
+    cpp: String,
+    of: String,
+}
+
+/// One CK "D" tensor: a broadcast vector of the epilogue.
+#[derive(Serialize)]
+struct DCtx {
+    name: String,
+    element: String,
+    layout: String,
+    ptr: String,
+    comment: String,
+    vector: i64,
+}
+
+/// Renders the `.hip` and `.h` for a spec planned for an AMD target.
+pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    let Some(p) = &c.plan.collective else {
+        return Err(vec![Diagnostic::error(c.spec.kernel.span, format!("the {} target has no lowering for this spec", c.plan.target)).unsupported_on_target()]);
+    };
+    let ctx = context(c, p);
+    let mut files = super::render_pair(c, KERNEL_TEMPLATE, &ctx)?;
+    for f in &mut files {
+        if let Some(stem) = f.name.strip_suffix(".cu") {
+            f.name = format!("{stem}.hip");
+        }
+    }
+    Ok(files)
+}
+
+fn element(d: DType) -> &'static str {
+    match d {
+        DType::BF16 => "ck::bhalf_t",
+        DType::F16 => "ck::half_t",
+        DType::F32 => "float",
+        DType::I8 => "int8_t",
+        DType::I32 => "int32_t",
+    }
+}
+
+fn upper(name: &str) -> String {
+    let mut ch = name.chars();
+    ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
+}
+
+/// The epilogue tree as an f32 C++ expression of `acc` and the D values `d0`, `d1`, ...
+fn expr(n: &EvtNode, ds: &[usize], helpers: &mut Vec<String>) -> String {
+    match n {
+        EvtNode::Acc => "acc".into(),
+        EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => {
+            format!("d{}", ds.iter().position(|t| t == tensor).unwrap_or(0))
+        }
+        EvtNode::Scalar { value } => value.clone(),
+        EvtNode::Compute { functor, children } => {
+            let k: Vec<String> = children.iter().map(|c| expr(c, ds, helpers)).collect();
+            let bin = |op: &str| format!("({} {op} {})", k[0], k.get(1).cloned().unwrap_or_default());
+            let mut helper = |name: &str, def: &str| {
+                if !helpers.iter().any(|h| h.contains(name)) {
+                    helpers.push(def.to_string());
+                }
+            };
+            match *functor {
+                "cutlass::plus" => bin("+"),
+                "cutlass::minus" => bin("-"),
+                "cutlass::multiplies" => bin("*"),
+                "cutlass::divides" => bin("/"),
+                "cutlass::maximum" => format!("fmaxf({}, {})", k[0], k[1]),
+                "cutlass::minimum" => format!("fminf({}, {})", k[0], k[1]),
+                "cutlass::negate" => format!("(-{})", k[0]),
+                "cutlass::epilogue::thread::GELU" => {
+                    helper("gelu_erf", "// GELU, exact (erf) form: x/2 * (1 + erf(x/sqrt(2))).\n__host__ __device__ inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }");
+                    format!("gelu_erf({})", k[0])
+                }
+                "cutlass::epilogue::thread::SiLu" => {
+                    helper("silu", "// SiLU: x * sigmoid(x).\n__host__ __device__ inline float silu(float x) { return x / (1.0f + expf(-x)); }");
+                    format!("silu({})", k[0])
+                }
+                _ => {
+                    helper("sigmoid", "// Logistic sigmoid.\n__host__ __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }");
+                    format!("sigmoid({})", k[0])
+                }
+            }
+        }
+    }
+}
+
+fn context(c: &Compiled, p: &CollectivePlan) -> Context {
+    let spec = &c.spec;
+    let (ta, tb, td) = (&spec.tensors[p.a], &spec.tensors[p.b], &spec.tensors[p.d]);
+    let mut broadcast = Vec::new();
+    crate::layout::collect_broadcasts(&p.epilogue, &mut |t| {
+        if !broadcast.contains(&t) {
+            broadcast.push(t);
+        }
+    });
+    let mut rows = std::collections::BTreeMap::new();
+    fn kinds(n: &EvtNode, out: &mut std::collections::BTreeMap<usize, bool>) {
+        match n {
+            EvtNode::RowBroadcast { tensor } => {
+                out.insert(*tensor, true);
+            }
+            EvtNode::ColBroadcast { tensor } => {
+                out.insert(*tensor, false);
+            }
+            EvtNode::Compute { children, .. } => children.iter().for_each(|k| kinds(k, out)),
+            _ => {}
+        }
+    }
+    kinds(&p.epilogue, &mut rows);
+    let ds: Vec<DCtx> = broadcast.iter().map(|t| {
+        let tensor = &spec.tensors[*t];
+        let row = rows.get(t).copied().unwrap_or(true);
+        DCtx {
+            name: tensor.name.name.clone(),
+            element: format!("Element{}", upper(&tensor.name.name)),
+            layout: if row { "Row".into() } else { "Col".into() },
+            ptr: tensor.name.name.clone(),
+            comment: if row {
+                format!("`{}`: one value per output column; row-major with row stride 0 (broadcast down the rows)", tensor.name.name)
+            } else {
+                format!("`{}`: one value per output row; column-major with column stride 0 (broadcast along the columns)", tensor.name.name)
+            },
+            vector: if row { 16 / tensor.dtype.0.bytes() as i64 } else { 1 },
+        }
+    }).collect();
+    let mut helpers = Vec::new();
+    let epilogue_expr = expr(&p.epilogue, &broadcast, &mut helpers);
+    // The spec constants the epilogue names.
+    let words: std::collections::BTreeSet<&str> = epilogue_expr.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')).collect();
+    let constants = spec.constants.iter().filter(|k| words.contains(k.name.name.as_str())).filter_map(|k| {
+        match c.info.symbols.get(&k.name.name) {
+            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Float(_, lit))) => Some(format!("constexpr float {} = {};", k.name.name, crate::back::conv::float_literal(lit))),
+            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Int(v))) => Some(format!("constexpr float {} = {v}.0f;", k.name.name)),
+            _ => None,
+        }
+    }).collect();
+    let elem = |t: &crate::ast::Tensor| ElemCtx { alias: format!("Element{}", upper(&t.name.name)), cpp: element(t.dtype.0).to_string(), of: format!("tensor `{}`", t.name.name) };
+    let mut elements = vec![elem(ta), elem(tb)];
+    for t in &broadcast {
+        elements.push(elem(&spec.tensors[*t]));
+    }
+    elements.push(elem(td));
+    let dims = |t: &crate::ast::Tensor| -> Vec<String> { t.shape.iter().map(|d| match d { crate::ast::Dim::Fixed(v, _) => v.to_string(), crate::ast::Dim::Named(i) => i.name.clone() }).collect() };
+    let (da, db, dd) = (dims(ta), dims(tb), dims(td));
+    let b_k_contiguous = p.layouts.1 == "ColumnMajor";
+    let gemm_line = c.spec.body.iter().find_map(|s| match &s.kind {
+        crate::ast::StmtKind::Loop { body, .. } => body.iter().find(|x| matches!(x.kind, crate::ast::StmtKind::Gemm { .. })).map(|g| c.line(g.span)),
+        _ => None,
+    }).unwrap_or(0);
+    let epilogue_lines = c.spec.body.iter().filter(|s| matches!(s.kind, crate::ast::StmtKind::Parallel { .. }))
+        .map(|s| c.line(s.span).to_string()).collect::<Vec<_>>().join(", ");
+    Context {
+        header: header(c),
+        why: p.why.clone(),
+        gemm_line,
+        epilogue_lines,
+        elem_a: format!("Element{}", upper(&ta.name.name)),
+        elem_b: format!("Element{}", upper(&tb.name.name)),
+        elem_e: format!("Element{}", upper(&td.name.name)),
+        elements,
+        multi_d: !matches!(p.epilogue, EvtNode::Acc),
+        layout_a: "Row".into(),
+        layout_b: if b_k_contiguous { "Col".into() } else { "Row".into() },
+        ds,
+        epilogue_expr,
+        helpers,
+        constants,
+        b_k_contiguous,
+        ptr_a: ta.name.name.clone(),
+        ptr_b: tb.name.name.clone(),
+        ptr_d: td.name.name.clone(),
+        // A is M×K row-major; B is K×N (row-major: stride N) or N×K (column-major: stride K).
+        stride_a: da[1].clone(),
+        stride_b: db[1].clone(),
+        stride_d: dd[1].clone(),
+        problem: format!("{}, {}, {}", dd[0], dd[1], if da.len() == 2 { da[1].clone() } else { "1".into() }),
+        launcher_ctx: launcher(c),
+        doc_launch: "one CK device GEMM on `stream` (grid and workgroup size chosen by CK)".into(),
+        doc_invalid: "CK's IsSupportedArgument rejects the sizes or strides".into(),
+        doc_errors: "the launch".into(),
+    }
+}
