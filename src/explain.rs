@@ -95,6 +95,52 @@ pub fn explain(c: &Compiled) -> String {
         }
     }
 
+    // Register work: reductions, element-wise blocks (and the masks among them).
+    let buffer = |n: &str| match c.info.symbols.get(n) {
+        Some(crate::check::Symbol::Buffer(b)) => Some(*b),
+        _ => None,
+    };
+    let mut reg_lines = Vec::new();
+    spec.walk(&mut |s| match &s.kind {
+        crate::ast::StmtKind::Reduce { src, dst, clear, .. } => {
+            let rows = match plan.fragments.get(&buffer(&dst.name).unwrap_or(usize::MAX)) {
+                Some(FragmentLayout::RowStats { gemm }) => 2 * plan.mmas[gemm].mnk.0 / (16 * plan.mmas[gemm].warps.0),
+                _ => 0,
+            };
+            let per_row = buffer(&src.name).map(|b| c.info.buffer_shapes[b][1] / 4).unwrap_or(0);
+            reg_lines.push(format!("  {}\n    row reduction: each thread folds its {per_row} values of each of its {rows} rows, then xor-shuffles over lanes 1 and 2 combine the quad that shares the rows{}",
+                heading(s.id), if *clear { String::new() } else { format!("; the result is combined with `{}`'s previous value", dst.name) }));
+        }
+        crate::ast::StmtKind::Parallel { vars, body } => {
+            let Some(domain) = c.info.parallel_domains.get(&s.id) else { return };
+            let mut reads = Vec::new();
+            let mut uses_index = false;
+            for st in body {
+                if let crate::ast::StmtKind::Assign { value, .. } = &st.kind {
+                    index_uses(value, vars, &mut uses_index, &mut reads);
+                }
+            }
+            let stats: Vec<&String> = reads.iter().filter(|n| matches!(buffer(n).and_then(|b| plan.fragments.get(&b)), Some(FragmentLayout::RowStats { .. }))).collect();
+            let form = match plan.fragments.get(domain) {
+                Some(FragmentLayout::RowStats { .. }) => "over the row statistics each thread holds".to_string(),
+                Some(FragmentLayout::MmaAccumulator { .. }) if !stats.is_empty() => format!(
+                    "by (row, col) of the accumulator values each thread holds, reading row statistics {} once per row",
+                    stats.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")),
+                Some(FragmentLayout::MmaAccumulator { .. }) => "register by register over the accumulator values each thread holds".to_string(),
+                _ => "not lowered on this target".to_string(),
+            };
+            let mask = if uses_index { "; element coordinates come from the MMA partition of an identity tensor (a mask or index-dependent value)" } else { "" };
+            reg_lines.push(format!("  {}\n    element-wise {form}{mask}", heading(s.id)));
+        }
+        _ => {}
+    });
+    if !reg_lines.is_empty() {
+        let _ = writeln!(o, "\nRegister work");
+        for l in reg_lines {
+            let _ = writeln!(o, "{l}");
+        }
+    }
+
     let _ = writeln!(o, "\nCopies");
     for (id, cp) in &plan.copies {
         let _ = writeln!(o, "  {}", heading(*id));
@@ -104,6 +150,12 @@ pub fn explain(c: &Compiled) -> String {
         };
         let _ = writeln!(o, "    {kind}; atom {}; {} elements ({} bits) per vector; threads {}x{}",
             cp.atom, cp.vector_elems, cp.vector_bits, cp.threads.shape.0, cp.threads.shape.1);
+        if !cp.fixed.is_empty() {
+            let t = &spec.tensors[cp.tensor];
+            let _ = writeln!(o, "    a {}-D tile of the {}-D `{}`: dims {} fixed at {}", cp.cute_shape.len(), t.shape.len(), t.name.name,
+                cp.fixed.iter().map(|(d, _)| d.to_string()).collect::<Vec<_>>().join(", "),
+                cp.fixed.iter().map(|(_, e)| c.file.snippet(e.span).to_string()).collect::<Vec<_>>().join(", "));
+        }
         let _ = writeln!(o, "    why: {}", cp.why);
     }
 
@@ -170,5 +222,29 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
         for a in &c.plan.alignment {
             let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
         }
+    }
+}
+
+/// Whether `e` uses a block variable as a value (not as a plain index), and which buffers
+/// or tensors it reads.
+fn index_uses(e: &crate::ast::Expr, vars: &[crate::ast::Ident], uses: &mut bool, reads: &mut Vec<String>) {
+    use crate::ast::ExprKind;
+    match &e.kind {
+        ExprKind::Name(n) if vars.iter().any(|v| v.name == *n) => *uses = true,
+        ExprKind::Index(name, idx) => {
+            reads.push(name.name.clone());
+            for i in idx {
+                if !matches!(&i.kind, ExprKind::Name(n) if vars.iter().any(|v| v.name == *n)) {
+                    index_uses(i, vars, uses, reads);
+                }
+            }
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| index_uses(&a.value, vars, uses, reads)),
+        ExprKind::Unary(_, x) => index_uses(x, vars, uses, reads),
+        ExprKind::Binary(_, a, b) => {
+            index_uses(a, vars, uses, reads);
+            index_uses(b, vars, uses, reads);
+        }
+        _ => {}
     }
 }

@@ -29,8 +29,86 @@ pub struct OutputFile {
 /// The version of CUTLASS generated code is written against (the pinned wheel).
 pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
 
+/// Names every backend's generated code declares itself (namespaces, types, locals).
+const RESERVED_ALL: [&str; 12] = ["int", "float", "auto", "const", "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a"];
+/// Names the CuTe (sm80, and sm90a's mma.sync path) code declares.
+const RESERVED_CUTE: [&str; 22] = [
+    "cute", "cutlass", "Tensor", "Layout", "Shape", "Stride", "Int", "copy", "gemm", "clear", "size", "shape",
+    "smem", "smem_buf", "tiled_mma", "thr_mma", "load_tile", "read_stage", "write_stage", "num_tiles", "k_block", "fast_exp2",
+];
+/// Names the CUTLASS 3.x (sm90a collective) launcher declares.
+const RESERVED_SM90A: [&str; 9] = ["cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes"];
+/// Names the composable_kernel code declares.
+const RESERVED_CK: [&str; 12] = ["ck", "argument", "acc", "d0", "d1", "d2", "d3", "Row", "Col", "S", "PassThrough", "DeviceGemm"];
+
+/// Spec names that would collide with names the target's generated C++ declares: one
+/// error each, at the declaration.
+fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
+    let extra: &[&str] = match c.plan.target {
+        Target::Sm80 => &RESERVED_CUTE,
+        Target::Sm90a if c.plan.collective.is_some() => &RESERVED_SM90A,
+        Target::Sm90a => &RESERVED_CUTE,
+        Target::Gfx942 | Target::Gfx90a => &RESERVED_CK,
+    };
+    let mut errors = Vec::new();
+    // CuTe code spells every spec name; the library paths (CUTLASS collectives, CK) only the
+    // launcher's parameters and the constants.
+    let cute = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none());
+    let mut names: Vec<&String> = c.info.symbols.iter()
+        .filter(|(_, sym)| cute || matches!(sym, crate::check::Symbol::Tensor(_) | crate::check::Symbol::RuntimeDim | crate::check::Symbol::Constant(_)))
+        .map(|(n, _)| n).collect();
+    if cute {
+        c.spec.walk(&mut |s| {
+            if let crate::ast::StmtKind::Parallel { vars, .. } = &s.kind {
+                names.extend(vars.iter().map(|v| &v.name));
+            }
+        });
+    }
+    names.sort();
+    names.dedup();
+    for name in names {
+        if RESERVED_ALL.contains(&name.as_str()) || extra.contains(&name.as_str()) {
+            let span = decl_span(c, name).unwrap_or(c.spec.kernel.span);
+            errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated {} code", c.plan.target))
+                .hint("rename it in the spec"));
+        }
+    }
+    errors
+}
+
+/// Where a spec name is declared (or first bound, for loop and parallel variables).
+fn decl_span(c: &Compiled, name: &str) -> Option<crate::diag::Span> {
+    let spec = &c.spec;
+    spec.tensors.iter().find(|t| t.name.name == name).map(|t| t.name.span)
+        .or_else(|| spec.buffers.iter().find(|b| b.name.name == name).map(|b| b.name.span))
+        .or_else(|| spec.constants.iter().find(|k| k.name.name == name).map(|k| k.name.span))
+        .or_else(|| spec.grid.iter().find(|g| g.var.name == name).map(|g| g.var.span))
+        .or_else(|| {
+            let mut found = None;
+            spec.walk(&mut |s| {
+                if found.is_some() {
+                    return;
+                }
+                match &s.kind {
+                    crate::ast::StmtKind::Loop { var, .. } if var.name == name => found = Some(var.span),
+                    crate::ast::StmtKind::Parallel { vars, .. } => found = vars.iter().find(|v| v.name == name).map(|v| v.span),
+                    _ => {}
+                }
+            });
+            found
+        })
+        .or_else(|| spec.tensors.iter().flat_map(|t| &t.shape).find_map(|d| match d {
+            crate::ast::Dim::Named(i) if i.name == name => Some(i.span),
+            _ => None,
+        }))
+}
+
 /// Renders a compiled spec for its target.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    let clashes = reserved_names(c);
+    if !clashes.is_empty() {
+        return Err(clashes);
+    }
     match c.plan.target {
         Target::Sm80 => sm80::render(c),
         Target::Sm90a => sm90a::render(c),

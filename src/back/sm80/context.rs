@@ -225,10 +225,6 @@ fn atom_text(shape: (i64, i64), first_contiguous: bool) -> (String, String) {
 }
 
 /// Names a spec may not use because generated code declares them.
-const RESERVED: [&str; 24] = [
-    "cute", "cutlass", "Tensor", "Layout", "Shape", "Stride", "Int", "copy", "gemm", "clear", "size", "shape",
-    "smem", "smem_buf", "tid", "tiled_mma", "thr_mma", "e", "int", "float", "auto", "const", "stream", "load_tile",
-];
 
 pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
@@ -236,13 +232,6 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let plan = &c.plan;
     let conv = Conv { spec, info };
     let mut errors = Vec::new();
-    for name in info.symbols.keys() {
-        if RESERVED.contains(&name.as_str()) {
-            let span = find_decl_span(spec, name).unwrap_or(spec.kernel.span);
-            errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated C++"))
-                .hint("rename it in the spec"));
-        }
-    }
 
     let constants = spec.constants.iter().map(|k| {
         let (cpp_type, value) = match info.symbols.get(&k.name.name) {
@@ -590,13 +579,4 @@ fn stage_count_text(c: &Compiled, b: usize) -> String {
     let name = &c.spec.buffers[b].name.name;
     let fills = |body: &[Stmt]| body.iter().any(|x| matches!(&x.kind, StmtKind::Copy { dst, .. } if dst.name.name == *name));
     c.spec.pipelined_stages(fills).map(|st| c.file.snippet(st.span).to_string()).unwrap_or_else(|| c.plan.shared[&b].stages.to_string())
-}
-
-fn find_decl_span(spec: &Spec, name: &str) -> Option<crate::diag::Span> {
-    spec.tensors.iter().map(|t| &t.name)
-        .chain(spec.buffers.iter().map(|b| &b.name))
-        .chain(spec.constants.iter().map(|k| &k.name))
-        .chain(spec.grid.iter().map(|g| &g.var))
-        .find(|i| i.name == name)
-        .map(|i| i.span)
 }
