@@ -144,7 +144,7 @@ using G2SCopyV_s = decltype(make_tiled_copy(
     Layout<Shape<Int<16>, Int<8>>, Stride<_1, Int<16>>>{},  // thread layout
     Layout<Shape<Int<8>, _1>>{}));                             // values per thread
 
-// copy (spec 61): accumulators are converted to bf16 and staged through a swizzled shared tile
+// copy (spec 63): accumulators are converted to bf16 and staged through a swizzled shared tile
 // (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp
 // instead of scattered 4-byte writes.
 using SmemLayoutOAtom = decltype(composition(
@@ -483,7 +483,13 @@ flash_attention_fwd_bf16_kernel(ElementQ const* __restrict__ Q,
     __syncthreads();  // the copies before the loop have landed even if it ran no tile
   }
 
-  // spec 59: parallel(i, j)
+  // spec 59: parallel(i)
+  CUTE_UNROLL
+  for (int r = 0; r < size(l); ++r) {  // the rows this thread holds
+    l(r) = 1.0f / l(r);  // spec 60
+  }
+
+  // spec 61: parallel(i, j)
   // Element-wise over `O_f` by (row, col) of the values each thread holds, so
   // that row statistics are read once per row.
   {
@@ -492,12 +498,12 @@ flash_attention_fwd_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int r = 0; r < size<0>(O_f_rc); ++r) {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(O_f_rc); ++c) {
-        O_f_rc(r, c) = O_f_rc(r, c) / l(r);  // spec 60
+        O_f_rc(r, c) *= l(r);  // spec 62
       }
     }
   }
 
-  // spec 61: copy(O_f, O[bz, bx*block_M:, by, :])
+  // spec 63: copy(O_f, O[bz, bx*block_M:, by, :])
   // accumulators are converted to bf16 and staged through a swizzled shared tile (Swizzle<3,3,3>),
   // then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp instead of
   // scattered 4-byte writes.
