@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from bench import time_ms  # scripts/gpu/bench.py: the same timing for every peer
+
 # kernel -> (dtype, head dim, causal)
 KERNELS = {
     "flash_attention_fwd_bf16": (torch.bfloat16, 128, False),
@@ -64,21 +66,6 @@ def check(fn, name, B, S, H, gen):
     err = float((o.float() - ref).norm() / ref.norm())
     ok = unwritten == 0 and err <= 1e-2
     return ok, f"rel err {err:.2e} (bound 1e-02), unwritten {unwritten}"
-
-
-def time_ms(run, sets, iters):
-    for i in range(5):
-        run(sets[i % len(sets)])
-    torch.cuda.synchronize()
-    times = []
-    for i in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        run(sets[i % len(sets)])
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def main():

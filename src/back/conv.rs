@@ -177,7 +177,14 @@ fn prec(op: BinOp) -> u8 {
     }
 }
 
-/// A float literal spelled as a C++ `float` literal: `0.0` → `0.0f`, `1e3` → `1e3f`, `2.` → `2.f`.
+/// `name` with its first letter upper-cased, for C++ type names (`bias` → `Bias`).
+pub fn upper_first(name: &str) -> String {
+    let mut ch = name.chars();
+    ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
+}
+
+/// A float literal spelled as a C++ `float` literal: `0.0` → `0.0f`, `1e3` → `1e3f`, `2.` → `2.f`,
+/// `inf` → `INFINITY`.
 pub fn float_literal(lit: &str) -> String {
     match lit {
         "inf" => return "INFINITY".into(),

@@ -12,6 +12,7 @@ use crate::ast::DType;
 use crate::diag::Diagnostic;
 use crate::layout::{CollectivePlan, EvtNode};
 use crate::Compiled;
+use crate::back::conv::upper_first;
 use serde::Serialize;
 
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/ck/kernel.hip.tera");
@@ -93,10 +94,6 @@ fn element(d: DType) -> &'static str {
     }
 }
 
-fn upper(name: &str) -> String {
-    let mut ch = name.chars();
-    ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
-}
 
 /// The epilogue tree as an f32 C++ expression of `acc` and the D values `d0`, `d1`, ...
 fn expr(n: &EvtNode, ds: &[usize], helpers: &mut Vec<String>) -> String {
@@ -167,7 +164,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         let row = rows.get(t).copied().unwrap_or(true);
         DCtx {
             name: tensor.name.name.clone(),
-            element: format!("Element{}", upper(&tensor.name.name)),
+            element: format!("Element{}", upper_first(&tensor.name.name)),
             layout: if row { "Row".into() } else { "Col".into() },
             ptr: tensor.name.name.clone(),
             comment: if row {
@@ -189,7 +186,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
             _ => None,
         }
     }).collect();
-    let elem = |t: &crate::ast::Tensor| ElemCtx { alias: format!("Element{}", upper(&t.name.name)), cpp: element(t.dtype.0).to_string(), of: format!("tensor `{}`", t.name.name) };
+    let elem = |t: &crate::ast::Tensor| ElemCtx { alias: format!("Element{}", upper_first(&t.name.name)), cpp: element(t.dtype.0).to_string(), of: format!("tensor `{}`", t.name.name) };
     let mut elements = vec![elem(ta), elem(tb)];
     for t in &broadcast {
         elements.push(elem(&spec.tensors[*t]));
@@ -209,9 +206,9 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         why: p.why.clone(),
         gemm_line,
         epilogue_lines,
-        elem_a: format!("Element{}", upper(&ta.name.name)),
-        elem_b: format!("Element{}", upper(&tb.name.name)),
-        elem_e: format!("Element{}", upper(&td.name.name)),
+        elem_a: format!("Element{}", upper_first(&ta.name.name)),
+        elem_b: format!("Element{}", upper_first(&tb.name.name)),
+        elem_e: format!("Element{}", upper_first(&td.name.name)),
         elements,
         multi_d: !matches!(p.epilogue, EvtNode::Acc),
         layout_a: "Row".into(),

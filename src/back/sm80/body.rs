@@ -7,6 +7,7 @@ use crate::check::Symbol;
 use crate::diag::Diagnostic;
 use crate::layout::{CopyKind, FragmentLayout, PipelineMode};
 use crate::Compiled;
+use crate::back::conv::upper_first;
 use serde::Serialize;
 
 /// One block of emitted code.
@@ -334,7 +335,7 @@ impl Lower<'_> {
         Some(ProducerCtx {
             line: c.line(s.span),
             text: c.file.snippet(s.span).to_string(),
-            copy_type: format!("G2SCopy{}", upper(&buf.name.name)),
+            copy_type: format!("G2SCopy{}", upper_first(&buf.name.name)),
             copy_var: format!("g2s_copy_{key}"),
             thr: format!("g2s_thr_{key}"),
             view,
@@ -560,10 +561,6 @@ impl Lower<'_> {
     }
 }
 
-fn upper(name: &str) -> String {
-    let mut ch = name.chars();
-    ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
-}
 
 /// Names of the buffers and tensors an expression reads.
 fn buffer_reads(e: &Expr, out: &mut Vec<String>) {

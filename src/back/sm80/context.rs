@@ -8,6 +8,7 @@ use crate::check::{ConstValue, Symbol};
 use crate::diag::Diagnostic;
 use crate::layout::{CopyKind, FragmentLayout, Swizzle};
 use crate::Compiled;
+use crate::back::conv::upper_first;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -206,13 +207,6 @@ pub fn element_alias(name: &str) -> String {
     format!("Element{}", upper_first(name))
 }
 
-fn upper_first(name: &str) -> String {
-    let mut chars = name.chars();
-    match chars.next() {
-        Some(f) => f.to_ascii_uppercase().to_string() + chars.as_str(),
-        None => String::new(),
-    }
-}
 
 fn swizzle_text(s: Swizzle) -> String {
     format!("{}, {}, {}", s.bits, s.base, s.shift)

@@ -13,6 +13,7 @@ use crate::back::conv::cpp_type;
 use crate::diag::Diagnostic;
 use crate::layout::{CollectivePlan, EvtNode};
 use crate::Compiled;
+use crate::back::conv::upper_first;
 use serde::Serialize;
 
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/sm90a/kernel.cu.tera");
@@ -92,7 +93,7 @@ impl EvtBuilder<'_> {
             EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => {
                 let t = &self.c.spec.tensors[*tensor];
                 let row = matches!(n, EvtNode::RowBroadcast { .. });
-                let name = format!("{}{}", if row { "Row" } else { "Col" }, upper(&t.name.name));
+                let name = format!("{}{}", if row { "Row" } else { "Col" }, upper_first(&t.name.name));
                 if !self.nodes.iter().any(|x| x.name == name) {
                     let (kind, stride, what) = if row {
                         ("Sm90RowBroadcast", "Stride<_0, _1, _0>", "one value per output column, broadcast down the rows")
@@ -104,10 +105,10 @@ impl EvtBuilder<'_> {
                         comment: format!("`{}`: {what}", t.name.name),
                         definition: format!(
                             "{kind}<0, TileShape, Element{}, ElementCompute, {stride}, 128 / cutlass::sizeof_bits<Element{}>::value, false>",
-                            upper(&t.name.name), upper(&t.name.name)),
+                            upper_first(&t.name.name), upper_first(&t.name.name)),
                     });
                 }
-                (name, vec![format!("{pad}{{static_cast<Element{} const*>({}), Element{}(0.0f), {{}}}},  // {}", upper(&t.name.name), t.name.name, upper(&t.name.name), t.name.name)])
+                (name, vec![format!("{pad}{{static_cast<Element{} const*>({}), Element{}(0.0f), {{}}}},  // {}", upper_first(&t.name.name), t.name.name, upper_first(&t.name.name), t.name.name)])
             }
             EvtNode::Scalar { value } => {
                 self.scalars += 1;
@@ -143,10 +144,6 @@ impl EvtBuilder<'_> {
     }
 }
 
-fn upper(name: &str) -> String {
-    let mut ch = name.chars();
-    ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
-}
 
 fn dim(d: &Dim) -> String {
     match d {
@@ -191,7 +188,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         triple("ElementD", cpp_type(td.dtype.0), format!("tensor `{}` (the output)", td.name.name)),
     ];
     crate::layout::collect_broadcasts(&p.epilogue, &mut |t| {
-        let alias = format!("Element{}", upper(&spec.tensors[t].name.name));
+        let alias = format!("Element{}", upper_first(&spec.tensors[t].name.name));
         if !elements.iter().any(|e| e.a == alias) {
             elements.push(Triple { a: alias, b: cpp_type(spec.tensors[t].dtype.0).into(), c: format!("tensor `{}`", spec.tensors[t].name.name) });
         }
