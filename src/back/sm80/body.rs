@@ -178,9 +178,36 @@ impl Env for RowEnv<'_> {
     }
 }
 
+/// Buffer reads in `e` that `env` cannot spell (a shared buffer, or a fragment at indices
+/// other threads own): each is an error, never a silent value.
+fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) {
+    match &e.kind {
+        ExprKind::Index(name, idx) => {
+            if let Some(Symbol::Buffer(b)) = c.info.symbols.get(&name.name) {
+                if env.buffer_element(*b, idx).is_none() {
+                    let buf = &c.spec.buffers[*b];
+                    out.push(Diagnostic::error(e.span, format!(
+                        "the sm80 backend cannot read {} buffer `{}` at these indices inside this parallel block",
+                        buf.scope.0.name(), name.name))
+                        .hint("read fragments that share the block's layout at the block's own indices (row statistics at the row index); copy other data into such a fragment first"));
+                }
+            }
+            idx.iter().for_each(|i| unreadable(c, i, env, out));
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| unreadable(c, &a.value, env, out)),
+        ExprKind::Unary(_, x) => unreadable(c, x, env, out),
+        ExprKind::Binary(_, a, b) => {
+            unreadable(c, a, env, out);
+            unreadable(c, b, env, out);
+        }
+        _ => {}
+    }
+}
+
 /// One assignment of a parallel block, writing through `at` (the target element's C++).
-fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String) -> Option<AssignCtx> {
+fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String, errors: &mut Vec<Diagnostic>) -> Option<AssignCtx> {
     let StmtKind::Assign { target, op, value, .. } = &st.kind else { return None };
+    unreadable(c, value, env, errors);
     let v = conv.expr(value, env);
     let tb = match c.info.symbols.get(&target.name) {
         Some(Symbol::Buffer(b)) => *b,
@@ -422,7 +449,16 @@ impl Lower<'_> {
             ReduceOp::Sum => ("0.0f", "v += {x};", "v += __shfl_xor_sync(0xffffffffu, v, {lane});", "{old} + v"),
         };
         let view = format!("{}_rc", src.name);
-        let old = format!("{}(r)", dst.name);
+        // Reductions run in f32; narrower fragments convert on the way in and out.
+        let dtype_of = |n: &str| match self.c.info.symbols.get(n) {
+            Some(Symbol::Buffer(b)) => self.c.spec.buffers[*b].dtype.0,
+            _ => DType::F32,
+        };
+        let widen = |x: String, d: DType| if d == DType::F32 { x } else { format!("static_cast<float>({x})") };
+        let (src_dtype, dst_dtype) = (dtype_of(&src.name), dtype_of(&dst.name));
+        let old = widen(format!("{}(r)", dst.name), dst_dtype);
+        let element = format!("{view}(r, c)");
+        let narrow = |x: String| if dst_dtype == DType::F32 { x } else { format!("static_cast<{}>({x})", element_alias(&dst.name)) };
         let why = format!(
             "each thread folds the {} values of each row it holds, then the four lanes of its quad (which hold the rest of those rows) combine their partials with xor-shuffles over lanes 1 and 2{}",
             self.c.file.snippet(src.span),
@@ -436,9 +472,9 @@ impl Lower<'_> {
             src: src.name.clone(),
             dst: dst.name.clone(),
             init: init.into(),
-            fold: fold.replace("{x}", &format!("{view}(r, c)")),
+            fold: fold.replace("{x}", &widen(element, src_dtype)),
             shuffles: ["1", "2"].iter().map(|l| shuffle.replace("{lane}", l)).collect(),
-            combine: if clear { "v".into() } else { combine.replace("{old}", &old) },
+            combine: narrow(if clear { "v".into() } else { combine.replace("{old}", &old) }),
         });
     }
 
@@ -456,7 +492,7 @@ impl Lower<'_> {
                     if let StmtKind::Assign { value, .. } = &st.kind {
                         mark_used(value, vars, &mut used, &c.info);
                     }
-                    assigns.extend(assign_code(&self.conv, c, st, &env, &|t| format!("{t}(r)")));
+                    assigns.extend(assign_code(&self.conv, c, st, &env, &|t| format!("{t}(r)"), self.errors));
                 }
                 if used.iter().any(|u| *u) {
                     self.unsupported(s, "row indices as values in a parallel block over row statistics");
@@ -500,7 +536,10 @@ impl Lower<'_> {
         let thr_mma = format!("thr_mma{sfx}");
         if !row_stats {
             let env = FragmentEnv { c, vars };
-            let assigns = body.iter().filter_map(|st| assign_code(&self.conv, c, st, &env, &|t| format!("{t}(e)"))).collect();
+            let mut assigns = Vec::new();
+            for st in body {
+                assigns.extend(assign_code(&self.conv, c, st, &env, &|t| format!("{t}(e)"), self.errors));
+            }
             let var_decls = vars.iter().enumerate().filter(|(i, _)| used[*i])
                 .map(|(i, v)| format!("int const {} = get<{i}>(tCc{frag}(e));", v.name)).collect();
             self.items.push(BodyItem::Parallel {
@@ -517,7 +556,10 @@ impl Lower<'_> {
             return;
         }
         let env = RowEnv { c, vars };
-        let assigns = body.iter().filter_map(|st| assign_code(&self.conv, c, st, &env, &|t| format!("{t}_rc(r, c)"))).collect();
+        let mut assigns = Vec::new();
+        for st in body {
+            assigns.extend(assign_code(&self.conv, c, st, &env, &|t| format!("{t}_rc(r, c)"), self.errors));
+        }
         let views = fragments.iter().map(|n| format!("Tensor {n}_rc = make_tensor({n}.data(), acc_rows_cols({n}.layout()));")).collect();
         let mut coords = Vec::new();
         let mut var_decls = Vec::new();
