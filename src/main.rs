@@ -12,6 +12,8 @@ mod exit {
     pub const OK: u8 = 0;
     /// A spec has errors, or `gen --check` found drift.
     pub const FAILED: u8 = 1;
+    /// A bad command line (as clap reports them): e.g. `build` for an AMD target.
+    pub const USAGE: u8 = 2;
     /// Reading or writing a file failed.
     pub const IO: u8 = 3;
 }
@@ -305,6 +307,13 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
 }
 
 fn build(opts: BuildOpts, validate: Option<Vec<String>>, cases: Option<String>) -> u8 {
+    if opts.target.is_amd() {
+        eprintln!(
+            "tilegen: error: `{}` builds and validates NVIDIA targets with nvcc; the {} files are compiled with hipcc \
+             (scripts/install-hip-toolchain.sh, then `hipcc -std=c++17 -O3 --offload-arch={} -c <kernel>.hip`), and no AMD GPU is here to run them",
+            if validate.is_some() { "tilegen validate" } else { "tilegen build" }, opts.target, opts.target);
+        return exit::USAGE;
+    }
     let specs = if opts.specs.is_empty() {
         match output::default_specs(Path::new(".")) {
             Ok(s) => s,

@@ -101,6 +101,10 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/flash_attention_fwd_bf16.yaml"]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("error: the gfx942 target has no lowering for fused programs yet"), "{text}");
+    // AMD files are built with hipcc, not by `tilegen build` (nvcc): a usage error that says so.
+    let (code, text) = tilegen(dir.path(), &["build", "--target", "gfx942", "specs/gemm_bf16.yaml"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("compiled with hipcc"), "{text}");
     // And the check mode agrees with what was written.
     let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
     assert_eq!(code, 0, "{text}");
