@@ -24,6 +24,8 @@ extern "C" {
 //   A must be 16-byte aligned and K a multiple of 8 (A is read in 16-byte vectors along K).
 //   B must be 16-byte aligned and N a multiple of 8 (B is read in 16-byte vectors along its
 //   contiguous dimension).
+//   bias must be 16-byte aligned and N a multiple of 8 (the epilogue reads the vector in 16-byte
+//   pieces).
 //   C must be 16-byte aligned and N a multiple of 8 (the output is written in 16-byte vectors).
 // Launch: one CK device GEMM on `stream` (grid and workgroup size chosen by CK).
 //

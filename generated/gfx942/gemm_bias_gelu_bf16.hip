@@ -104,6 +104,9 @@ extern "C" int tilegen_gemm_bias_gelu_bf16(const void* A, const void* B, const v
   if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || N % 8 != 0) {  // B is read in 16-byte vectors along its contiguous dimension
     return static_cast<int>(hipErrorInvalidValue);
   }
+  if (reinterpret_cast<uintptr_t>(bias) % 16 != 0 || N % 8 != 0) {  // the epilogue reads the vector in 16-byte pieces
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the output is written in 16-byte vectors
     return static_cast<int>(hipErrorInvalidValue);
   }

@@ -336,6 +336,16 @@ impl<'a> Infer<'a> {
             self.plan.alignment.retain(|x| x.tensor != t);
             self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: why.into() });
         }
+        // Row-broadcast vectors (bias[N]) are read 16 bytes at a time along N by the CDE
+        // transfer; column broadcasts element by element.
+        let mut rows = Vec::new();
+        row_broadcasts(&tree, &mut rows);
+        for t in rows {
+            if !self.plan.alignment.iter().any(|x| x.tensor == t) {
+                let v = 16 / self.spec.tensors[t].dtype.0.bytes() as i64;
+                self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: "the epilogue reads the vector in 16-byte pieces".into() });
+            }
+        }
         self.plan.alignment.sort_by_key(|x| x.tensor);
         let why = format!(
             "a plain GEMM body: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, 32x32x8 MFMAs 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
@@ -473,6 +483,15 @@ pub fn collect_broadcasts(n: &EvtNode, f: &mut impl FnMut(usize)) {
     match n {
         EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => f(*tensor),
         EvtNode::Compute { children, .. } => children.iter().for_each(|c| collect_broadcasts(c, f)),
+        _ => {}
+    }
+}
+
+/// Tensors broadcast along the output rows (one value per column) in an epilogue tree.
+fn row_broadcasts(n: &EvtNode, out: &mut Vec<usize>) {
+    match n {
+        EvtNode::RowBroadcast { tensor } if !out.contains(tensor) => out.push(*tensor),
+        EvtNode::Compute { children, .. } => children.iter().for_each(|k| row_broadcasts(k, out)),
         _ => {}
     }
 }
