@@ -259,7 +259,7 @@ impl<'a> Infer<'a> {
             self.plan.alignment.retain(|x| x.tensor != t);
             self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: format!("{why} need 16-byte aligned rows") });
         }
-        collect_broadcasts(&tree, &mut |t| {
+        collect_broadcasts(&tree, &mut |t, _| {
             let v = 16 / spec.tensors[t].dtype.0.bytes() as i64;
             if !self.plan.alignment.iter().any(|x| x.tensor == t) {
                 self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: "the epilogue loads the vector in 16-byte pieces".into() });
@@ -339,7 +339,11 @@ impl<'a> Infer<'a> {
         // Row-broadcast vectors (bias[N]) are read 16 bytes at a time along N by the CDE
         // transfer; column broadcasts element by element.
         let mut rows = Vec::new();
-        row_broadcasts(&tree, &mut rows);
+        collect_broadcasts(&tree, &mut |t, row| {
+            if row && !rows.contains(&t) {
+                rows.push(t);
+            }
+        });
         for t in rows {
             if !self.plan.alignment.iter().any(|x| x.tensor == t) {
                 let v = 16 / self.spec.tensors[t].dtype.0.bytes() as i64;
@@ -479,19 +483,11 @@ impl<'a> Infer<'a> {
 }
 
 /// Visits the tensors the tree broadcasts.
-pub fn collect_broadcasts(n: &EvtNode, f: &mut impl FnMut(usize)) {
+pub fn collect_broadcasts(n: &EvtNode, f: &mut impl FnMut(usize, bool)) {
     match n {
-        EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => f(*tensor),
+        EvtNode::RowBroadcast { tensor } => f(*tensor, true),
+        EvtNode::ColBroadcast { tensor } => f(*tensor, false),
         EvtNode::Compute { children, .. } => children.iter().for_each(|c| collect_broadcasts(c, f)),
-        _ => {}
-    }
-}
-
-/// Tensors broadcast along the output rows (one value per column) in an epilogue tree.
-fn row_broadcasts(n: &EvtNode, out: &mut Vec<usize>) {
-    match n {
-        EvtNode::RowBroadcast { tensor } if !out.contains(tensor) => out.push(*tensor),
-        EvtNode::Compute { children, .. } => children.iter().for_each(|k| row_broadcasts(k, out)),
         _ => {}
     }
 }

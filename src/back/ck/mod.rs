@@ -35,7 +35,9 @@ struct Context {
     epilogue_expr: String,
     helpers: Vec<String>,
     constants: Vec<String>,
-    b_k_contiguous: bool,
+    /// BK1 and the B block-transfer lines of the instance: they follow B's majorness.
+    bk1: i64,
+    b_transfer: Vec<String>,
     ptr_a: String,
     ptr_b: String,
     ptr_d: String,
@@ -139,26 +141,15 @@ fn expr(n: &EvtNode, ds: &[usize], helpers: &mut Vec<String>) -> String {
 fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let spec = &c.spec;
     let (ta, tb, td) = (&spec.tensors[p.a], &spec.tensors[p.b], &spec.tensors[p.d]);
+    // The broadcast tensors in first-use order, and whether each is one value per column.
     let mut broadcast = Vec::new();
-    crate::layout::collect_broadcasts(&p.epilogue, &mut |t| {
+    let mut rows = std::collections::BTreeMap::new();
+    crate::layout::collect_broadcasts(&p.epilogue, &mut |t, row| {
         if !broadcast.contains(&t) {
             broadcast.push(t);
+            rows.insert(t, row);
         }
     });
-    let mut rows = std::collections::BTreeMap::new();
-    fn kinds(n: &EvtNode, out: &mut std::collections::BTreeMap<usize, bool>) {
-        match n {
-            EvtNode::RowBroadcast { tensor } => {
-                out.insert(*tensor, true);
-            }
-            EvtNode::ColBroadcast { tensor } => {
-                out.insert(*tensor, false);
-            }
-            EvtNode::Compute { children, .. } => children.iter().for_each(|k| kinds(k, out)),
-            _ => {}
-        }
-    }
-    kinds(&p.epilogue, &mut rows);
     let ds: Vec<DCtx> = broadcast.iter().map(|t| {
         let tensor = &spec.tensors[*t];
         let row = rows.get(t).copied().unwrap_or(true);
@@ -217,7 +208,18 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         epilogue_expr,
         helpers,
         constants,
-        b_k_contiguous,
+        bk1: if b_k_contiguous { 8 } else { 4 },
+        b_transfer: if b_k_contiguous {
+            vec![
+                "S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // B: thread cluster K0_N_K1, arrange order, source access order".into(),
+                "2, 8, 8, false,                 // B: source vector dim (K), source / LDS vector widths, no extra LDS row".into(),
+            ]
+        } else {
+            vec![
+                "S<16, 16, 1>, S<0, 2, 1>, S<0, 2, 1>, // B: thread cluster K0_N_K1, arrange order, source access order".into(),
+                "1, 8, 4, false,                 // B: source vector dim (N), source / LDS vector widths, no extra LDS row".into(),
+            ]
+        },
         ptr_a: ta.name.name.clone(),
         ptr_b: tb.name.name.clone(),
         ptr_d: td.name.name.clone(),

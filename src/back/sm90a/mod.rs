@@ -187,7 +187,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         triple("ElementB", cpp_type(tb.dtype.0), format!("tensor `{}`", tb.name.name)),
         triple("ElementD", cpp_type(td.dtype.0), format!("tensor `{}` (the output)", td.name.name)),
     ];
-    crate::layout::collect_broadcasts(&p.epilogue, &mut |t| {
+    crate::layout::collect_broadcasts(&p.epilogue, &mut |t, _| {
         let alias = format!("Element{}", upper_first(&spec.tensors[t].name.name));
         if !elements.iter().any(|e| e.a == alias) {
             elements.push(Triple { a: alias, b: cpp_type(spec.tensors[t].dtype.0).into(), c: format!("tensor `{}`", spec.tensors[t].name.name) });
