@@ -50,6 +50,10 @@ def make_input(rng, dtype, shape):
         return h, h.astype(np.float64)
     if dtype == "f32":
         return x, x.astype(np.float64)
+    if dtype == "i32":
+        # Packed 4-bit values: every bit pattern is a valid word.
+        w = rng.integers(0, 1 << 32, size=shape, dtype=np.uint64).astype(np.uint32).view(np.int32)
+        return w, w
     raise SystemExit(f"golden_outputs: no input generator for dtype {dtype}")
 
 
@@ -66,6 +70,17 @@ def gemm_bias_gelu(t):
     x = t["A"] @ t["B"] + t["bias"][None, :]
     erf = np.vectorize(math.erf, otypes=[np.float64])
     return {"C": 0.5 * (0.5 * x * (1.0 + erf(x / math.sqrt(2.0))))}
+
+
+def w4a16(t):
+    """C = A · Wᵀ, W[n, k] = bf16((nibble k%8 of Wq[n, k/8] − 8) · scales[n, k/128])."""
+    words = t["Wq"].view(np.uint32)
+    n, kw = words.shape
+    nibbles = (words[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))) & 15  # [N, K/8, 8]
+    q = nibbles.reshape(n, kw * 8).astype(np.float64) - 8.0
+    s = np.repeat(t["scales"], 128, axis=1)
+    w = bf16_to_f64(round_bf16((q * s).astype(np.float32)))  # the kernel's bf16 weight tile
+    return {"C": t["A"] @ w.T}
 
 
 def attention(causal):
@@ -91,6 +106,7 @@ REFERENCES = {
     "gemm_bf16": gemm,
     "gemm_f16": gemm,
     "gemm_bias_relu_bf16": gemm_bias_relu,
+    "w4a16_gemm_bf16": w4a16,
 }
 
 # Sizes: ragged (not multiples of the tiles), a single row, and several tiles with a
@@ -107,7 +123,24 @@ ATTENTION_CASES = [
     ("short_b1_s17_h2", {"B": 1, "S": 17, "H": 2}),
     ("tiles_b1_s256_h1", {"B": 1, "S": 256, "H": 1}),
 ]
-CASES = {name: ATTENTION_CASES if name.startswith("flash_attention") else GEMM_CASES for name in REFERENCES}
+# 4-bit weights: K a multiple of 256 (the launcher's vector contract for Wq and scales), a
+# ragged M and N, a single row (decode), and several K tiles.
+W4A16_CASES = [
+    ("ragged_77x136x512", {"M": 77, "N": 136, "K": 512}),
+    ("row_1x64x256", {"M": 1, "N": 64, "K": 256}),
+    ("tiles_33x200x768", {"M": 33, "N": 200, "K": 768}),
+]
+CASES = {name: ATTENTION_CASES if name.startswith("flash_attention") else W4A16_CASES if name.startswith("w4a16") else GEMM_CASES
+         for name in REFERENCES}
+
+
+def extent(d, consts, sizes):
+    """A tensor extent: a number, a constant or size, or `K/8`."""
+    d = str(d)
+    if "/" in d:
+        name, div = (x.strip() for x in d.split("/"))
+        return extent(name, consts, sizes) // int(div)
+    return int(consts.get(d, sizes.get(d, d)))
 
 
 def tolerance(spec):
@@ -149,7 +182,7 @@ def main():
             case_dir.mkdir(exist_ok=True)
             values, inputs, outputs = {}, [], []
             for name, t in spec["tensors"].items():
-                shape = tuple(int(consts.get(d, sizes.get(d, d))) for d in t["shape"])
+                shape = tuple(extent(d, consts, sizes) for d in t["shape"])
                 if t.get("output"):
                     outputs.append(name)
                     continue

@@ -297,6 +297,20 @@ pub enum StmtKind {
         /// Start from the identity (true) or from dst's values (false).
         clear: bool,
     },
+    /// `dequant_int4(src, dst, scales=S, zero=8)`: unpacks 4-bit weights, eight per 32-bit
+    /// word of `src` (element `c` of a row is bits `4*(c%8)` .. of word `c/8`), and scales
+    /// them per group: `dst[r, c] = (nibble − zero) · scales[r, c / group]`, where `group`
+    /// is dst's column count over scales'.
+    Dequant {
+        /// The packed words, a shared [R, C/8] i32 tile.
+        src: Ident,
+        /// The unpacked values, a shared [R, C] f16/bf16 tile.
+        dst: Ident,
+        /// One scale per group of each row, a shared [R, C/group] tile of dst's type.
+        scales: Ident,
+        /// The stored value that means zero (8: values -8..7 stored offset by 8).
+        zero: (i64, crate::diag::Span),
+    },
     /// `copy(src, dst)`: extents come from the buffer side.
     Copy {
         /// Source.
@@ -387,14 +401,43 @@ pub enum Dim {
     Fixed(i64, Span),
     /// A name: a constant or, when not a constant, a runtime size.
     Named(Ident),
+    /// `K/8`: a size divided by an integer, exactly (packed tensors: eight 4-bit values per
+    /// 32-bit word, one scale per group of 128). The launcher rejects sizes that do not divide.
+    Div(Ident, i64, Span),
 }
 
 impl Dim {
     /// Where it was written.
     pub fn span(&self) -> Span {
         match self {
-            Dim::Fixed(_, s) => *s,
+            Dim::Fixed(_, s) | Dim::Div(_, _, s) => *s,
             Dim::Named(i) => i.span,
+        }
+    }
+
+    /// The size's name, for named and divided sizes.
+    pub fn name(&self) -> Option<&Ident> {
+        match self {
+            Dim::Fixed(..) => None,
+            Dim::Named(i) | Dim::Div(i, _, _) => Some(i),
+        }
+    }
+
+    /// The extent as a C++ (and spec) expression: `128`, `K`, `(K / 8)`.
+    pub fn text(&self) -> String {
+        match self {
+            Dim::Fixed(v, _) => v.to_string(),
+            Dim::Named(i) => i.name.clone(),
+            Dim::Div(i, d, _) => format!("({} / {d})", i.name),
+        }
+    }
+
+    /// The extent, given the value of each name (constants and runtime sizes).
+    pub fn eval(&self, value_of: impl Fn(&str) -> Option<i64>) -> Option<i64> {
+        match self {
+            Dim::Fixed(v, _) => Some(*v),
+            Dim::Named(i) => value_of(&i.name),
+            Dim::Div(i, d, _) => value_of(&i.name).map(|v| v / d),
         }
     }
 }

@@ -141,6 +141,15 @@ pub fn explain(c: &Compiled) -> String {
         }
     }
 
+    if !plan.dequants.is_empty() {
+        let _ = writeln!(o, "\nUnpacking");
+        for (id, d) in &plan.dequants {
+            let _ = writeln!(o, "  {}\n    {} words in {} rows of {}; {} per thread{}; one scale per {} values\n    why: {}",
+                heading(*id), d.words, d.words / d.words_per_row, d.words_per_row, d.per_thread,
+                if d.guarded { " (the last round guarded)" } else { "" }, d.group, d.why);
+        }
+    }
+
     let _ = writeln!(o, "\nCopies");
     for (id, cp) in &plan.copies {
         let _ = writeln!(o, "  {}", heading(*id));

@@ -38,12 +38,9 @@ struct HarnessCtx {
 pub fn harness_source(c: &Compiled) -> Result<String, String> {
     let spec = &c.spec;
     let elems = |t: &crate::ast::Tensor| {
-        t.shape.iter().map(|d| match d {
-            Dim::Fixed(v, _) => format!("size_t({v})"),
-            Dim::Named(i) => match c.info.const_int(&i.name) {
-                Some(v) => format!("size_t({v})"),  // a spec constant: not a name in the harness
-                None => format!("size_t({})", i.name),
-            },
+        t.shape.iter().map(|d| match d.eval(|n| c.info.const_int(n)) {
+            Some(v) => format!("size_t({v})"),  // a spec constant: not a name in the harness
+            None => format!("size_t{}", if matches!(d, Dim::Div(..)) { d.text() } else { format!("({})", d.text()) }),
         }).collect::<Vec<_>>().join(" * ")
     };
     let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0) };
@@ -159,10 +156,7 @@ fn run_case(c: &Compiled, exe: &Path, wrap: &[String], case_dir: &Path, case: &g
     }
     for t in spec.tensors.iter().filter(|t| t.output) {
         let path = scratch.join(format!("{}.out", t.name.name));
-        let shape: Vec<usize> = t.shape.iter().map(|d| match d {
-            Dim::Fixed(v, _) => *v as usize,
-            Dim::Named(i) => c.info.const_int(&i.name).or_else(|| sizes.get(&i.name).copied()).unwrap_or(0) as usize,
-        }).collect();
+        let shape: Vec<usize> = t.shape.iter().map(|d| d.eval(|n| c.info.const_int(n).or_else(|| sizes.get(n).copied())).unwrap_or(0) as usize).collect();
         cmd.arg(&path);
         outs.push((t, path, shape));
     }

@@ -181,3 +181,29 @@ fn attention_without_row_reductions_in_warps_is_a_conflict() {
     let errs = compile(text).unwrap_err().join("\n");
     assert!(errs.contains("does not span its contiguous dimension"), "{errs}");
 }
+
+fn w4a16() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_gemm_bf16.yaml")).unwrap()
+}
+
+#[test]
+fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_threads() {
+    let c = compile(w4a16()).unwrap();
+    let d = c.plan.dequants.values().next().expect("a dequant plan");
+    // [64, 256] values = 2048 words over 128 threads; one scale per 128 values.
+    assert_eq!((d.words, d.words_per_row, d.per_thread, d.group, d.guarded), (2048, 32, 16, 128, false));
+    // The dequant is a consumer of the pipeline; its destination is the gemm's B, unstaged.
+    let p = c.plan.pipelines.values().next().unwrap();
+    assert_eq!((p.producers.len(), p.consumers.len()), (3, 2));
+    let w_s = c.plan.shared.iter().find(|(b, _)| c.spec.buffers[**b].name.name == "W_s").unwrap().1;
+    assert!(!w_s.staged && w_s.contiguous_dim == 1 && w_s.k_major == Some(true));
+    // The [64, 2] scale tile: 4-byte vectors, one per row, moved by the first 64 threads.
+    let scales = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == "S_s").unwrap();
+    assert_eq!((scales.vector_bits, scales.threads.shape), (32, (64, 1)));
+    // The launcher divides K exactly: Wq is [N, K/8], scales [N, K/128].
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("K % 8 != 0") && cu.contains("K % 128 != 0"), "divisibility checks");
+    assert!(cu.contains("if (tid < 64) {"), "the scale copy is guarded");
+    assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])"));
+}

@@ -143,10 +143,7 @@ impl Conv<'_> {
     /// A global element read: zero outside the tensor (the spec's semantics at ragged edges).
     fn tensor_element(&self, t: usize, idx: &[Expr], env: &dyn Env) -> String {
         let tensor = &self.spec.tensors[t];
-        let dims: Vec<String> = tensor.shape.iter().map(|d| match d {
-            Dim::Fixed(v, _) => v.to_string(),
-            Dim::Named(n) => n.name.clone(),
-        }).collect();
+        let dims: Vec<String> = tensor.shape.iter().map(Dim::text).collect();
         let ix: Vec<String> = idx.iter().map(|e| self.expr(e, env)).collect();
         let in_bounds = ix.iter().zip(&dims).map(|(i, d)| format!("{i} < {d}")).collect::<Vec<_>>().join(" && ");
         let linear = match (ix.len(), tensor.order.0) {

@@ -95,7 +95,17 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     for d in &c.info.runtime_dims {
         c_params.push(format!("int {d}"));
     }
-    let size_checks = c.info.runtime_dims.iter().map(|d| format!("{d} < 1")).collect();
+    let mut size_checks: Vec<String> = c.info.runtime_dims.iter().map(|d| format!("{d} < 1")).collect();
+    // Divided extents (`K/8`) must divide exactly.
+    let mut divisors: Vec<(String, i64)> = Vec::new();
+    for d in spec.tensors.iter().flat_map(|t| &t.shape) {
+        if let Dim::Div(n, div, _) = d {
+            if c.info.runtime_dims.contains(&n.name) && !divisors.contains(&(n.name.clone(), *div)) {
+                divisors.push((n.name.clone(), *div));
+            }
+        }
+    }
+    size_checks.extend(divisors.iter().map(|(n, div)| format!("{n} % {div} != 0")));
     let mut align_checks = Vec::new();
     let mut doc_alignment = Vec::new();
     for a in &c.plan.alignment {
@@ -116,14 +126,16 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     let doc_sizes = if c.info.runtime_dims.is_empty() {
         "none at run time".to_string()
     } else {
-        format!("{} >= 1, any value: tiles at ragged edges are predicated", c.info.runtime_dims.join(", "))
+        let multiples: Vec<String> = divisors.iter().map(|(n, div)| format!("{n} a multiple of {div}")).collect();
+        if multiples.is_empty() {
+            format!("{} >= 1, any value: tiles at ragged edges are predicated", c.info.runtime_dims.join(", "))
+        } else {
+            format!("{} >= 1, {} (packed or grouped tensors divide it); tiles at ragged edges are predicated", c.info.runtime_dims.join(", "), multiples.join(", "))
+        }
     };
     LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment }
 }
 
 fn dim_text(d: &Dim) -> String {
-    match d {
-        Dim::Fixed(v, _) => v.to_string(),
-        Dim::Named(i) => i.name.clone(),
-    }
+    d.text()
 }

@@ -98,7 +98,7 @@ fn decl_span(c: &Compiled, name: &str) -> Option<crate::diag::Span> {
             found
         })
         .or_else(|| spec.tensors.iter().flat_map(|t| &t.shape).find_map(|d| match d {
-            crate::ast::Dim::Named(i) if i.name == name => Some(i.span),
+            crate::ast::Dim::Named(i) | crate::ast::Dim::Div(i, _, _) if i.name == name => Some(i.span),
             _ => None,
         }))
 }

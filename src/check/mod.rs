@@ -153,6 +153,17 @@ impl Checker<'_> {
                 match d {
                     Dim::Fixed(v, span) if *v < 1 || *v > i32::MAX as i64 => self.err(Diagnostic::error(*span, format!("a tensor extent must be between 1 and {}, found {v}", i32::MAX))),
                     Dim::Fixed(..) => {}
+                    Dim::Div(n, div, span) => match self.info.symbols.get(&n.name) {
+                        _ if *div < 1 => self.err(Diagnostic::error(*span, format!("a tensor extent's divisor must be positive, found {div}"))),
+                        Some(Symbol::Constant(ConstValue::Int(v))) if *v % div == 0 && *v / div >= 1 => {}
+                        Some(Symbol::Constant(_)) => self.err(Diagnostic::error(*span, format!("constant `{}` is not a positive multiple of {div}, so `{}/{div}` cannot be an extent", n.name, n.name))),
+                        Some(Symbol::RuntimeDim) => {}
+                        Some(_) => self.err(Diagnostic::error(n.span, format!("`{}` names a tensor, not a size", n.name))),
+                        None => {
+                            self.declare(n, Symbol::RuntimeDim);
+                            self.info.runtime_dims.push(n.name.clone());
+                        }
+                    },
                     Dim::Named(n) => match self.info.symbols.get(&n.name) {
                         Some(Symbol::Constant(ConstValue::Int(v))) if *v >= 1 && *v <= i32::MAX as i64 => {}
                         Some(Symbol::Constant(_)) => self.err(Diagnostic::error(n.span, format!("constant `{}` is not a positive integer, so it cannot be an extent", n.name))),

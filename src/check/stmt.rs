@@ -25,6 +25,7 @@ impl Checker<'_> {
                 self.buffer(buf, "clear");
             }
             StmtKind::Reduce { op, src, dst, dim, .. } => self.reduce(*op, src, dst, *dim),
+            StmtKind::Dequant { src, dst, scales, zero } => self.dequant(src, dst, scales, *zero),
             StmtKind::Fill { buf, value } => {
                 if let Some(b) = self.buffer(buf, "fill") {
                     let want = if self.spec.buffers[b].dtype.0.is_float() { Ty::Float } else { Ty::Int };
@@ -167,8 +168,8 @@ impl Checker<'_> {
                             self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
                         }
                     }
-                    if let Dim::Named(n) = d {
-                        if let Some(v) = self.info.const_int(&n.name) {
+                    if matches!(d, Dim::Named(_) | Dim::Div(..)) {
+                        if let Some(v) = d.eval(|n| self.info.const_int(n)) {
                             if *extent > v {
                                 self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
                             }
@@ -238,6 +239,55 @@ impl Checker<'_> {
                 "reducing `{}` {:?} along dim {} gives [{want}] values, but `{}` is {:?}", src.name, ss, dim.0, dst.name, sd))
                 .label(bd.shape_span, "shape declared here")
                 .hint(format!("declare `{}` with shape [{want}]", dst.name)));
+        }
+    }
+
+    fn dequant(&mut self, src: &Ident, dst: &Ident, scales: &Ident, zero: (i64, crate::diag::Span)) {
+        const OP: &str = "dequant_int4";
+        let (is, id, ic) = (self.buffer(src, OP), self.buffer(dst, OP), self.buffer(scales, OP));
+        let (Some(is), Some(id), Some(ic)) = (is, id, ic) else { return };
+        let spec = self.spec;
+        for (i, ident) in [(is, src), (id, dst), (ic, scales)] {
+            let b = &spec.buffers[i];
+            if b.scope.0 != Scope::Shared {
+                self.err(Diagnostic::error(ident.span, format!("`{OP}` works on shared tiles, and `{}` is in {} memory", ident.name, b.scope.0.name()))
+                    .label(b.scope.1, "scope declared here")
+                    .hint("declare it with `scope: shared`"));
+            }
+            if self.info.buffer_shapes[i].len() != 2 {
+                self.err(Diagnostic::error(ident.span, format!("`{OP}` works on 2-D tiles; `{}` is {}-D", ident.name, self.info.buffer_shapes[i].len()))
+                    .label(b.shape_span, "shape declared here"));
+                return;
+            }
+        }
+        let (bs, bd, bc) = (&spec.buffers[is], &spec.buffers[id], &spec.buffers[ic]);
+        if bs.dtype.0 != DType::I32 {
+            self.err(Diagnostic::error(src.span, format!("`{}` holds the packed words, eight 4-bit values per i32; it is {}", src.name, bs.dtype.0))
+                .label(bs.dtype.1, "declared here"));
+        }
+        if !matches!(bd.dtype.0, DType::F16 | DType::BF16) {
+            self.err(Diagnostic::error(dst.span, format!("`{OP}` unpacks to f16 or bf16; `{}` is {}", dst.name, bd.dtype.0))
+                .label(bd.dtype.1, "declared here"));
+        } else if bc.dtype.0 != bd.dtype.0 {
+            self.err(Diagnostic::error(scales.span, format!("the scales `{}` are {} but `{}` is {}; they must match", scales.name, bc.dtype.0, dst.name, bd.dtype.0))
+                .label(bc.dtype.1, "declared here"));
+        }
+        if !(0..16).contains(&zero.0) {
+            self.err(Diagnostic::error(zero.1, format!("`zero` is a stored 4-bit value, 0 to 15; found {}", zero.0)));
+        }
+        let (ss, sd, sc) = (self.info.buffer_shapes[is].clone(), self.info.buffer_shapes[id].clone(), self.info.buffer_shapes[ic].clone());
+        if ss[0] != sd[0] || ss[1] * 8 != sd[1] {
+            self.err(Diagnostic::error(src.span, format!(
+                "`{}` {:?} unpacks to [{}, {}] values, but `{}` is {:?}", src.name, ss, ss[0], ss[1] * 8, dst.name, sd))
+                .label(bd.shape_span, "shape declared here")
+                .hint(format!("eight values per word: declare `{}` with shape [{}, {}]", src.name, sd[0], sd[1] / 8)));
+        }
+        if sc[0] != sd[0] || sc[1] < 1 || sd[1] % sc[1] != 0 || (sd[1] / sc[1]) % 8 != 0 {
+            self.err(Diagnostic::error(scales.span, format!(
+                "the scales `{}` {:?} must have `{}`'s {} rows and one column per group of its {} columns, with groups a multiple of 8 wide",
+                scales.name, sc, dst.name, sd[0], sd[1]))
+                .label(bc.shape_span, "shape declared here")
+                .hint(format!("for groups of 128: shape [{}, {}/128]", sd[0], sd[1])));
         }
     }
 

@@ -6,7 +6,7 @@ use crate::ast::*;
 use crate::diag::{did_you_mean, Diagnostic, SourceFile, Span};
 
 /// The statement keywords, for suggestions.
-pub const STATEMENTS: [&str; 6] = ["copy", "gemm", "clear", "fill", "reduce_max", "reduce_sum"];
+pub const STATEMENTS: [&str; 7] = ["copy", "gemm", "clear", "fill", "reduce_max", "reduce_sum", "dequant_int4"];
 /// The block keywords, for suggestions.
 pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
 const TOP_KEYS: [&str; 9] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body", "targets"];
@@ -273,8 +273,12 @@ impl Cx {
             match item.as_str() {
                 Some(s) if s.parse::<i64>().is_ok() => dims.push(Dim::Fixed(s.parse().unwrap_or(0), item.span)),
                 Some(s) if is_identifier(s) => dims.push(Dim::Named(Ident { name: s.into(), span: item.span })),
+                Some(s) if s.split_once('/').is_some_and(|(n, d)| is_identifier(n.trim()) && d.trim().parse::<i64>().is_ok()) => {
+                    let (n, d) = s.split_once('/').unwrap_or_default();
+                    dims.push(Dim::Div(Ident { name: n.trim().into(), span: item.span }, d.trim().parse().unwrap_or(0), item.span));
+                }
                 _ => {
-                    self.err(Diagnostic::error(item.span, "a tensor dimension must be a name (a constant or a runtime size) or an integer")
+                    self.err(Diagnostic::error(item.span, "a tensor dimension must be a name (a constant or a runtime size), an integer, or a name divided by an integer (`K/8`)")
                         .hint("write `shape: [M, K]`; expressions are allowed only in buffer shapes"));
                     ok = false;
                 }
@@ -562,6 +566,29 @@ impl Cx {
                     Some(_) => self.flag(&kw, "clear")?,
                 };
                 Some(StmtKind::Reduce { op, src: src?, dst: dst?, dim, clear })
+            }
+            "dequant_int4" => {
+                let (mut p, kw) = self.positional(&func, args, 2, &["scales", "zero"], span)?;
+                let dst = p.pop()?;
+                let src = p.pop()?;
+                let (src, dst) = (self.buffer_name(src, "dequant_int4's packed source"), self.buffer_name(dst, "dequant_int4's destination"));
+                let scales = match kw.iter().find(|(k, _)| k.name == "scales") {
+                    Some((_, e)) => self.buffer_name(e.clone(), "`scales`"),
+                    None => {
+                        self.err(Diagnostic::error(func.span, "`dequant_int4` needs `scales=<buffer>`: one scale per group of each row")
+                            .hint("write `dequant_int4(Wq_s, W_s, scales=S_s)`"));
+                        None
+                    }
+                };
+                let zero = match kw.iter().find(|(k, _)| k.name == "zero") {
+                    None => (8, func.span),
+                    Some((_, Expr { kind: ExprKind::Int(v), span })) => (*v, *span),
+                    Some((_, e)) => {
+                        self.err(Diagnostic::error(e.span, "`zero` must be an integer literal").hint("8 stores -8..7 offset by 8; 0 stores 0..15"));
+                        return None;
+                    }
+                };
+                Some(StmtKind::Dequant { src: src?, dst: dst?, scales: scales?, zero })
             }
             "clear" => {
                 let (mut p, _) = self.positional(&func, args, 1, &[], span)?;

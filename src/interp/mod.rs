@@ -100,16 +100,19 @@ pub fn infer_sizes(spec: &Spec, info: &Info, tensors: &BTreeMap<String, Array>, 
             return Err(InterpError::Inputs(format!("`{}` has {} dimensions in the spec but the array has shape {:?}", t.name.name, t.shape.len(), a.shape)));
         }
         for (d, &n) in t.shape.iter().zip(&a.shape) {
-            let want = match d {
-                Dim::Fixed(v, _) => Some(*v),
-                Dim::Named(i) => info.const_int(&i.name).or_else(|| sizes.get(&i.name).copied()),
-            };
+            let want = d.eval(|n| info.const_int(n).or_else(|| sizes.get(n).copied()));
             match (d, want) {
+                (Dim::Div(i, div, _), Some(_)) if sizes.get(&i.name).is_some_and(|v| v % div != 0) => {
+                    return Err(InterpError::Inputs(format!("`{}` is {:?}, but its spec shape divides {} = {} by {div}, which does not divide it", t.name.name, a.shape, i.name, sizes[&i.name])));
+                }
                 (_, Some(w)) if w != n as i64 => {
                     return Err(InterpError::Inputs(format!("`{}` is {:?}, which does not match its spec shape (expected {w} in that dimension)", t.name.name, a.shape)));
                 }
                 (Dim::Named(i), None) => {
                     sizes.insert(i.name.clone(), n as i64);
+                }
+                (Dim::Div(i, div, _), None) => {
+                    sizes.insert(i.name.clone(), n as i64 * div);
                 }
                 _ => {}
             }
@@ -128,10 +131,7 @@ pub fn infer_sizes(spec: &Spec, info: &Info, tensors: &BTreeMap<String, Array>, 
 /// Runs the spec over `tensors` (inputs present; outputs created NaN-filled when absent).
 pub fn run(spec: &Spec, info: &Info, line_of: &dyn Fn(crate::diag::Span) -> usize, sizes: &BTreeMap<String, i64>, tensors: &mut BTreeMap<String, Array>) -> Result<(), InterpError> {
     for t in &spec.tensors {
-        let shape: Vec<usize> = t.shape.iter().map(|d| match d {
-            Dim::Fixed(v, _) => *v as usize,
-            Dim::Named(i) => info.const_int(&i.name).or_else(|| sizes.get(&i.name).copied()).unwrap_or(0) as usize,
-        }).collect();
+        let shape: Vec<usize> = t.shape.iter().map(|d| d.eval(|n| info.const_int(n).or_else(|| sizes.get(n).copied())).unwrap_or(0) as usize).collect();
         match tensors.get(&t.name.name) {
             Some(a) if a.shape != shape => {
                 return Err(InterpError::Inputs(format!("`{}` has shape {:?}, expected {:?}", t.name.name, a.shape, shape)));
@@ -217,6 +217,26 @@ impl Machine<'_> {
                 }
             }
             StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => self.gemm(a, b, c, *transpose_a, *transpose_b),
+            StmtKind::Dequant { src, dst, scales, zero } => {
+                let (is, id, ic) = (self.buffer_of(&src.name), self.buffer_of(&dst.name), self.buffer_of(&scales.name));
+                let (rows, cols) = (self.info.buffer_shapes[id][0] as usize, self.info.buffer_shapes[id][1] as usize);
+                let groups = self.info.buffer_shapes[ic][1] as usize;
+                let group = cols / groups;
+                let dtype = self.spec.buffers[id].dtype.0;
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let word = self.buffers[is][r * (cols / 8) + c / 8];
+                        if word.is_nan() {
+                            return Err(self.fail(s.span, format!("`{}` is read before it is written", src.name)));
+                        }
+                        let nibble = ((word as i64 as u32) >> (4 * (c % 8))) & 15;
+                        let scale = self.buffers[ic][r * groups + c / group];
+                        // The product of a small integer and a 16-bit float is exact in f32;
+                        // the one rounding is to the destination type.
+                        self.buffers[id][r * cols + c] = round_to(dtype, f32r((nibble as i64 - zero.0) as f64 * scale));
+                    }
+                }
+            }
             StmtKind::Loop { var, count, body, .. } => {
                 let n = self.eval(count)?.i();
                 for k in 0..n.max(0) {

@@ -159,7 +159,8 @@ impl Infer<'_> {
                         self.failed_buffers.insert(i);
                         continue;
                     };
-                    why.push_str(&format!("; dim {d} contiguous to match `{}` so cp.async moves 16-byte vectors", self.spec.tensors[t].name.name));
+                    let vector = (shape[d] as u64 * bytes).min(16);
+                    why.push_str(&format!("; dim {d} contiguous to match `{}` so cp.async moves {vector}-byte vectors", self.spec.tensors[t].name.name));
                     d
                 }
                 None => {
@@ -222,6 +223,8 @@ impl Infer<'_> {
         for (e, ext) in dims.iter().map(|d| &origin[*d]).zip(shape) {
             let c = match &e.kind {
                 ExprKind::Int(0) => Some(Expr { kind: ExprKind::Int(0), span: e.span }),
+                // A one-wide tile starts anywhere: the origin is the tile index.
+                _ if *ext == 1 => Some(e.clone()),
                 ExprKind::Binary(BinOp::Mul, x, y) => {
                     if crate::check::eval_int(y, &self.info.symbols) == Some(*ext) {
                         Some((**x).clone())
@@ -255,15 +258,20 @@ impl Infer<'_> {
     }
 
     /// Thread layout for `threads` threads moving `v`-element vectors over a tile whose
-    /// contiguous mode is `c` (0 or 1) with CuTe extents `shape`.
-    fn thread_layout(&self, shape: &[i64], c: usize, v: i64) -> Option<ThreadLayout> {
+    /// contiguous mode is `c` (0 or 1) with CuTe extents `shape`. With `partial`, a tile
+    /// smaller than one vector per thread is moved by the first threads only (the copy is
+    /// guarded by `tid < active`).
+    fn thread_layout(&self, shape: &[i64], c: usize, v: i64, partial: bool) -> Option<ThreadLayout> {
         let threads = self.spec.threads.0;
         let along = (shape[c] / v).min(threads);
         if along < 1 || threads % along != 0 || shape[c] % (along * v) != 0 {
             return None;
         }
-        let across = threads / along;
+        let mut across = threads / along;
         let other = shape.get(1 - c).copied().unwrap_or(1);
+        if partial && other < across && across % other == 0 {
+            across = other;
+        }
         if other % across != 0 {
             return None;
         }
@@ -315,7 +323,7 @@ impl Infer<'_> {
         for vbytes in [16, 8, 4] {
             let v = vbytes / bytes;
             if v >= 1 && layout.cute_shape[c] % v == 0 {
-                if let Some(tl) = self.thread_layout(&layout.cute_shape, c, v) {
+                if let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
                     chosen = Some((v, vbytes, tl));
                     break;
                 }
@@ -332,9 +340,11 @@ impl Infer<'_> {
         let atom = if vbytes == 16 { "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>".to_string() } else { format!("SM80_CP_ASYNC_CACHEALWAYS<cute::uint{}_t>", vbytes * 8) };
         let tname = self.spec.tensors[t].name.name.clone();
         self.require_alignment(t, v, format!("cp.async moves {vbytes}-byte vectors of `{tname}`"));
+        let active = threads.shape.0 * threads.shape.1;
         let why = format!(
-            "{vbytes}-byte cp.async ({}) vectors of {v} elements along the contiguous dimension; {}x{} threads, numbered along it first so that neighbours read neighbouring bytes",
-            if vbytes == 16 { "L2-only" } else { "cached" }, threads.shape.0, threads.shape.1);
+            "{vbytes}-byte cp.async ({}) vectors of {v} elements along the contiguous dimension; {}x{} threads, numbered along it first so that neighbours read neighbouring bytes{}",
+            if vbytes == 16 { "L2-only" } else { "cached" }, threads.shape.0, threads.shape.1,
+            if active < self.spec.threads.0 { format!(" (the tile holds one vector for each of only {active} threads: the others skip it)") } else { String::new() });
         self.plan.copies.insert(s.id, super::CopyPlan {
             kind: CopyKind::GlobalToShared,
             tensor: t,
@@ -365,7 +375,7 @@ impl Infer<'_> {
             return;
         };
         let v = (16 / out_bytes as i64).min(shape[contiguous]);
-        let Some(threads) = self.thread_layout(&shape, contiguous, v) else {
+        let Some(threads) = self.thread_layout(&shape, contiguous, v, false) else {
             self.err(Diagnostic::error(s.span, format!("the {} threads cannot split the {:?} output tile into 16-byte stores evenly", self.spec.threads.0, shape)));
             return;
         };

@@ -92,6 +92,24 @@ pub enum FragmentLayout {
     },
 }
 
+/// How a `dequant_int4` statement runs: each thread unpacks whole 32-bit words, eight
+/// values each, and stores them as one 16-byte vector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DequantPlan {
+    /// Packed words in the tile.
+    pub words: i64,
+    /// Packed words per row.
+    pub words_per_row: i64,
+    /// Values per scale.
+    pub group: i64,
+    /// Words each thread unpacks (rounded up).
+    pub per_thread: i64,
+    /// Whether the last round has fewer words than threads (guarded).
+    pub guarded: bool,
+    /// Why.
+    pub why: String,
+}
+
 /// A runtime alignment requirement the launcher must check.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Alignment {
@@ -131,6 +149,8 @@ pub struct Plan {
     pub copies: BTreeMap<StmtId, CopyPlan>,
     /// Per pipelined loop.
     pub pipelines: BTreeMap<StmtId, PipelinePlan>,
+    /// Per `dequant_int4` statement.
+    pub dequants: BTreeMap<StmtId, DequantPlan>,
     /// Runtime alignment the launcher checks, one entry per tensor at most.
     pub alignment: Vec<Alignment>,
     /// Shared memory use.
@@ -169,6 +189,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             fragments: BTreeMap::new(),
             copies: BTreeMap::new(),
             pipelines: BTreeMap::new(),
+            dequants: BTreeMap::new(),
             alignment: Vec::new(),
             smem: SmemUse { buffers: 0, staging: 0, total: 0, budget: target.smem_budget() },
             regs_per_thread: 0,
@@ -211,6 +232,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     cx.free_fragments();
     // Shared layouts need the gemm roles (strict) and the copies' tensors (common).
     cx.shared_layouts();
+    // Unpacking needs the destination's shared layout (16-byte runs along its rows).
+    cx.dequants();
     // Copy atoms need shared and fragment layouts.
     cx.copy_plans();
     // Pipelines need the copy plans to tell producers from consumers.
@@ -223,6 +246,35 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
 impl<'a> Infer<'a> {
     pub fn err(&mut self, d: Diagnostic) {
         self.errors.push(d);
+    }
+
+    fn dequants(&mut self) {
+        for s in self.statements() {
+            let StmtKind::Dequant { src, dst, scales, .. } = &s.kind else { continue };
+            let (Some(is), Some(id), Some(ic)) = (self.buffer_index(&src.name), self.buffer_index(&dst.name), self.buffer_index(&scales.name)) else { continue };
+            let (rows, cols) = (self.shape(id)[0], self.shape(id)[1]);
+            let groups = self.shape(ic)[1];
+            let Some(layout) = self.plan.shared.get(&id) else { continue };
+            // Eight 2-byte values are one 16-byte store only if they are contiguous: along
+            // dim 1, inside one 16-byte chunk of the swizzle atom.
+            if layout.contiguous_dim != 1 || layout.swizzle.base < 3 {
+                let operand = if layout.k_major.is_some() { ", because the gemm reading it wants K contiguous" } else { "" };
+                self.err(Diagnostic::error(dst.span, format!("`dequant_int4` writes eight values of a row as one vector, but `{}` is laid out with dim {} contiguous{operand}", dst.name, layout.contiguous_dim))
+                    .hint("pack along the gemm's K dimension and make it the tile's last: e.g. W_s [block_N, block_K] with `gemm(A_s, W_s, acc, transpose_b=true)`"));
+                continue;
+            }
+            if self.plan.shared.get(&is).is_some_and(|l| l.contiguous_dim != 1) {
+                self.err(Diagnostic::error(src.span, format!("`{}` must have its words contiguous along dim 1", src.name)));
+                continue;
+            }
+            let threads = self.spec.threads.0;
+            let words = rows * cols / 8;
+            let per_thread = (words + threads - 1) / threads;
+            let why = format!(
+                "{threads} threads each unpack {per_thread} 32-bit word{} of {} per tile, eight values per word into one 16-byte store; consecutive threads take consecutive words of a row, so the word loads are conflict-free and each warp's scale loads are broadcasts; one scale per {} values",
+                if per_thread == 1 { "" } else { "s" }, src.name, cols / groups);
+            self.plan.dequants.insert(s.id, DequantPlan { words, words_per_row: cols / 8, group: cols / groups, per_thread, guarded: words % threads != 0, why });
+        }
     }
 
     pub fn shape(&self, buffer: usize) -> &[i64] {

@@ -83,7 +83,8 @@ impl Infer<'_> {
                         if self.spec.buffers[buf].scope.0 != Scope::Shared || filled_outside.contains(&buf) {
                             continue;
                         }
-                        let produced = producers.iter().any(|p| self.plan.copies.get(p).is_some_and(|cp| cp.buffer == buf));
+                        let produced = producers.iter().any(|p| self.plan.copies.get(p).is_some_and(|cp| cp.buffer == buf))
+                            || consumers.iter().any(|u| matches!(self.spec.stmt(*u).map(|x| &x.kind), Some(StmtKind::Dequant { dst, .. }) if dst.name == self.spec.buffers[buf].name.name));
                         let failed = body.iter().any(|st| self.failed_stmts.contains(&st.id)
                             && matches!(&st.kind, StmtKind::Copy { dst, .. } if dst.name.name == self.spec.buffers[buf].name.name));
                         if !produced && !failed {

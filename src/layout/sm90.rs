@@ -388,11 +388,7 @@ impl<'a> Infer<'a> {
 
     fn is_ceildiv_of(&self, e: &Expr, tensor: usize, dim: usize, ext: i64) -> bool {
         let ExprKind::Call(f, args) = &e.kind else { return false };
-        let want = match self.spec.tensors[tensor].shape.get(dim) {
-            Some(Dim::Named(i)) => i.name.clone(),
-            Some(Dim::Fixed(v, _)) => v.to_string(),
-            None => return false,
-        };
+        let Some(want) = self.spec.tensors[tensor].shape.get(dim).map(Dim::text) else { return false };
         f.name == "ceildiv" && args.len() == 2
             && matches!(&args[0].value.kind, ExprKind::Name(n) if *n == want)
             && crate::check::eval_int(&args[1].value, &self.info.symbols) == Some(ext)

@@ -183,7 +183,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         elements.push(elem(&spec.tensors[*t]));
     }
     elements.push(elem(td));
-    let dims = |t: &crate::ast::Tensor| -> Vec<String> { t.shape.iter().map(|d| match d { crate::ast::Dim::Fixed(v, _) => v.to_string(), crate::ast::Dim::Named(i) => i.name.clone() }).collect() };
+    let dims = |t: &crate::ast::Tensor| -> Vec<String> { t.shape.iter().map(crate::ast::Dim::text).collect() };
     let (da, db, dd) = (dims(ta), dims(tb), dims(td));
     let b_k_contiguous = p.layouts.1 == "ColumnMajor";
     let gemm_line = c.spec.body.iter().find_map(|s| match &s.kind {

@@ -31,6 +31,8 @@ pub enum BodyItem {
     ParallelRows { pad: String, line: usize, text: String, frag: String, views: Vec<String>, coords: Vec<String>, var_decls: Vec<String>, assigns: Vec<AssignCtx> },
     /// Element-wise over row statistics.
     ParallelStats { pad: String, line: usize, text: String, frag: String, assigns: Vec<AssignCtx> },
+    /// `dequant_int4`: each thread unpacks whole words into 16-byte stores.
+    Dequant { pad: String, line: usize, text: String, why: String, dst: String, per_thread: i64, words: i64, guarded: bool, words_per_row: i64, row_col: String, src_at: String, dst_at: String, scale_at: String, scale_elem: String, zero: i64 },
     Reduce { pad: String, line: usize, text: String, why: String, view: String, src: String, dst: String, init: String, fold: String, shuffles: Vec<String>, combine: String },
     Store(Box<StoreItem>),
 }
@@ -67,6 +69,10 @@ pub struct ProducerCtx {
     pub tc: String,
     pub smem: String,
     pub pipelined: bool,
+    /// Threads that copy when fewer than the block do (a small tile), else 0.
+    pub active: i64,
+    /// Extra indentation of the copy code inside the `tid < active` guard.
+    pub ind: String,
 }
 
 #[derive(Serialize)]
@@ -306,6 +312,48 @@ impl Lower<'_> {
             }
             StmtKind::Assign { .. } => self.unsupported(s, "assignments outside parallel blocks"),
             StmtKind::Reduce { op, src, dst, clear, .. } => self.reduce(s, *op, src, dst, *clear, depth),
+            StmtKind::Dequant { src, dst, scales, zero } => {
+                let Some(plan) = self.c.plan.dequants.get(&s.id) else { return };
+                // A shared tile filled in the pipeline is read at the stage just landed.
+                let at = |name: &str, idx: &str| {
+                    let staged = self.c.info.symbols.get(name).and_then(|b| match b {
+                        Symbol::Buffer(b) => self.c.plan.shared.get(b),
+                        _ => None,
+                    }).is_some_and(|l| l.staged);
+                    match (staged, self.stage) {
+                        (true, Some(st)) => format!("s{name}({idx}, {st})"),
+                        (true, None) => format!("s{name}({idx}, 0)"),
+                        _ => format!("s{name}({idx})"),
+                    }
+                };
+                // The word a thread takes in round i: when whole rows fit in one round, its
+                // column is fixed and its row steps by a constant.
+                let threads = self.c.spec.threads.0;
+                let wpr = plan.words_per_row;
+                let row_col = if threads % wpr == 0 {
+                    format!("int const r = i * {} + tid / {wpr}, wc = tid % {wpr};  // row, word in the row", threads / wpr)
+                } else {
+                    format!("int const r = (i * kThreads + tid) / {wpr}, wc = (i * kThreads + tid) % {wpr};  // row, word in the row")
+                };
+                let scale_col = if plan.group == plan.words_per_row * 8 { "0".to_string() } else { format!("wc * 8 / {}", plan.group) };
+                self.items.push(BodyItem::Dequant {
+                    pad: pad(depth),
+                    line,
+                    text,
+                    why: plan.why.clone(),
+                    dst: dst.name.clone(),
+                    per_thread: plan.per_thread,
+                    words: plan.words,
+                    guarded: plan.guarded,
+                    words_per_row: plan.words_per_row,
+                    row_col,
+                    scale_elem: element_alias(&scales.name),
+                    src_at: at(&src.name, "r, wc"),
+                    dst_at: at(&dst.name, "r, wc * 8"),
+                    scale_at: at(&scales.name, &format!("r, {scale_col}")),
+                    zero: zero.0,
+                });
+            }
         }
     }
 
@@ -359,6 +407,7 @@ impl Lower<'_> {
             }
         }).collect();
         let layout = &c.plan.shared[&cp.buffer];
+        let active = cp.threads.shape.0 * cp.threads.shape.1;
         Some(ProducerCtx {
             line: c.line(s.span),
             text: c.file.snippet(s.span).to_string(),
@@ -377,6 +426,8 @@ impl Lower<'_> {
             tc: format!("t{key}c{key}"),
             smem: format!("s{}", buf.name.name),
             pipelined: layout.staged,
+            active: if active < c.spec.threads.0 { active } else { 0 },
+            ind: if active < c.spec.threads.0 { "  ".into() } else { String::new() },
         })
     }
 

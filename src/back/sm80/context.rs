@@ -165,6 +165,44 @@ pub struct LineCtx {
 }
 
 
+/// Unpacks one word of eight 4-bit values into 16-bit floats (dequant_int4).
+const DEQUANT_INT4X8: &str = "\
+// Eight 4-bit values packed in a 32-bit word (value i in bits 4i .. 4i+3) to (value - Zero) *
+// scale in f16 or bf16, as one 16-byte vector. Each value goes into the low mantissa bits of a
+// float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so subtracting that float plus Zero is
+// exact and only the product with the scale rounds, once: no integer-to-float conversions.
+template <int Zero, class T>
+CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
+  static_assert(0 <= Zero && Zero < 16, \"Zero is a stored 4-bit value\");
+  constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
+  constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
+  constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
+  constexpr uint32_t kNegBias = (0x8000u | (kMagic + Zero)) * 0x10001u;  // -(magic + Zero), twice
+  uint32_t const one = kOne * 0x10001u;
+  uint32_t const neg_zero = 0x80008000u;
+  uint32_t const scales = uint32_t(scale.raw()) * 0x10001u;
+  uint32_t const even = packed & 0x0F0F0F0Fu;         // values 0, 2, 4, 6: one per byte
+  uint32_t const odd = (packed >> 4) & 0x0F0F0F0Fu;   // values 1, 3, 5, 7
+  uint4 out;
+  uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
+  CUTE_UNROLL
+  for (int p = 0; p < 4; ++p) {
+    // Values 2p and 2p + 1 into the low and high halves, each OR-ed into the magic float.
+    uint32_t const x = (__byte_perm(even, odd, 0x0400u + 0x0101u * p) & 0x000F000Fu) | (kMagic * 0x10001u);
+    uint32_t v;
+    if constexpr (kBf16) {
+      asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(x), \"r\"(one), \"r\"(kNegBias));
+      asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(v), \"r\"(scales), \"r\"(neg_zero));
+    } else {
+      asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(x), \"r\"(one), \"r\"(kNegBias));
+      asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(v), \"r\"(scales), \"r\"(neg_zero));
+    }
+    halves[p] = v;
+  }
+  return out;
+}
+";
+
 /// The (row, col) view of an SM80 m16n8 accumulator, for row statistics.
 const ACC_ROWS_COLS: &str = "\
 // An m16n8 MMA accumulator layout ((2, 2), MMA_M, MMA_N) viewed as (row, col) of the values
@@ -439,15 +477,16 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         let cst = if t.output { "" } else { " const" };
         kernel_params.push(format!("{alias}{cst}* __restrict__ {n}"));
         kernel_args.push(format!("static_cast<{alias}{cst}*>({n})"));
-        let dims: Vec<String> = t.shape.iter().map(|d| match d {
-            Dim::Fixed(v, _) => v.to_string(),
-            Dim::Named(i) => i.name.clone(),
-        }).collect();
+        let dims: Vec<String> = t.shape.iter().map(Dim::text).collect();
         // Constant extents are static in the shape (and cannot bind to make_shape's
         // references in device code anyway).
         let static_dims: Vec<String> = t.shape.iter().zip(&dims).map(|(d, n)| match d {
             Dim::Fixed(v, _) => format!("Int<{v}>{{}}"),
             Dim::Named(i) if info.const_int(&i.name).is_some() => format!("Int<{n}>{{}}"),
+            Dim::Div(..) => match d.eval(|n| info.const_int(n)) {
+                Some(v) => format!("Int<{v}>{{}}"),
+                None => n.clone(),
+            },
             Dim::Named(_) => n.clone(),
         }).collect();
         let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
@@ -510,6 +549,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     }
     if plan.mmas.values().any(|m| m.a_in_registers) {
         helpers.push(ACC_AS_OPERAND_A.into());
+    }
+    if !plan.dequants.is_empty() {
+        helpers.push(DEQUANT_INT4X8.into());
     }
     Ok(Context {
         helpers,

@@ -146,10 +146,7 @@ impl EvtBuilder<'_> {
 
 
 fn dim(d: &Dim) -> String {
-    match d {
-        Dim::Fixed(v, _) => v.to_string(),
-        Dim::Named(i) => i.name.clone(),
-    }
+    d.text()
 }
 
 /// Renders the `.cu` and `.h` for a spec planned for sm90a.
