@@ -60,7 +60,13 @@ pub fn explain(c: &Compiled) -> String {
         }
         for (role, buf) in [("A", m.a), ("B", m.b)] {
             let Some(l) = plan.shared.get(&buf) else { continue };
-            let ldsm = if l.k_major == Some(true) { "SM75_U32x4_LDSM_N (ldmatrix.x4)" } else { "SM75_U16x8_LDSM_T (ldmatrix.x4.trans)" };
+            let narrow = role == "B" && m.tile.1 == 8 * m.warps.1;
+            let ldsm = match (l.k_major == Some(true), narrow) {
+                (true, false) => "SM75_U32x4_LDSM_N (ldmatrix.x4)",
+                (false, false) => "SM75_U16x8_LDSM_T (ldmatrix.x4.trans)",
+                (true, true) => "SM75_U32x2_LDSM_N (ldmatrix.x2: one 8-wide MMA column per warp)",
+                (false, true) => "SM75_U16x4_LDSM_T (ldmatrix.x2.trans: one 8-wide MMA column per warp)",
+            };
             let _ = writeln!(o, "    {role} = `{}`: {} -> registers via {ldsm}", spec.buffers[buf].name.name, if l.k_major == Some(true) { "K-major" } else { "MN-major" });
         }
     }

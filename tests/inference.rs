@@ -207,3 +207,21 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     assert!(cu.contains("if (tid < 64) {"), "the scale copy is guarded");
     assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])"));
 }
+
+#[test]
+fn narrow_tiles_give_each_warp_one_mma_column_and_small_stores_fewer_threads() {
+    // 16x64 over 8 warps: no 16-wide warp tiles fit, so each warp takes an 8-wide column.
+    let c = compile(spec((16, 64, 32), 2, 256, "row_major", true)).unwrap();
+    let m = c.plan.mmas.values().next().unwrap();
+    assert_eq!((m.warps, m.tile), ((1, 8), (16, 64, 16)));
+    // The [16, 64] bf16 output tile is 128 16-byte vectors: the first 128 of 256 threads store.
+    let store = c.plan.copies.values().find(|cp| cp.kind == CopyKind::AccumulatorToGlobal).unwrap();
+    assert_eq!(store.threads.shape.0 * store.threads.shape.1, 128);
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("Copy_Atom<SM75_U32x2_LDSM_N, ElementB_s>"), "B loads two 8x8 tiles per k-block");
+    assert!(cu.contains("if (tid < 128 && elem_less("), "the store is guarded");
+    // Where 16-wide warp tiles fit they are still chosen.
+    let c = compile(spec((16, 128, 32), 2, 256, "row_major", true)).unwrap();
+    assert_eq!(c.plan.mmas.values().next().unwrap().tile, (16, 128, 16));
+}

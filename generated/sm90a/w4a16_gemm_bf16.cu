@@ -84,10 +84,10 @@ using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
 
 // Shared buffer `Wq_s` (spec 17): not a gemm operand; dim 1 contiguous to match `Wq` so cp.async
-// moves 16-byte vectors; Swizzle<3,2,3> on a 8x32 atom spreads each 128-byte line's 16-byte chunks
-// over all banks for both the cp.async writes and the ldmatrix reads.
+// moves 16-byte vectors; no swizzle: it is only read along rows, which plain strides keep
+// conflict-free.
 using SmemLayoutWq_sAtom = decltype(composition(
-    Swizzle<3, 2, 3>{},
+    Swizzle<0, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
     SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
@@ -323,8 +323,10 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
       // spec 27: dequant_int4(Wq_s, W_s, scales=S_s, zero=8)
       // 128 threads each unpack 16 32-bit words of Wq_s per tile, eight values per word into one
-      // 16-byte store; consecutive threads take consecutive words of a row, so the word loads are
-      // conflict-free and each warp's scale loads are broadcasts; one scale per 128 values.
+      // 16-byte store; rounds of eight whole rows keep each thread on one row modulo 8 (the
+      // swizzle's period), so its addresses differ by constants; neighbouring threads take
+      // neighbouring words, the two rows of a warp opposite halves, so the word loads are
+      // conflict-free; one scale per 128 values.
       {
         // All of this thread's words and scales are loaded first, so that the shared-memory
         // loads are in flight together, then unpacked and stored.
@@ -332,13 +334,13 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
         ElementS_s scale[16];
         CUTE_UNROLL
         for (int i = 0; i < 16; ++i) {
-          int const r = i * 4 + tid / 32, wc = tid % 32;  // row, word in the row
+          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * ((i + tid / 16) % 2);  // row, word in the row
           packed[i] = static_cast<uint32_t>(sWq_s(r, wc, read_stage));
           scale[i] = sS_s(r, wc * 8 / 128, read_stage);
         }
         CUTE_UNROLL
         for (int i = 0; i < 16; ++i) {
-          int const r = i * 4 + tid / 32, wc = tid % 32;  // row, word in the row
+          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * ((i + tid / 16) % 2);  // row, word in the row
           *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8<8>(packed[i], scale[i]);
         }
       }

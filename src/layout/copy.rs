@@ -171,7 +171,14 @@ impl Infer<'_> {
             };
             let cute_shape: Vec<i64> = cute_dims.iter().map(|d| shape[*d]).collect();
             let k_major = role.as_ref().map(|(_, dims)| dims[1] == contiguous_dim);
-            let (swizzle, atom_elems) = swizzle_for(shape[contiguous_dim], bytes);
+            let (mut swizzle, atom_elems) = swizzle_for(shape[contiguous_dim], bytes);
+            if role.is_none() && swizzle.bits > 0 {
+                // Only ldmatrix's column reads of gemm operands need the swizzle; other
+                // tiles are written by cp.async and read along their rows, conflict-free as
+                // they are, and plain strides keep their addressing cheap.
+                swizzle.bits = 0;
+                why.push_str("; no swizzle: it is only read along rows, which plain strides keep conflict-free");
+            }
             let atom_first_contiguous = cute_dims.len() == 2 && cute_dims[0] == contiguous_dim;
             let atom_shape = if cute_dims.len() < 2 {
                 (atom_elems, 1)
@@ -375,7 +382,7 @@ impl Infer<'_> {
             return;
         };
         let v = (16 / out_bytes as i64).min(shape[contiguous]);
-        let Some(threads) = self.thread_layout(&shape, contiguous, v, false) else {
+        let Some(threads) = self.thread_layout(&shape, contiguous, v, true) else {
             self.err(Diagnostic::error(s.span, format!("the {} threads cannot split the {:?} output tile into 16-byte stores evenly", self.spec.threads.0, shape)));
             return;
         };
@@ -384,9 +391,11 @@ impl Infer<'_> {
         let tname = self.spec.tensors[t].name.name.clone();
         self.require_alignment(t, v, format!("the epilogue stores {}-byte vectors of `{tname}`", v * out_bytes as i64));
         let elems: i64 = shape.iter().product();
+        let active = threads.shape.0 * threads.shape.1;
         let why = format!(
-            "accumulators are converted to {} and staged through a swizzled shared tile (Swizzle<{},{},{}>), then stored as {}-byte vectors by {}x{} threads: whole 128-byte lines per warp instead of scattered 4-byte writes",
-            self.spec.tensors[t].dtype.0, swz.bits, swz.base, swz.shift, v * out_bytes as i64, threads.shape.0, threads.shape.1);
+            "accumulators are converted to {} and staged through a swizzled shared tile (Swizzle<{},{},{}>), then stored as {}-byte vectors by {}x{} threads{}: whole 128-byte lines per warp instead of scattered 4-byte writes",
+            self.spec.tensors[t].dtype.0, swz.bits, swz.base, swz.shift, v * out_bytes as i64, threads.shape.0, threads.shape.1,
+            if active < self.spec.threads.0 { format!(" (the tile has vectors for only {active} threads)") } else { String::new() });
         self.plan.copies.insert(s.id, super::CopyPlan {
             kind: CopyKind::AccumulatorToGlobal,
             tensor: t,

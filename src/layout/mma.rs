@@ -98,6 +98,11 @@ impl Infer<'_> {
                 }
                 wm *= 2;
             }
+            // Narrow tiles: warps one 8-wide MMA column each (B then loads with ldmatrix.x2).
+            let narrow = best.is_none() && !rows_in_warp && n % (8 * warps) == 0 && m % 16 == 0 && n / warps == 8;
+            if narrow {
+                best = Some(((1, warps), 0.0));
+            }
             if k % 16 != 0 {
                 self.err(Diagnostic::error(s.span, format!("gemm K tile {k} is not a multiple of the MMA's K (16)"))
                     .label(self.spec.buffers[ia].shape_span, format!("`{}`'s shape", a.name))
@@ -113,7 +118,9 @@ impl Infer<'_> {
                 self.failed_buffers.insert(ic);
                 continue;
             };
-            let why = if rows_in_warp {
+            let why = if narrow {
+                format!("{warps} warps as 1x{warps}: each warp owns a {m}x8 accumulator column, one MMA wide (the tile is too narrow for 16-wide warp tiles)")
+            } else if rows_in_warp {
                 format!(
                     "{} warps as {wm}x{wn}: each warp owns whole {}-wide rows of the accumulator, because {}",
                     warps, n, if reduced { "its rows are reduced (row statistics stay inside a quad of lanes)" } else { "A comes from registers, laid out as the producing gemm's rows" })
@@ -125,7 +132,7 @@ impl Infer<'_> {
             let plan = MmaPlan {
                 atom: atom.to_string(),
                 warps: (wm, wn),
-                tile: (16 * wm, 16 * wn, 16),
+                tile: (16 * wm, if narrow { 8 * wn } else { 16 * wn }, 16),
                 a: ia,
                 b: ib,
                 c: ic,

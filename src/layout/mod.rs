@@ -104,6 +104,10 @@ pub struct DequantPlan {
     pub group: i64,
     /// Words each thread unpacks (rounded up).
     pub per_thread: i64,
+    /// Eight-row rounds: each round covers 8 whole rows (a swizzle atom's height), each
+    /// thread `per_round` words of one row, so a thread's row stays the same modulo 8 and
+    /// its addresses differ by constants. `None`: rounds of consecutive words.
+    pub per_round: Option<i64>,
     /// Whether the last round has fewer words than threads (guarded).
     pub guarded: bool,
     /// Why.
@@ -270,10 +274,20 @@ impl<'a> Infer<'a> {
             let threads = self.spec.threads.0;
             let words = rows * cols / 8;
             let per_thread = (words + threads - 1) / threads;
+            let wpr = cols / 8;
+            let per_round = (rows % 8 == 0 && (8 * wpr) % threads == 0 && threads % 8 == 0 && wpr % (threads / 8) == 0)
+                .then_some(8 * wpr / threads);
             let why = format!(
-                "{threads} threads each unpack {per_thread} 32-bit word{} of {} per tile, eight values per word into one 16-byte store; consecutive threads take consecutive words of a row, so the word loads are conflict-free and each warp's scale loads are broadcasts; one scale per {} values",
-                if per_thread == 1 { "" } else { "s" }, src.name, cols / groups);
-            self.plan.dequants.insert(s.id, DequantPlan { words, words_per_row: cols / 8, group: cols / groups, per_thread, guarded: words % threads != 0, why });
+                "{threads} threads each unpack {per_thread} 32-bit word{} of {} per tile, eight values per word into one 16-byte store; {}; one scale per {} values",
+                if per_thread == 1 { "" } else { "s" }, src.name,
+                if (8 * (cols / 8)) % threads == 0 && rows % 8 == 0 && threads % 8 == 0 && (cols / 8) % (threads / 8) == 0 {
+                    "rounds of eight whole rows keep each thread on one row modulo 8 (the swizzle's period), so its addresses differ by constants; neighbouring threads take neighbouring words, the two rows of a warp opposite halves, so the word loads are conflict-free"
+                } else {
+                    "consecutive threads take consecutive words of a row, so the word loads are conflict-free"
+                },
+                cols / groups);
+            let guarded = per_round.is_none() && words % threads != 0;
+            self.plan.dequants.insert(s.id, DequantPlan { words, words_per_row: wpr, group: cols / groups, per_thread, per_round, guarded, why });
         }
     }
 

@@ -117,6 +117,8 @@ pub struct StoreItem {
     pub view_decl: String,
     pub tile_shape: String,
     pub coord: String,
+    /// `tid < n && ` when fewer threads than the block store the tile.
+    pub guard: String,
 }
 
 struct Lower<'a> {
@@ -330,7 +332,11 @@ impl Lower<'_> {
                 // column is fixed and its row steps by a constant.
                 let threads = self.c.spec.threads.0;
                 let wpr = plan.words_per_row;
-                let row_col = if threads % wpr == 0 {
+                let row_col = if let Some(w) = plan.per_round {
+                    let tpr = threads / 8;
+                    let rot = if w > 1 { format!(" + {tpr} * ((i + tid / {tpr}) % {w})") } else { String::new() };
+                    format!("int const r = tid / {tpr} + 8 * (i / {w}), wc = tid % {tpr}{rot};  // row, word in the row")
+                } else if threads % wpr == 0 {
                     format!("int const r = i * {} + tid / {wpr}, wc = tid % {wpr};  // row, word in the row", threads / wpr)
                 } else {
                     format!("int const r = (i * kThreads + tid) / {wpr}, wc = (i * kThreads + tid) % {wpr};  // row, word in the row")
@@ -650,6 +656,7 @@ impl Lower<'_> {
             view_decl,
             tile_shape: static_extents(c, cp.buffer, &[0, 1]).join(", "),
             coord: coords.join(", "),
+            guard: if cp.threads.shape.0 * cp.threads.shape.1 < c.spec.threads.0 { format!("tid < {} && ", cp.threads.shape.0 * cp.threads.shape.1) } else { String::new() },
         })));
     }
 }

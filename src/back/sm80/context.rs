@@ -329,7 +329,16 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         let (Some(lb), la) = (plan.shared.get(&m.b), plan.shared.get(&m.a)) else { continue };
         let stmt_line = spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0);
         let (s2r_a_atom, s2r_a_why) = ldsm(la.is_none_or(|l| l.k_major == Some(true)), "A");
-        let (s2r_b_atom, s2r_b_why) = ldsm(lb.k_major == Some(true), "B");
+        let (mut s2r_b_atom, mut s2r_b_why) = ldsm(lb.k_major == Some(true), "B");
+        if m.tile.1 == 8 * m.warps.1 {
+            // One 8-wide MMA column per warp: half the 8x8 tiles per k-block.
+            if lb.k_major != Some(true) {
+                let g = spec.stmt(sid).map_or(spec.kernel.span, |s| s.span);
+                errors.push(Diagnostic::error(g, "warp tiles one MMA (8) wide need B K-major in shared memory, and this B is N-major")
+                    .hint("store B as [N, K] and use transpose_b=true, or widen the tile to 16 columns per warp"));
+            }
+            (s2r_b_atom, s2r_b_why) = ("SM75_U32x2_LDSM_N".into(), "B is K-major in shared memory and each warp's tile is one MMA (8) wide: ldmatrix.x2 loads its two 8x8 tiles per k-block".into());
+        }
         let acc = &spec.buffers[m.c];
         let acc_shape = static_extents(c, m.c, &[0, 1]);
         let accumulators = vec![LineCtx {
