@@ -42,15 +42,18 @@ CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
   uint32_t const one = kOne * 0x10001u;
   uint32_t const neg_zero = 0x80008000u;
   uint32_t const scales = uint32_t(scale.raw()) * 0x10001u;
-  uint32_t const even = packed & 0x0F0F0F0Fu;         // values 0, 2, 4, 6: one per byte
-  uint32_t const odd = (packed >> 4) & 0x0F0F0F0Fu;   // values 1, 3, 5, 7
+  uint32_t const high = packed >> 4;  // byte p holds value 2p + 1 in its low bits
+  uint32_t const mask = 0x000F000Fu;
+  uint32_t const magic = kMagic * 0x10001u;
   uint4 out;
   uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
   CUTE_UNROLL
   for (int p = 0; p < 4; ++p) {
-    // Values 2p and 2p + 1 into the low and high halves, each OR-ed into the magic float.
-    uint32_t const x = (__byte_perm(even, odd, 0x0400u + 0x0101u * p) & 0x000F000Fu) | (kMagic * 0x10001u);
-    uint32_t v;
+    // Byte p of `packed` (value 2p in its low bits) and of `high` (value 2p + 1) into the
+    // two halves; one lop3 keeps those four bits of each and ORs in the magic float.
+    uint32_t const pair = __byte_perm(packed, high, 0x0400u + 0x0101u * p);
+    uint32_t x, v;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
     if constexpr (kBf16) {
       asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
       asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
@@ -325,8 +328,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       // 128 threads each unpack 16 32-bit words of Wq_s per tile, eight values per word into one
       // 16-byte store; rounds of eight whole rows keep each thread on one row modulo 8 (the
       // swizzle's period), so its addresses differ by constants; neighbouring threads take
-      // neighbouring words, the two rows of a warp opposite halves, so the word loads are
-      // conflict-free; one scale per 128 values.
+      // neighbouring words; one scale per 128 values.
       {
         // All of this thread's words and scales are loaded first, so that the shared-memory
         // loads are in flight together, then unpacked and stored.
@@ -334,13 +336,13 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
         ElementS_s scale[16];
         CUTE_UNROLL
         for (int i = 0; i < 16; ++i) {
-          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * ((i + tid / 16) % 2);  // row, word in the row
+          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * (i % 2);  // row, word in the row
           packed[i] = static_cast<uint32_t>(sWq_s(r, wc, read_stage));
-          scale[i] = sS_s(r, wc * 8 / 128, read_stage);
+          scale[i] = sS_s(r, wc / 16, read_stage);
         }
         CUTE_UNROLL
         for (int i = 0; i < 16; ++i) {
-          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * ((i + tid / 16) % 2);  // row, word in the row
+          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * (i % 2);  // row, word in the row
           *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8<8>(packed[i], scale[i]);
         }
       }

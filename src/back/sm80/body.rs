@@ -334,14 +334,14 @@ impl Lower<'_> {
                 let wpr = plan.words_per_row;
                 let row_col = if let Some(w) = plan.per_round {
                     let tpr = threads / 8;
-                    let rot = if w > 1 { format!(" + {tpr} * ((i + tid / {tpr}) % {w})") } else { String::new() };
+                    let rot = if w > 1 { format!(" + {tpr} * (i % {w})") } else { String::new() };
                     format!("int const r = tid / {tpr} + 8 * (i / {w}), wc = tid % {tpr}{rot};  // row, word in the row")
                 } else if threads % wpr == 0 {
                     format!("int const r = i * {} + tid / {wpr}, wc = tid % {wpr};  // row, word in the row", threads / wpr)
                 } else {
                     format!("int const r = (i * kThreads + tid) / {wpr}, wc = (i * kThreads + tid) % {wpr};  // row, word in the row")
                 };
-                let scale_col = if plan.group == plan.words_per_row * 8 { "0".to_string() } else { format!("wc * 8 / {}", plan.group) };
+                let scale_col = if plan.group == plan.words_per_row * 8 { "0".to_string() } else { format!("wc / {}", plan.group / 8) };
                 self.items.push(BodyItem::Dequant {
                     pad: pad(depth),
                     line,

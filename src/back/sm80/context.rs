@@ -181,15 +181,18 @@ CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
   uint32_t const one = kOne * 0x10001u;
   uint32_t const neg_zero = 0x80008000u;
   uint32_t const scales = uint32_t(scale.raw()) * 0x10001u;
-  uint32_t const even = packed & 0x0F0F0F0Fu;         // values 0, 2, 4, 6: one per byte
-  uint32_t const odd = (packed >> 4) & 0x0F0F0F0Fu;   // values 1, 3, 5, 7
+  uint32_t const high = packed >> 4;  // byte p holds value 2p + 1 in its low bits
+  uint32_t const mask = 0x000F000Fu;
+  uint32_t const magic = kMagic * 0x10001u;
   uint4 out;
   uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
   CUTE_UNROLL
   for (int p = 0; p < 4; ++p) {
-    // Values 2p and 2p + 1 into the low and high halves, each OR-ed into the magic float.
-    uint32_t const x = (__byte_perm(even, odd, 0x0400u + 0x0101u * p) & 0x000F000Fu) | (kMagic * 0x10001u);
-    uint32_t v;
+    // Byte p of `packed` (value 2p in its low bits) and of `high` (value 2p + 1) into the
+    // two halves; one lop3 keeps those four bits of each and ORs in the magic float.
+    uint32_t const pair = __byte_perm(packed, high, 0x0400u + 0x0101u * p);
+    uint32_t x, v;
+    asm(\"lop3.b32 %0, %1, %2, %3, 0xEA;\" : \"=r\"(x) : \"r\"(pair), \"r\"(mask), \"r\"(magic));  // (a & b) | c
     if constexpr (kBf16) {
       asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(x), \"r\"(one), \"r\"(kNegBias));
       asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(v), \"r\"(scales), \"r\"(neg_zero));
