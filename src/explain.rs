@@ -183,6 +183,10 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "    {:?}, {} stage(s); producers at spec {}; consumers at spec {}", p.mode, p.stages,
             p.producers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "),
             p.consumers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "));
+        if !p.covers.is_empty() {
+            let _ = writeln!(o, "    its first wait also covers the copy at spec {} issued just before it (cp.async groups complete in order), so that copy does not wait on its own",
+                p.covers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "));
+        }
         let _ = writeln!(o, "    why: {}", p.why);
     }
 

@@ -168,6 +168,10 @@ fn attention_keeps_rows_in_warps_and_feeds_p_from_registers() {
     let p = c.plan.pipelines.values().next().unwrap();
     assert_eq!(p.mode, PipelineMode::Multistage);
     assert_eq!(p.producers.len(), 2);
+    // Q's copy, just before the loop with only register clears between, leaves its wait
+    // to the loop's first one.
+    let q_copy = c.plan.copies.iter().find(|(_, cp)| cp.buffer == buffer("Q_s")).map(|(id, _)| *id).unwrap();
+    assert_eq!(p.covers, vec![q_copy]);
 }
 
 #[test]

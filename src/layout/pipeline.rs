@@ -27,6 +27,11 @@ pub struct PipelinePlan {
     pub consumers: Vec<StmtId>,
     /// For each producer, which tile coordinate (spec dim) is the loop variable.
     pub k_dims: Vec<usize>,
+    /// Global → shared copies just before the loop (with only register work between)
+    /// whose wait this loop takes over: cp.async groups complete in order, so its first
+    /// wait covers them too, and their loads overlap its prologue's. The loop then waits
+    /// for everything when it ends, in case it ran no tile.
+    pub covers: Vec<StmtId>,
     /// Why.
     pub why: String,
 }
@@ -103,7 +108,41 @@ impl Infer<'_> {
                     stages - 1),
                 PipelineMode::Synchronous => "one stage: each k-tile is loaded, waited for and consumed in turn (no overlap)".into(),
             };
-            self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, why });
+            self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, covers: Vec::new(), why });
+        }
+        self.deferred_waits(&self.spec.body);
+    }
+
+    /// Fills `PipelinePlan::covers`: a global → shared copy outside any pipelined loop,
+    /// followed by nothing but register clears and fills and then a multistage pipelined
+    /// loop, leaves its wait to that loop.
+    fn deferred_waits(&mut self, stmts: &[Stmt]) {
+        for (k, s) in stmts.iter().enumerate() {
+            match &s.kind {
+                StmtKind::Copy { .. } if self.plan.copies.get(&s.id).is_some_and(|c| c.kind == CopyKind::GlobalToShared) => {
+                    for next in &stmts[k + 1..] {
+                        match &next.kind {
+                            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. }
+                                if self.buffer_index(&buf.name).is_some_and(|b| self.spec.buffers[b].scope.0 == Scope::Fragment) => continue,
+                            StmtKind::Loop { kind: LoopKind::Pipelined, .. } => {
+                                if let Some(p) = self.plan.pipelines.get_mut(&next.id).filter(|p| p.mode == PipelineMode::Multistage) {
+                                    p.covers.push(s.id);
+                                }
+                                break;
+                            }
+                            _ => break,
+                        }
+                    }
+                }
+                // Copies inside a pipelined loop are its producers.
+                StmtKind::Loop { kind: LoopKind::Pipelined, .. } => {}
+                StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => self.deferred_waits(body),
+                StmtKind::If { then_body, else_body, .. } => {
+                    self.deferred_waits(then_body);
+                    self.deferred_waits(else_body);
+                }
+                _ => {}
+            }
         }
     }
 }

@@ -128,15 +128,10 @@ struct Lower<'a> {
     errors: &'a mut Vec<Diagnostic>,
     /// Inside a pipelined loop: the variable naming the shared stage being read.
     stage: Option<&'static str>,
-    /// The statement being lowered may leave its cp.async wait to the next pipeline.
-    deferred: bool,
-    /// A copy left its wait to the next pipeline, which must then also cover a loop that
-    /// runs no iteration.
-    pending_wait: bool,
 }
 
 pub fn build(c: &Compiled, errors: &mut Vec<Diagnostic>) -> Vec<BodyItem> {
-    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info }, items: Vec::new(), errors, stage: None, deferred: false, pending_wait: false };
+    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info }, items: Vec::new(), errors, stage: None };
     l.block(&c.spec.body, 1);
     l.items
 }
@@ -244,28 +239,9 @@ impl Lower<'_> {
     }
 
     fn block(&mut self, stmts: &[Stmt], depth: usize) {
-        for (k, s) in stmts.iter().enumerate() {
-            self.deferred = self.defers_wait(stmts, k);
+        for s in stmts {
             self.stmt(s, depth);
         }
-    }
-
-    /// Whether statement `k`, a global → shared copy, can leave its wait to a multistage
-    /// pipelined loop that follows with only register work (clear, fill) in between.
-    fn defers_wait(&self, stmts: &[Stmt], k: usize) -> bool {
-        if self.stage.is_some() || !matches!(self.c.plan.copies.get(&stmts[k].id).map(|c| c.kind), Some(CopyKind::GlobalToShared)) {
-            return false;
-        }
-        for s in &stmts[k + 1..] {
-            match &s.kind {
-                StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } if self.fragment_or_shared(buf) == buf.name => continue,
-                StmtKind::Loop { kind: LoopKind::Pipelined, .. } => {
-                    return self.c.plan.pipelines.get(&s.id).is_some_and(|p| p.mode == PipelineMode::Multistage);
-                }
-                _ => return false,
-            }
-        }
-        false
     }
 
     fn stmt(&mut self, s: &Stmt, depth: usize) {
@@ -299,8 +275,8 @@ impl Lower<'_> {
             StmtKind::Copy { .. } => match self.c.plan.copies.get(&s.id).map(|c| c.kind) {
                 Some(CopyKind::GlobalToShared) => {
                     if let Some(producer) = self.producer(s.id, None) {
-                        let deferred = std::mem::take(&mut self.deferred);
-                        self.pending_wait |= deferred;
+                        // The pipeline that follows may take over the wait (layout::pipeline).
+                        let deferred = self.c.plan.pipelines.values().any(|p| p.covers.contains(&s.id));
                         self.items.push(BodyItem::CopyToShared { pad: pad(depth), line, text, producer, deferred });
                     }
                 }
@@ -496,7 +472,7 @@ impl Lower<'_> {
             }
         }
         self.stage = outer;
-        let sync_after = std::mem::take(&mut self.pending_wait);
+        let sync_after = !plan.covers.is_empty();
         self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after });
     }
 
