@@ -177,6 +177,37 @@ pub enum ExprKind {
     Slice(Box<Expr>),
 }
 
+impl Expr {
+    /// Visits this expression and every subexpression in pre-order (indices, call
+    /// arguments, operands); `f` returns whether to descend into the children of the
+    /// expression it is given. The one walk behind every analysis of expressions.
+    pub fn visit<'a, F: FnMut(&'a Expr) -> bool>(&'a self, f: &mut F) {
+        if !f(self) {
+            return;
+        }
+        match &self.kind {
+            ExprKind::Index(_, idx) => idx.iter().for_each(|i| i.visit(f)),
+            ExprKind::Call(_, args) => args.iter().for_each(|a| a.value.visit(f)),
+            ExprKind::Unary(_, x) | ExprKind::Slice(x) => x.visit(f),
+            ExprKind::Binary(_, a, b) => {
+                a.visit(f);
+                b.visit(f);
+            }
+            ExprKind::Int(_) | ExprKind::Float(..) | ExprKind::Bool(_) | ExprKind::Name(_) => {}
+        }
+    }
+
+    /// Whether the name `name` occurs anywhere in the expression.
+    pub fn mentions(&self, name: &str) -> bool {
+        let mut found = false;
+        self.visit(&mut |x| {
+            found |= matches!(&x.kind, ExprKind::Name(n) if n == name);
+            !found
+        });
+        found
+    }
+}
+
 /// A call argument, positional or `key=value`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Arg {

@@ -246,24 +246,23 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
 
 /// Whether `e` uses a block variable as a value (not as a plain index), and which buffers
 /// or tensors it reads.
+/// Buffers and tensors `e` reads (into `reads`), and whether it uses the block's index
+/// variables other than as a whole index of an element read (a mask or an index-dependent
+/// value, which needs element coordinates).
 fn index_uses(e: &crate::ast::Expr, vars: &[crate::ast::Ident], uses: &mut bool, reads: &mut Vec<String>) {
     use crate::ast::ExprKind;
-    match &e.kind {
-        ExprKind::Name(n) if vars.iter().any(|v| v.name == *n) => *uses = true,
-        ExprKind::Index(name, idx) => {
-            reads.push(name.name.clone());
-            for i in idx {
-                if !matches!(&i.kind, ExprKind::Name(n) if vars.iter().any(|v| v.name == *n)) {
-                    index_uses(i, vars, uses, reads);
-                }
+    let is_var = |x: &crate::ast::Expr| matches!(&x.kind, ExprKind::Name(n) if vars.iter().any(|v| v.name == *n));
+    let (mut all, mut as_index) = (0, 0);
+    e.visit(&mut |x| {
+        match &x.kind {
+            ExprKind::Index(name, idx) => {
+                reads.push(name.name.clone());
+                as_index += idx.iter().filter(|i| is_var(i)).count();
             }
+            _ if is_var(x) => all += 1,
+            _ => {}
         }
-        ExprKind::Call(_, args) => args.iter().for_each(|a| index_uses(&a.value, vars, uses, reads)),
-        ExprKind::Unary(_, x) => index_uses(x, vars, uses, reads),
-        ExprKind::Binary(_, a, b) => {
-            index_uses(a, vars, uses, reads);
-            index_uses(b, vars, uses, reads);
-        }
-        _ => {}
-    }
+        true
+    });
+    *uses |= all > as_index;
 }

@@ -213,8 +213,8 @@ mod tests {
 
 /// Device helper functions an expression needs, by name, with their C++ definitions.
 pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str, &'static str>) {
-    match &e.kind {
-        ExprKind::Call(f, args) => {
+    e.visit(&mut |x| {
+        if let ExprKind::Call(f, _) = &x.kind {
             match f.name.as_str() {
                 "exp2" => {
                     out.insert("fast_exp2", "// 2^x in one MUFU.EX2 (ex2.approx.ftz: relative error below 2^-22, results below\n// 2^-126 flush to zero): the exp2 of softmax, without exp2f's range fix-ups.\nCUTE_DEVICE float fast_exp2(float x) {\n  float y;\n  asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}");
@@ -230,16 +230,7 @@ pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str,
                 }
                 _ => {}
             }
-            for a in args {
-                helpers_used(&a.value, out);
-            }
         }
-        ExprKind::Index(_, idx) => idx.iter().for_each(|i| helpers_used(i, out)),
-        ExprKind::Unary(_, x) => helpers_used(x, out),
-        ExprKind::Binary(_, a, b) => {
-            helpers_used(a, out);
-            helpers_used(b, out);
-        }
-        _ => {}
-    }
+        true
+    });
 }

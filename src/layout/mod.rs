@@ -551,28 +551,15 @@ pub(crate) struct Touch {
 }
 
 fn collect_fragment_reads(cx: &Infer<'_>, e: &Expr, vars: &[Ident], out: &mut Vec<Touch>) {
-    match &e.kind {
-        ExprKind::Index(name, idx) => {
+    e.visit(&mut |x| {
+        if let ExprKind::Index(name, idx) = &x.kind {
             if let Some(b) = cx.buffer_index(&name.name) {
                 let is_var = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
                 let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| is_var(x, v));
                 let row_only = vars.len() == 2 && idx.len() == 1 && is_var(&idx[0], &vars[0]);
                 out.push(Touch { buffer: b, span: name.span, plain, row_only });
             }
-            for i in idx {
-                collect_fragment_reads(cx, i, vars, out);
-            }
         }
-        ExprKind::Unary(_, x) => collect_fragment_reads(cx, x, vars, out),
-        ExprKind::Binary(_, a, b) => {
-            collect_fragment_reads(cx, a, vars, out);
-            collect_fragment_reads(cx, b, vars, out);
-        }
-        ExprKind::Call(_, args) => {
-            for a in args {
-                collect_fragment_reads(cx, &a.value, vars, out);
-            }
-        }
-        _ => {}
-    }
+        true
+    });
 }

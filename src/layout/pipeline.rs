@@ -51,7 +51,7 @@ impl Infer<'_> {
                 match (&st.kind, self.plan.copies.get(&st.id)) {
                     (StmtKind::Copy { .. }, Some(c)) if c.kind == CopyKind::GlobalToShared => {
                         let uses: Vec<usize> = c.tile_coords.iter().enumerate()
-                            .filter(|(_, e)| mentions(e, &var.name)).map(|(d, _)| d).collect();
+                            .filter(|(_, e)| e.mentions(&var.name)).map(|(d, _)| d).collect();
                         let exact: Vec<usize> = c.tile_coords.iter().enumerate()
                             .filter(|(_, e)| matches!(&e.kind, ExprKind::Name(n) if *n == var.name)).map(|(d, _)| d).collect();
                         if uses.len() != 1 || exact.len() != 1 {
@@ -152,17 +152,6 @@ fn contains_copy(s: &Stmt) -> bool {
         StmtKind::Copy { .. } => true,
         StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => body.iter().any(contains_copy),
         StmtKind::If { then_body, else_body, .. } => then_body.iter().chain(else_body).any(contains_copy),
-        _ => false,
-    }
-}
-
-fn mentions(e: &Expr, name: &str) -> bool {
-    match &e.kind {
-        ExprKind::Name(n) => n == name,
-        ExprKind::Index(_, idx) => idx.iter().any(|i| mentions(i, name)),
-        ExprKind::Call(_, args) => args.iter().any(|a| mentions(&a.value, name)),
-        ExprKind::Unary(_, x) => mentions(x, name),
-        ExprKind::Binary(_, a, b) => mentions(a, name) || mentions(b, name),
         _ => false,
     }
 }

@@ -184,27 +184,20 @@ impl Env for RowEnv<'_> {
 /// Buffer reads in `e` that `env` cannot spell (a shared buffer, or a fragment at indices
 /// other threads own): each is an error, never a silent value.
 fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) {
-    match &e.kind {
-        ExprKind::Index(name, idx) => {
+    e.visit(&mut |x| {
+        if let ExprKind::Index(name, idx) = &x.kind {
             if let Some(Symbol::Buffer(b)) = c.info.symbols.get(&name.name) {
                 if env.buffer_element(*b, idx).is_none() {
                     let buf = &c.spec.buffers[*b];
-                    out.push(Diagnostic::error(e.span, format!(
+                    out.push(Diagnostic::error(x.span, format!(
                         "the sm80 backend cannot read {} buffer `{}` at these indices inside this parallel block",
                         buf.scope.0.name(), name.name))
                         .hint("read fragments that share the block's layout at the block's own indices (row statistics at the row index); copy other data into such a fragment first"));
                 }
             }
-            idx.iter().for_each(|i| unreadable(c, i, env, out));
         }
-        ExprKind::Call(_, args) => args.iter().for_each(|a| unreadable(c, &a.value, env, out)),
-        ExprKind::Unary(_, x) => unreadable(c, x, env, out),
-        ExprKind::Binary(_, a, b) => {
-            unreadable(c, a, env, out);
-            unreadable(c, b, env, out);
-        }
-        _ => {}
-    }
+        true
+    });
 }
 
 /// One assignment of a parallel block, writing through `at` (the target element's C++).
@@ -640,27 +633,21 @@ impl Lower<'_> {
 
 /// Names of the buffers and tensors an expression reads.
 fn buffer_reads(e: &Expr, out: &mut Vec<String>) {
-    match &e.kind {
-        ExprKind::Index(name, idx) => {
+    e.visit(&mut |x| {
+        if let ExprKind::Index(name, _) = &x.kind {
             out.push(name.name.clone());
-            idx.iter().for_each(|i| buffer_reads(i, out));
         }
-        ExprKind::Call(_, args) => args.iter().for_each(|a| buffer_reads(&a.value, out)),
-        ExprKind::Unary(_, x) => buffer_reads(x, out),
-        ExprKind::Binary(_, a, b) => {
-            buffer_reads(a, out);
-            buffer_reads(b, out);
-        }
-        _ => {}
-    }
+        true
+    });
 }
 
 fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::Info) {
-    match &e.kind {
+    e.visit(&mut |x| match &x.kind {
         ExprKind::Name(n) => {
             if let Some(i) = vars.iter().position(|v| v.name == *n) {
                 used[i] = true;
             }
+            true
         }
         ExprKind::Index(name, idx) => {
             // Plain reads of fragments at (i, j), and of row statistics at [i], need no
@@ -669,18 +656,8 @@ fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::I
             let is = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
             let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| is(x, v));
             let row = idx.len() == 1 && vars.len() == 2 && is(&idx[0], &vars[0]);
-            if !((plain || row) && buffer) {
-                for i in idx {
-                    mark_used(i, vars, used, info);
-                }
-            }
+            !((plain || row) && buffer)
         }
-        ExprKind::Call(_, args) => args.iter().for_each(|a| mark_used(&a.value, vars, used, info)),
-        ExprKind::Unary(_, x) => mark_used(x, vars, used, info),
-        ExprKind::Binary(_, a, b) => {
-            mark_used(a, vars, used, info);
-            mark_used(b, vars, used, info);
-        }
-        _ => {}
-    }
+        _ => true,
+    });
 }
