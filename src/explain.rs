@@ -210,8 +210,8 @@ fn evt_text(c: &Compiled, n: &crate::layout::EvtNode) -> String {
         EvtNode::RowBroadcast { tensor } => format!("row_broadcast({})", c.spec.tensors[*tensor].name.name),
         EvtNode::ColBroadcast { tensor } => format!("col_broadcast({})", c.spec.tensors[*tensor].name.name),
         EvtNode::Scalar { value } => value.clone(),
-        EvtNode::Compute { functor, children } => format!(
-            "{}({})", functor.trim_start_matches("cutlass::"),
+        EvtNode::Compute { op, children } => format!(
+            "{}({})", op.name(),
             children.iter().map(|ch| evt_text(c, ch)).collect::<Vec<_>>().join(", ")),
     }
 }

@@ -1,7 +1,7 @@
 //! Unit tests of layout-inference decisions, through the library API.
 
 use tilegen::diag::SourceFile;
-use tilegen::layout::{CopyKind, FragmentLayout, PipelineMode};
+use tilegen::layout::{CopyKind, EpilogueOp, FragmentLayout, PipelineMode};
 use tilegen::target::Target;
 
 fn spec(tiles: (i64, i64, i64), stages: i64, threads: i64, a_order: &str, transpose_b: bool) -> String {
@@ -109,8 +109,8 @@ fn sm90a_plans_an_explicit_collective_with_an_evt_epilogue() {
     assert_eq!(p.layouts, ("RowMajor", "RowMajor", "RowMajor"));
     assert!(!p.kernel_schedule.contains("Auto") && !p.epilogue_schedule.contains("Auto"));
     // relu(acc + bias[col]) as a tree: maximum(plus(acc, row_broadcast(bias)), 0).
-    let EvtNode::Compute { functor: "cutlass::maximum", children } = &p.epilogue else { panic!("{:?}", p.epilogue) };
-    assert!(matches!(&children[0], EvtNode::Compute { functor: "cutlass::plus", children: inner }
+    let EvtNode::Compute { op: EpilogueOp::Max, children } = &p.epilogue else { panic!("{:?}", p.epilogue) };
+    assert!(matches!(&children[0], EvtNode::Compute { op: EpilogueOp::Add, children: inner }
         if inner[0] == EvtNode::Acc && inner[1] == EvtNode::RowBroadcast { tensor: 2 }));
     assert!(matches!(&children[1], EvtNode::Scalar { value } if value == "0.0f"));
     assert!(p.smem_bytes <= 232_448);

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use mma::MmaPlan;
 pub use pipeline::{PipelineMode, PipelinePlan};
-pub use sm90::{collect_broadcasts, CollectivePlan, EvtNode};
+pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

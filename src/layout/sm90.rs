@@ -31,13 +31,65 @@ pub enum EvtNode {
         /// The literal.
         value: String,
     },
-    /// `Sm90Compute<functor>` over the children's values.
+    /// An element-wise operation over the children's values (`Sm90Compute<functor>`).
     Compute {
-        /// The CUTLASS functor template, e.g. `cutlass::plus`.
-        functor: &'static str,
+        /// Which operation.
+        op: EpilogueOp,
         /// Operands, in order.
         children: Vec<EvtNode>,
     },
+}
+
+/// The element-wise operations an epilogue tree is built from; each backend spells them
+/// (a CUTLASS functor, a C++ operator in the CK CDE functor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpilogueOp {
+    /// a + b
+    Add,
+    /// a - b
+    Sub,
+    /// a * b
+    Mul,
+    /// a / b
+    Div,
+    /// max(a, b)
+    Max,
+    /// min(a, b)
+    Min,
+    /// -a
+    Neg,
+    /// GELU, exact (erf) form
+    Gelu,
+    /// SiLU: x · sigmoid(x)
+    Silu,
+    /// logistic sigmoid
+    Sigmoid,
+    /// the value itself, converted to the output type
+    Identity,
+}
+
+impl EpilogueOp {
+    /// The CUTLASS functor template that computes it.
+    pub fn cutlass_functor(self) -> &'static str {
+        match self {
+            EpilogueOp::Add => "cutlass::plus",
+            EpilogueOp::Sub => "cutlass::minus",
+            EpilogueOp::Mul => "cutlass::multiplies",
+            EpilogueOp::Div => "cutlass::divides",
+            EpilogueOp::Max => "cutlass::maximum",
+            EpilogueOp::Min => "cutlass::minimum",
+            EpilogueOp::Neg => "cutlass::negate",
+            EpilogueOp::Gelu => "cutlass::epilogue::thread::GELU",
+            EpilogueOp::Silu => "cutlass::epilogue::thread::SiLu",
+            EpilogueOp::Sigmoid => "cutlass::epilogue::thread::Sigmoid",
+            EpilogueOp::Identity => "cutlass::epilogue::thread::Identity",
+        }
+    }
+
+    /// The name in comments and `explain` (the functor without `cutlass::`).
+    pub fn name(self) -> &'static str {
+        self.cutlass_functor().trim_start_matches("cutlass::")
+    }
 }
 
 /// How a GEMM-shaped spec maps onto a CUTLASS 3.x collective.
@@ -302,9 +354,9 @@ impl<'a> Infer<'a> {
                 let v = self.evt(value, &tree, vars, (cc.0.as_str(), cc.1.as_str()), (bm, bn))?;
                 tree = match op {
                     AssignOp::Set => v,
-                    AssignOp::Add => EvtNode::Compute { functor: "cutlass::plus", children: vec![tree, v] },
-                    AssignOp::Sub => EvtNode::Compute { functor: "cutlass::minus", children: vec![tree, v] },
-                    AssignOp::Mul => EvtNode::Compute { functor: "cutlass::multiplies", children: vec![tree, v] },
+                    AssignOp::Add => EvtNode::Compute { op: EpilogueOp::Add, children: vec![tree, v] },
+                    AssignOp::Sub => EvtNode::Compute { op: EpilogueOp::Sub, children: vec![tree, v] },
+                    AssignOp::Mul => EvtNode::Compute { op: EpilogueOp::Mul, children: vec![tree, v] },
                 };
             }
         }
@@ -440,38 +492,38 @@ impl<'a> Infer<'a> {
                 }
             }
             ExprKind::Binary(op, a, b) => {
-                let functor = match op {
-                    BinOp::Add => "cutlass::plus",
-                    BinOp::Sub => "cutlass::minus",
-                    BinOp::Mul => "cutlass::multiplies",
-                    BinOp::Div => "cutlass::divides",
+                let eop = match op {
+                    BinOp::Add => EpilogueOp::Add,
+                    BinOp::Sub => EpilogueOp::Sub,
+                    BinOp::Mul => EpilogueOp::Mul,
+                    BinOp::Div => EpilogueOp::Div,
                     _ => return unsupported(self, &format!("`{}`", op.symbol())),
                 };
                 let l = self.evt(a, current, vars, tiles, ext)?;
                 let r = self.evt(b, current, vars, tiles, ext)?;
-                Some(EvtNode::Compute { functor, children: vec![l, r] })
+                Some(EvtNode::Compute { op: eop, children: vec![l, r] })
             }
             ExprKind::Call(f, args) => match f.name.as_str() {
                 "f32" => self.evt(&args[0].value, current, vars, tiles, ext),
                 "max" | "min" => {
                     let l = self.evt(&args[0].value, current, vars, tiles, ext)?;
                     let r = self.evt(&args[1].value, current, vars, tiles, ext)?;
-                    Some(EvtNode::Compute { functor: if f.name == "max" { "cutlass::maximum" } else { "cutlass::minimum" }, children: vec![l, r] })
+                    Some(EvtNode::Compute { op: if f.name == "max" { EpilogueOp::Max } else { EpilogueOp::Min }, children: vec![l, r] })
                 }
                 "gelu" | "silu" | "sigmoid" => {
                     let v = self.evt(&args[0].value, current, vars, tiles, ext)?;
-                    let functor = match f.name.as_str() {
-                        "gelu" => "cutlass::epilogue::thread::GELU",
-                        "silu" => "cutlass::epilogue::thread::SiLu",
-                        _ => "cutlass::epilogue::thread::Sigmoid",
+                    let op = match f.name.as_str() {
+                        "gelu" => EpilogueOp::Gelu,
+                        "silu" => EpilogueOp::Silu,
+                        _ => EpilogueOp::Sigmoid,
                     };
-                    Some(EvtNode::Compute { functor, children: vec![v] })
+                    Some(EvtNode::Compute { op, children: vec![v] })
                 }
                 other => unsupported(self, &format!("`{other}`")),
             },
             ExprKind::Unary(UnOp::Neg, x) => {
                 let v = self.evt(x, current, vars, tiles, ext)?;
-                Some(EvtNode::Compute { functor: "cutlass::negate", children: vec![v] })
+                Some(EvtNode::Compute { op: EpilogueOp::Neg, children: vec![v] })
             }
             _ => unsupported(self, "this expression"),
         }

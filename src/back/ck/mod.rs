@@ -10,7 +10,7 @@ use super::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use super::OutputFile;
 use crate::ast::DType;
 use crate::diag::Diagnostic;
-use crate::layout::{CollectivePlan, EvtNode};
+use crate::layout::{CollectivePlan, EpilogueOp, EvtNode};
 use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
@@ -105,7 +105,7 @@ fn expr(n: &EvtNode, ds: &[usize], helpers: &mut Vec<String>) -> String {
             format!("d{}", ds.iter().position(|t| t == tensor).unwrap_or(0))
         }
         EvtNode::Scalar { value } => value.clone(),
-        EvtNode::Compute { functor, children } => {
+        EvtNode::Compute { op, children } => {
             let k: Vec<String> = children.iter().map(|c| expr(c, ds, helpers)).collect();
             let bin = |op: &str| format!("({} {op} {})", k[0], k.get(1).cloned().unwrap_or_default());
             let mut helper = |name: &str, def: &str| {
@@ -113,23 +113,24 @@ fn expr(n: &EvtNode, ds: &[usize], helpers: &mut Vec<String>) -> String {
                     helpers.push(def.to_string());
                 }
             };
-            match *functor {
-                "cutlass::plus" => bin("+"),
-                "cutlass::minus" => bin("-"),
-                "cutlass::multiplies" => bin("*"),
-                "cutlass::divides" => bin("/"),
-                "cutlass::maximum" => format!("fmaxf({}, {})", k[0], k[1]),
-                "cutlass::minimum" => format!("fminf({}, {})", k[0], k[1]),
-                "cutlass::negate" => format!("(-{})", k[0]),
-                "cutlass::epilogue::thread::GELU" => {
+            match op {
+                EpilogueOp::Add => bin("+"),
+                EpilogueOp::Sub => bin("-"),
+                EpilogueOp::Mul => bin("*"),
+                EpilogueOp::Div => bin("/"),
+                EpilogueOp::Max => format!("fmaxf({}, {})", k[0], k[1]),
+                EpilogueOp::Min => format!("fminf({}, {})", k[0], k[1]),
+                EpilogueOp::Neg => format!("(-{})", k[0]),
+                EpilogueOp::Identity => k[0].clone(),
+                EpilogueOp::Gelu => {
                     helper("gelu_erf", "// GELU, exact (erf) form: x/2 * (1 + erf(x/sqrt(2))).\n__host__ __device__ inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }");
                     format!("gelu_erf({})", k[0])
                 }
-                "cutlass::epilogue::thread::SiLu" => {
+                EpilogueOp::Silu => {
                     helper("silu", "// SiLU: x * sigmoid(x).\n__host__ __device__ inline float silu(float x) { return x / (1.0f + expf(-x)); }");
                     format!("silu({})", k[0])
                 }
-                _ => {
+                EpilogueOp::Sigmoid => {
                     helper("sigmoid", "// Logistic sigmoid.\n__host__ __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }");
                     format!("sigmoid({})", k[0])
                 }

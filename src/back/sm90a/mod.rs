@@ -11,7 +11,7 @@ use super::OutputFile;
 use crate::ast::{DType, Dim};
 use crate::back::conv::cpp_type;
 use crate::diag::Diagnostic;
-use crate::layout::{CollectivePlan, EvtNode};
+use crate::layout::{CollectivePlan, EpilogueOp, EvtNode};
 use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
@@ -116,7 +116,8 @@ impl EvtBuilder<'_> {
                 self.nodes.push(EvtNodeCtx { name: name.clone(), comment: format!("the constant {value}"), definition: "Sm90ScalarBroadcast<ElementCompute, Stride<_0, _0, _0>, 1>".into() });
                 (name.clone(), vec![format!("{pad}{{{{{value}}}}},  // {name} = {value}")])
             }
-            EvtNode::Compute { functor, children } => {
+            EvtNode::Compute { op, children } => {
+                let functor = op.cutlass_functor();
                 let mut kids = Vec::new();
                 let mut args = Vec::new();
                 for ch in children {
@@ -129,17 +130,17 @@ impl EvtBuilder<'_> {
                 let out = if root { "ElementD" } else { "ElementCompute" };
                 self.nodes.push(EvtNodeCtx {
                     name: name.clone(),
-                    comment: format!("{}({})", functor.trim_start_matches("cutlass::"), kids.join(", ")),
+                    comment: format!("{}({})", op.name(), kids.join(", ")),
                     definition: format!("Sm90EVT<Sm90Compute<{functor}, {out}, ElementCompute, RoundStyle>, {}>", kids.join(", ")),
                 });
                 let mut lines = vec![format!("{pad}{{  // {name}")];
                 lines.extend(args);
-                lines.push(format!("{pad}    {{}},  // {}", functor.trim_start_matches("cutlass::")));
+                lines.push(format!("{pad}    {{}},  // {}", op.name()));
                 lines.push(format!("{pad}}},"));
                 (name, lines)
             }
             // A bare accumulator or broadcast as the whole epilogue: convert it to ElementD.
-            other => self.node(&EvtNode::Compute { functor: "cutlass::epilogue::thread::Identity", children: vec![other.clone()] }, true, depth),
+            other => self.node(&EvtNode::Compute { op: EpilogueOp::Identity, children: vec![other.clone()] }, true, depth),
         }
     }
 }
