@@ -221,7 +221,11 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     let (bm, bn, bk) = p.tile;
     let _ = writeln!(o, "\nCUTLASS 3.x collective (GemmUniversal + CollectiveBuilder, explicit choices)");
     let _ = writeln!(o, "  why: {}", p.why);
-    let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {}, epilogue schedule {}", p.cluster.0, p.cluster.1, p.stages, p.kernel_schedule, p.epilogue_schedule);
+    let (kernel, epilogue) = match p.schedule {
+        crate::layout::GemmSchedule::Cutlass { kernel, epilogue } => (kernel, epilogue),
+        crate::layout::GemmSchedule::Ck { pipeline, scheduler } => (pipeline, scheduler),
+    };
+    let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {kernel}, epilogue schedule {epilogue}", p.cluster.0, p.cluster.1, p.stages);
     let _ = writeln!(o, "  layouts: A ({}) {}, B ({}) {}, D ({}) {}; accumulator {}",
         spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2, p.accumulator);
     let _ = writeln!(o, "\nWarp roles (384 threads)");
@@ -244,8 +248,6 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     }
 }
 
-/// Whether `e` uses a block variable as a value (not as a plain index), and which buffers
-/// or tensors it reads.
 /// Buffers and tensors `e` reads (into `reads`), and whether it uses the block's index
 /// variables other than as a whole index of an element read (a mask or an index-dependent
 /// value, which needs element coordinates).

@@ -1,7 +1,7 @@
 //! Unit tests of layout-inference decisions, through the library API.
 
 use tilegen::diag::SourceFile;
-use tilegen::layout::{CopyKind, EpilogueOp, FragmentLayout, PipelineMode};
+use tilegen::layout::{CopyKind, EpilogueOp, FragmentLayout, GemmSchedule, PipelineMode};
 use tilegen::target::Target;
 
 fn spec(tiles: (i64, i64, i64), stages: i64, threads: i64, a_order: &str, transpose_b: bool) -> String {
@@ -107,7 +107,8 @@ fn sm90a_plans_an_explicit_collective_with_an_evt_epilogue() {
     // The spec's per-target constants and cluster apply.
     assert_eq!((p.tile, p.cluster, p.stages), ((128, 256, 64), (2, 1), 4));
     assert_eq!(p.layouts, ("RowMajor", "RowMajor", "RowMajor"));
-    assert!(!p.kernel_schedule.contains("Auto") && !p.epilogue_schedule.contains("Auto"));
+    let GemmSchedule::Cutlass { kernel, epilogue } = p.schedule else { panic!("{:?}", p.schedule) };
+    assert!(!kernel.contains("Auto") && !epilogue.contains("Auto"));
     // relu(acc + bias[col]) as a tree: maximum(plus(acc, row_broadcast(bias)), 0).
     let EvtNode::Compute { op: EpilogueOp::Max, children } = &p.epilogue else { panic!("{:?}", p.epilogue) };
     assert!(matches!(&children[0], EvtNode::Compute { op: EpilogueOp::Add, children: inner }

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use mma::MmaPlan;
 pub use pipeline::{PipelineMode, PipelinePlan};
-pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode};
+pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,8 +207,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     if target.is_amd() {
         // AMD: GEMM-shaped specs map onto composable_kernel device operations; there is no
         // lowering for other programs yet.
-        if cx.gemm_shaped() {
-            cx.plan_collective();
+        if let Some(shape) = cx.gemm_shape() {
+            cx.plan_collective(shape);
         } else {
             cx.err(Diagnostic::error(spec.kernel.span, format!(
                 "the {target} target has no lowering for fused programs yet (only GEMM-shaped specs: clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store)"))
@@ -217,10 +217,12 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         }
         return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
     }
-    if target == Target::Sm90a && cx.gemm_shaped() {
-        // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
-        cx.plan_collective();
-        return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+    if target == Target::Sm90a {
+        if let Some(shape) = cx.gemm_shape() {
+            // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
+            cx.plan_collective(shape);
+            return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+        }
     }
     // Other programs (and every program on sm80) lower to CuTe with cp.async, ldmatrix and
     // mma.sync; on sm90a this is the fallback until fused programs get a WGMMA lowering.

@@ -92,7 +92,27 @@ impl EpilogueOp {
     }
 }
 
-/// How a GEMM-shaped spec maps onto a CUTLASS 3.x collective.
+/// The schedule a vendor library's device GEMM runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmSchedule {
+    /// CUTLASS 3.x: the mainloop kernel schedule and the epilogue schedule.
+    Cutlass {
+        /// e.g. `cutlass::gemm::KernelTmaWarpSpecializedCooperative`.
+        kernel: &'static str,
+        /// e.g. `cutlass::epilogue::TmaWarpSpecializedCooperative`.
+        epilogue: &'static str,
+    },
+    /// composable_kernel: the block-GEMM pipeline version and scheduler.
+    Ck {
+        /// e.g. `ck::BlockGemmPipelineVersion::v3`.
+        pipeline: &'static str,
+        /// e.g. `ck::BlockGemmPipelineScheduler::Intrawave`.
+        scheduler: &'static str,
+    },
+}
+
+/// How a GEMM-shaped spec maps onto a vendor library's device GEMM: a CUTLASS 3.x
+/// collective (sm90a) or a composable_kernel device operation (AMD targets).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CollectivePlan {
     /// CTA tile (M, N, K).
@@ -101,10 +121,8 @@ pub struct CollectivePlan {
     pub cluster: (i64, i64),
     /// Shared-memory pipeline stages of the mainloop.
     pub stages: i64,
-    /// Mainloop kernel schedule.
-    pub kernel_schedule: &'static str,
-    /// Epilogue schedule.
-    pub epilogue_schedule: &'static str,
+    /// The library's schedule.
+    pub schedule: GemmSchedule,
     /// Tensor indices of A, B and D (the output).
     pub a: usize,
     /// B operand tensor.
@@ -123,7 +141,7 @@ pub struct CollectivePlan {
     pub why: String,
 }
 
-struct Shape<'a> {
+pub(super) struct Shape<'a> {
     acc: usize,
     gemm: &'a Stmt,
     pipeline: &'a Stmt,
@@ -142,12 +160,13 @@ impl<'a> Infer<'a> {
             .hint(hint));
     }
 
-    /// Whether the body has the GEMM shape the collective path lowers (no diagnostics).
-    pub(super) fn gemm_shaped(&mut self) -> bool {
+    /// The body's GEMM shape, if it has the one the library path lowers (no diagnostics:
+    /// a body without it takes another lowering, or gets that lowering's errors).
+    pub(super) fn gemm_shape(&mut self) -> Option<Shape<'a>> {
         let before = self.errors.len();
-        let shaped = self.shape_of_body().is_some();
+        let shape = self.shape_of_body();
         self.errors.truncate(before);
-        shaped
+        shape
     }
 
     fn shape_of_body(&mut self) -> Option<Shape<'a>> {
@@ -194,9 +213,8 @@ impl<'a> Infer<'a> {
         Some(Shape { acc, gemm: gemms[0], pipeline, epilogue, store })
     }
 
-    /// Plans the collective; errors go to `self.errors`.
-    pub(super) fn plan_collective(&mut self) {
-        let Some(shape) = self.shape_of_body() else { return };
+    /// Plans the library GEMM for a body of that shape; errors go to `self.errors`.
+    pub(super) fn plan_collective(&mut self, shape: Shape<'a>) {
         let spec = self.spec;
         let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &shape.gemm.kind else { return };
         let StmtKind::Loop { var, body: inner, .. } = &shape.pipeline.kind else { return };
@@ -325,8 +343,10 @@ impl<'a> Infer<'a> {
             tile: (bm, bn, bk),
             cluster,
             stages,
-            kernel_schedule: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
-            epilogue_schedule: "cutlass::epilogue::TmaWarpSpecializedCooperative",
+            schedule: GemmSchedule::Cutlass {
+                kernel: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+                epilogue: "cutlass::epilogue::TmaWarpSpecializedCooperative",
+            },
             a: ta_idx,
             b: tb_idx,
             d: td,
@@ -411,8 +431,7 @@ impl<'a> Infer<'a> {
             tile: (bm, bn, bk),
             cluster: (1, 1),
             stages: 1,
-            kernel_schedule: "ck::BlockGemmPipelineVersion::v3",
-            epilogue_schedule: "ck::BlockGemmPipelineScheduler::Intrawave",
+            schedule: GemmSchedule::Ck { pipeline: "ck::BlockGemmPipelineVersion::v3", scheduler: "ck::BlockGemmPipelineScheduler::Intrawave" },
             a,
             b,
             d,

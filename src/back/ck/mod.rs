@@ -10,7 +10,7 @@ use super::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use super::OutputFile;
 use crate::ast::DType;
 use crate::diag::Diagnostic;
-use crate::layout::{CollectivePlan, EpilogueOp, EvtNode};
+use crate::layout::{CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
@@ -38,6 +38,9 @@ struct Context {
     /// BK1 and the B block-transfer lines of the instance: they follow B's majorness.
     bk1: i64,
     b_transfer: Vec<String>,
+    /// The block-GEMM pipeline version and scheduler of the plan.
+    pipeline: String,
+    scheduler: String,
     ptr_a: String,
     ptr_b: String,
     ptr_d: String,
@@ -210,6 +213,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         helpers,
         constants,
         bk1: if b_k_contiguous { 8 } else { 4 },
+        pipeline: match p.schedule { GemmSchedule::Ck { pipeline, .. } => pipeline.into(), GemmSchedule::Cutlass { .. } => String::new() },
+        scheduler: match p.schedule { GemmSchedule::Ck { scheduler, .. } => scheduler.into(), GemmSchedule::Cutlass { .. } => String::new() },
         b_transfer: if b_k_contiguous {
             vec![
                 "S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // B: thread cluster K0_N_K1, arrange order, source access order".into(),

@@ -11,7 +11,7 @@ use super::OutputFile;
 use crate::ast::{DType, Dim};
 use crate::back::conv::cpp_type;
 use crate::diag::Diagnostic;
-use crate::layout::{CollectivePlan, EpilogueOp, EvtNode};
+use crate::layout::{CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
@@ -248,8 +248,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         cluster: format!("Int<{}>, Int<{}>, _1", p.cluster.0, p.cluster.1),
         epilogue_tile: format!("Int<{}>, Int<{}>", t.0.min(128), t.1.min(32)),
         stages: stages_name,
-        kernel_schedule: p.kernel_schedule.into(),
-        epilogue_schedule: p.epilogue_schedule.into(),
+        kernel_schedule: match p.schedule { GemmSchedule::Cutlass { kernel, .. } => kernel.into(), GemmSchedule::Ck { .. } => String::new() },
+        epilogue_schedule: match p.schedule { GemmSchedule::Cutlass { epilogue, .. } => epilogue.into(), GemmSchedule::Ck { .. } => String::new() },
         evt_nodes: evt.nodes,
         evt_root: root,
         evt_args: args,
