@@ -542,6 +542,9 @@ pub struct GridDim {
     pub var: Ident,
     /// Number of blocks.
     pub extent: Expr,
+    /// `order: descending`: the first blocks launched get the last index (causal attention
+    /// starts its longest rows first, so the last wave is not left with them).
+    pub descending: bool,
 }
 
 /// Per-target settings: constants that take other values for one target (tile sizes

@@ -14,7 +14,7 @@ pub fn explain(c: &Compiled) -> String {
     let line_of_stmt = |id: crate::ast::StmtId| spec.stmt(id).map_or(0, |s| line(s.span));
     let mut o = String::new();
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
-    let grid = spec.grid.iter().map(|g| format!("{} = {}", g.var.name, c.file.snippet(g.extent.span))).collect::<Vec<_>>().join(", ");
+    let grid = spec.grid.iter().map(|g| format!("{} = {}{}", g.var.name, c.file.snippet(g.extent.span), if g.descending { " (descending)" } else { "" })).collect::<Vec<_>>().join(", ");
     if plan.collective.is_some() && plan.target.is_amd() {
         let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's {} apply to sm80); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
     } else if plan.collective.is_some() {

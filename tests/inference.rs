@@ -230,3 +230,19 @@ fn narrow_tiles_give_each_warp_one_mma_column_and_small_stores_fewer_threads() {
     let c = compile(spec((16, 128, 32), 2, 256, "row_major", true)).unwrap();
     assert_eq!(c.plan.mmas.values().next().unwrap().tile, (16, 128, 16));
 }
+
+#[test]
+fn descending_grid_dimensions_start_with_the_last_tile() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_causal_bf16.yaml")).unwrap();
+    let c = compile(text.clone()).unwrap();
+    assert!(c.spec.grid[0].descending && !c.spec.grid[1].descending);
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("int const bx = gridDim.x - 1 - blockIdx.x;"));
+    assert!(cu.contains("int const by = blockIdx.y;"));
+    // Anything but ascending or descending is an error at the value.
+    let errs = compile(text.replace("order: descending", "order: backwards")).unwrap_err().join("\n");
+    assert!(errs.contains("unknown block order `backwards`") && errs.contains(":20:12"), "{errs}");
+    let errs = compile(text.replace("    extent: ceildiv(S, block_M)\n", "")).unwrap_err().join("\n");
+    assert!(errs.contains("grid dimension `bx` has no `extent`"), "{errs}");
+}

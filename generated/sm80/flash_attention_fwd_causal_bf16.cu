@@ -72,7 +72,7 @@ using ElementM_prev = float;  // fragment buffer `m_prev`
 using ElementL = float;  // fragment buffer `l`
 using ElementAlpha = float;  // fragment buffer `alpha`
 
-// Shared buffer `Q_s` (spec 23): gemm operand A, viewed as (M, K); dim 1 contiguous to match `Q` so
+// Shared buffer `Q_s` (spec 25): gemm operand A, viewed as (M, K); dim 1 contiguous to match `Q` so
 // cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutQ_sAtom = decltype(composition(
@@ -81,7 +81,7 @@ using SmemLayoutQ_sAtom = decltype(composition(
 using SmemLayoutQ_s = decltype(tile_to_shape(
     SmemLayoutQ_sAtom{}, make_shape(Int<block_M>{}, Int<D>{})));  // (block_M, D)
 
-// Shared buffer `K_s` (spec 24): gemm operand B, viewed as (N, K); dim 1 contiguous to match `K` so
+// Shared buffer `K_s` (spec 26): gemm operand B, viewed as (N, K); dim 1 contiguous to match `K` so
 // cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutK_sAtom = decltype(composition(
@@ -90,7 +90,7 @@ using SmemLayoutK_sAtom = decltype(composition(
 using SmemLayoutK_s = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<block_N>{}, Int<D>{}, Int<stages>{})));  // (block_N, D, stage)
 
-// Shared buffer `V_s` (spec 25): gemm operand B, viewed as (N, K); dim 1 contiguous to match `V` so
+// Shared buffer `V_s` (spec 27): gemm operand B, viewed as (N, K); dim 1 contiguous to match `V` so
 // cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutV_sAtom = decltype(composition(
@@ -99,7 +99,7 @@ using SmemLayoutV_sAtom = decltype(composition(
 using SmemLayoutV_s = decltype(tile_to_shape(
     SmemLayoutV_sAtom{}, make_shape(Int<D>{}, Int<block_N>{}, Int<stages>{})));  // (D, block_N, stage)
 
-// gemm (spec 43): 4 warps as 4x1: each warp owns whole 64-wide rows of the accumulator, because its
+// gemm (spec 45): 4 warps as 4x1: each warp owns whole 64-wide rows of the accumulator, because its
 // rows are reduced (row statistics stay inside a quad of lanes).
 using TiledMma0 = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
@@ -111,7 +111,7 @@ using S2RCopyAtomQ_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementQ_s>;
 // B is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
 using S2RCopyAtomK_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementK_s>;
 
-// gemm (spec 59): 4 warps as 4x1: each warp owns whole 128-wide rows of the accumulator, because A
+// gemm (spec 61): 4 warps as 4x1: each warp owns whole 128-wide rows of the accumulator, because A
 // comes from registers, laid out as the producing gemm's rows.
 using TiledMma1 = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
@@ -123,28 +123,28 @@ static_assert(size(TiledMma1{}) == kThreads, "the MMA uses every thread of the b
 // registers.
 using S2RCopyAtomV_s = Copy_Atom<SM75_U16x8_LDSM_T, ElementV_s>;
 
-// copy (spec 34): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// copy (spec 36): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 8x16 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyQ_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementQ_s>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<8>>>{}));                             // values per thread
 
-// copy (spec 40): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// copy (spec 42): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 8x16 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyK_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementK_s>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<8>>>{}));                             // values per thread
 
-// copy (spec 41): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// copy (spec 43): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 16x8 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyV_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementV_s>{},
     Layout<Shape<Int<16>, Int<8>>, Stride<_1, Int<16>>>{},  // thread layout
     Layout<Shape<Int<8>, _1>>{}));                             // values per thread
 
-// copy (spec 64): accumulators are converted to bf16 and staged through a swizzled shared tile
+// copy (spec 66): accumulators are converted to bf16 and staged through a swizzled shared tile
 // (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp
 // instead of scattered 4-byte writes.
 using SmemLayoutOAtom = decltype(composition(
@@ -183,7 +183,7 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   extern __shared__ __align__(128) unsigned char smem_buf[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
   int const tid = threadIdx.x;
-  int const bx = blockIdx.x;
+  int const bx = gridDim.x - 1 - blockIdx.x;  // descending: the first blocks take the last tiles
   int const by = blockIdx.y;
   int const bz = blockIdx.z;
 
@@ -198,24 +198,24 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   Tensor sK_s = make_tensor(make_smem_ptr(smem.mainloop.K_s.data()), SmemLayoutK_s{});  // (block_N, D, stage)
   Tensor sV_s = make_tensor(make_smem_ptr(smem.mainloop.V_s.data()), SmemLayoutV_s{});  // (D, block_N, stage)
 
-  // MMA (spec 43) and its accumulator.
+  // MMA (spec 45) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec line 26): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec line 28): (MMA, MMA_M, MMA_N), float registers
 
-  // MMA (spec 59) and its accumulator.
+  // MMA (spec 61) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec line 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec line 30): (MMA, MMA_M, MMA_N), float registers
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec line 27): laid out as `S_f`, cute::bfloat16_t registers
-  Tensor m = make_tensor<ElementM>(Shape<Int<4>>{});  // fragment `m` (spec line 29): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<4>>{});  // fragment `m_prev` (spec line 30): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor l = make_tensor<ElementL>(Shape<Int<4>>{});  // fragment `l` (spec line 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<4>>{});  // fragment `alpha` (spec line 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec line 29): laid out as `S_f`, cute::bfloat16_t registers
+  Tensor m = make_tensor<ElementM>(Shape<Int<4>>{});  // fragment `m` (spec line 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<4>>{});  // fragment `m_prev` (spec line 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor l = make_tensor<ElementL>(Shape<Int<4>>{});  // fragment `l` (spec line 33): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<4>>{});  // fragment `alpha` (spec line 34): one value per accumulator row this thread holds (2 per 16-row MMA tile)
 
-  // Operand partitions of the MMA at spec 43.
+  // Operand partitions of the MMA at spec 45.
   Tensor tCrQ_s = thr_mma0.partition_fragment_A(sQ_s);  // (MMA, MMA_M, MMA_K)
   Tensor tCrK_s = thr_mma0.partition_fragment_B(sK_s(_, _, 0));  // (MMA, MMA_N, MMA_K)
   auto s2r_copy_Q_s = make_tiled_copy_A(S2RCopyAtomQ_s{}, tiled_mma0);
@@ -227,7 +227,7 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   Tensor tXsK_s = s2r_thr_K_s.partition_S(sK_s);
   Tensor tXrK_s = s2r_thr_K_s.retile_D(tCrK_s);
 
-  // Operand partitions of the MMA at spec 59.
+  // Operand partitions of the MMA at spec 61.
   Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
   Tensor tCrV_s = thr_mma1.partition_fragment_B(sV_s(_, _, 0));  // (MMA, MMA_N, MMA_K)
   auto s2r_copy_V_s = make_tiled_copy_B(S2RCopyAtomV_s{}, tiled_mma1);
@@ -235,7 +235,7 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   Tensor tXsV_s = s2r_thr_V_s.partition_S(sV_s);
   Tensor tXrV_s = s2r_thr_V_s.retile_D(tCrV_s);
 
-  // spec 34: copy(Q[bz, bx*block_M:, by, :], Q_s)
+  // spec 36: copy(Q[bz, bx*block_M:, by, :], Q_s)
   {
     __syncthreads();  // earlier readers of sQ_s are done
     Tensor mQ_tile = mQ(bz, _, by, _);  // the 2-D slice of `Q` the tile lies in
@@ -262,20 +262,20 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     // complete in order, so this tile lands with it (its loads overlap the pipeline's).
   }
 
-  // spec 35: clear(O_f)
+  // spec 37: clear(O_f)
   clear(O_f);
 
-  // spec 36: fill(m, -inf)
+  // spec 38: fill(m, -inf)
   fill(m, -INFINITY);
 
-  // spec 37: clear(l)
+  // spec 39: clear(l)
   clear(l);
 
-  // spec 39: pipelined(t, min(ceildiv(S, block_N), ceildiv((bx + 1) * block_M, block_N)), stages)
+  // spec 41: pipelined(t, min(ceildiv(S, block_N), ceildiv((bx + 1) * block_M, block_N)), stages)
   // cp.async multistage: 1 k-tiles in flight in 2 shared stages while the current one feeds the
   // MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
   {
-    // spec 40: copy(K[bz, t*block_N:, by, :], K_s)
+    // spec 42: copy(K[bz, t*block_N:, by, :], K_s)
     Tensor mK_tile = mK(bz, _, by, _);  // the 2-D slice of `K` the tile lies in
     G2SCopyK_s g2s_copy_K;
     auto g2s_thr_K = g2s_copy_K.get_slice(tid);
@@ -284,7 +284,7 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     Tensor tKgK = g2s_thr_K.partition_S(gK);  // (CPY, CPY_0, CPY_1, t)
     Tensor tKsK = g2s_thr_K.partition_D(sK_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tKcK = g2s_thr_K.partition_S(idK);  // (CPY, CPY_0, CPY_1, t)
-    // spec 41: copy(V[bz, t*block_N:, by, :], V_s)
+    // spec 43: copy(V[bz, t*block_N:, by, :], V_s)
     Tensor mV_t = make_tensor(mV(bz, _, by, _).data(), select<1, 0>(mV(bz, _, by, _).layout()));  // the 2-D slice of `V` the tile lies in, `V` with its dims swapped: CuTe's (N, K) operand order
     G2SCopyV_s g2s_copy_V;
     auto g2s_thr_V = g2s_copy_V.get_slice(tid);
@@ -351,10 +351,10 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
       cp_async_fence();
 
-      // spec 42: clear(S_f)
+      // spec 44: clear(S_f)
       clear(S_f);
 
-      // spec 43: gemm(Q_s, K_s, S_f, transpose_b=true)
+      // spec 45: gemm(Q_s, K_s, S_f, transpose_b=true)
       // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
       copy(s2r_copy_Q_s, tXsQ_s(_, _, 0), tXrQ_s(_, _, 0));
       copy(s2r_copy_K_s, tXsK_s(_, _, 0, read_stage), tXrK_s(_, _, 0));
@@ -367,10 +367,10 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         gemm(tiled_mma0, S_f, tCrQ_s(_, _, k_block), tCrK_s(_, _, k_block), S_f);
       }
 
-      // spec 44: if (t + 1) * block_N > bx * block_M || (t + 1) * block_N > S
+      // spec 46: if (t + 1) * block_N > bx * block_M || (t + 1) * block_N > S
       if ((t + 1) * block_N > bx * block_M || (t + 1) * block_N > S) {
 
-        // spec 45: parallel(i, j)
+        // spec 47: parallel(i, j)
         // Element-wise over `S_f` in registers: each thread visits the elements it owns.
         {
           Tensor tCcS_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));  // -> (row, col)
@@ -378,19 +378,19 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
           for (int e = 0; e < size(S_f); ++e) {
             int const i = get<0>(tCcS_f(e));
             int const j = get<1>(tCcS_f(e));
-            S_f(e) = (t * block_N + j <= bx * block_M + i && t * block_N + j < S ? S_f(e) : -INFINITY);  // spec 46
+            S_f(e) = (t * block_N + j <= bx * block_M + i && t * block_N + j < S ? S_f(e) : -INFINITY);  // spec 48
           }
         }
 
       }
 
-      // spec 47: parallel(i)
+      // spec 49: parallel(i)
       CUTE_UNROLL
       for (int r = 0; r < size(m_prev); ++r) {  // the rows this thread holds
-        m_prev(r) = m(r);  // spec 48
+        m_prev(r) = m(r);  // spec 50
       }
 
-      // spec 49: reduce_max(S_f, m, dim=1, clear=false)
+      // spec 51: reduce_max(S_f, m, dim=1, clear=false)
       // Row by row: each thread folds the S_f values of each row it holds, then the four lanes of
       // its quad (which hold the rest of those rows) combine their partials with xor-shuffles over
       // lanes 1 and 2; the result is combined with `m`'s previous value (clear=false).
@@ -409,14 +409,14 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         }
       }
 
-      // spec 50: parallel(i)
+      // spec 52: parallel(i)
       CUTE_UNROLL
       for (int r = 0; r < size(alpha); ++r) {  // the rows this thread holds
-        alpha(r) = fast_exp2((m_prev(r) - m(r)) * scale_log2);  // spec 51
-        l(r) *= alpha(r);  // spec 52
+        alpha(r) = fast_exp2((m_prev(r) - m(r)) * scale_log2);  // spec 53
+        l(r) *= alpha(r);  // spec 54
       }
 
-      // spec 53: parallel(i, j)
+      // spec 55: parallel(i, j)
       // Element-wise over `S_f` by (row, col) of the values each thread holds, so
       // that row statistics are read once per row.
       {
@@ -426,13 +426,13 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         for (int r = 0; r < size<0>(S_f_rc); ++r) {
           CUTE_UNROLL
           for (int c = 0; c < size<1>(S_f_rc); ++c) {
-            S_f_rc(r, c) = fast_exp2(S_f_rc(r, c) * scale_log2 - m(r) * scale_log2);  // spec 54
-            P_f_rc(r, c) = static_cast<ElementP_f>(S_f_rc(r, c));  // spec 55
+            S_f_rc(r, c) = fast_exp2(S_f_rc(r, c) * scale_log2 - m(r) * scale_log2);  // spec 56
+            P_f_rc(r, c) = static_cast<ElementP_f>(S_f_rc(r, c));  // spec 57
           }
         }
       }
 
-      // spec 56: reduce_sum(S_f, l, dim=1, clear=false)
+      // spec 58: reduce_sum(S_f, l, dim=1, clear=false)
       // Row by row: each thread folds the S_f values of each row it holds, then the four lanes of
       // its quad (which hold the rest of those rows) combine their partials with xor-shuffles over
       // lanes 1 and 2; the result is combined with `l`'s previous value (clear=false).
@@ -451,7 +451,7 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         }
       }
 
-      // spec 57: parallel(i, j)
+      // spec 59: parallel(i, j)
       // Element-wise over `O_f` by (row, col) of the values each thread holds, so
       // that row statistics are read once per row.
       {
@@ -460,12 +460,12 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         for (int r = 0; r < size<0>(O_f_rc); ++r) {
           CUTE_UNROLL
           for (int c = 0; c < size<1>(O_f_rc); ++c) {
-            O_f_rc(r, c) *= alpha(r);  // spec 58
+            O_f_rc(r, c) *= alpha(r);  // spec 60
           }
         }
       }
 
-      // spec 59: gemm(P_f, V_s, O_f)
+      // spec 61: gemm(P_f, V_s, O_f)
       // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
       // A is already in registers.
       copy(s2r_copy_V_s, tXsV_s(_, _, 0, read_stage), tXrV_s(_, _, 0));
@@ -484,13 +484,13 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     __syncthreads();  // the copies before the loop have landed even if it ran no tile
   }
 
-  // spec 60: parallel(i)
+  // spec 62: parallel(i)
   CUTE_UNROLL
   for (int r = 0; r < size(l); ++r) {  // the rows this thread holds
-    l(r) = 1.0f / l(r);  // spec 61
+    l(r) = 1.0f / l(r);  // spec 63
   }
 
-  // spec 62: parallel(i, j)
+  // spec 64: parallel(i, j)
   // Element-wise over `O_f` by (row, col) of the values each thread holds, so
   // that row statistics are read once per row.
   {
@@ -499,12 +499,12 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int r = 0; r < size<0>(O_f_rc); ++r) {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(O_f_rc); ++c) {
-        O_f_rc(r, c) *= l(r);  // spec 63
+        O_f_rc(r, c) *= l(r);  // spec 65
       }
     }
   }
 
-  // spec 64: copy(O_f, O[bz, bx*block_M:, by, :])
+  // spec 66: copy(O_f, O[bz, bx*block_M:, by, :])
   // accumulators are converted to bf16 and staged through a swizzled shared tile (Swizzle<3,3,3>),
   // then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp instead of
   // scattered 4-byte writes.

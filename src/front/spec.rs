@@ -332,8 +332,34 @@ impl Cx {
         let mut out = Vec::new();
         for (_, k, v) in self.entries(node, "grid", &[]) {
             let Some(var) = self.ident(k, "block index name") else { continue };
-            let Some(extent) = self.expr(v, "a grid extent") else { continue };
-            out.push(GridDim { var, extent });
+            // `bx: extent` or `bx: {extent: ..., order: ascending | descending}`.
+            let (extent_node, mut descending) = (v, false);
+            let extent_node = if let NodeKind::Map(_) = &v.kind {
+                let fields = self.entries(v, &format!("grid dimension `{}`", var.name), &["extent", "order"]);
+                for (key, _, value) in &fields {
+                    if *key == "order" {
+                        match self.scalar(value, "order") {
+                            Some("ascending") => {}
+                            Some("descending") => descending = true,
+                            Some(other) => self.err(Diagnostic::error(value.span, format!("unknown block order `{other}`"))
+                                .hint("use `ascending` (the default) or `descending` (block 0 gets the last index)")),
+                            None => {}
+                        }
+                    }
+                }
+                match fields.iter().find(|(key, _, _)| *key == "extent") {
+                    Some((_, _, value)) => *value,
+                    None => {
+                        self.err(Diagnostic::error(var.span, format!("grid dimension `{}` has no `extent`", var.name))
+                            .hint(format!("write `{}: {{extent: ceildiv(N, block_N), order: descending}}`", var.name)));
+                        continue;
+                    }
+                }
+            } else {
+                extent_node
+            };
+            let Some(extent) = self.expr(extent_node, "a grid extent") else { continue };
+            out.push(GridDim { var, extent, descending });
         }
         out
     }

@@ -156,6 +156,7 @@ pub struct MemberCtx {
 pub struct BlockIndexCtx {
     pub name: String,
     pub dim: String,
+    pub descending: bool,
 }
 
 #[derive(Serialize)]
@@ -528,7 +529,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         kernel_args.push(d.clone());
     }
     let grid_dims = ["x", "y", "z"];
-    let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx { name: g.var.name.clone(), dim: grid_dims[i].into() }).collect();
+    let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx { name: g.var.name.clone(), dim: grid_dims[i].into(), descending: g.descending }).collect();
     let mut grid: Vec<String> = spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
     while grid.len() < 3 {
         grid.push("1".into());
