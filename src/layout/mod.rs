@@ -282,7 +282,7 @@ impl<'a> Infer<'a> {
             let why = format!(
                 "{threads} threads each unpack {per_thread} 32-bit word{} of {} per tile, eight values per word into one 16-byte store; {}; one scale per {} values",
                 if per_thread == 1 { "" } else { "s" }, src.name,
-                if (8 * (cols / 8)) % threads == 0 && rows % 8 == 0 && threads % 8 == 0 && (cols / 8) % (threads / 8) == 0 {
+                if per_round.is_some() {
                     "rounds of eight whole rows keep each thread on one row modulo 8 (the swizzle's period), so its addresses differ by constants; neighbouring threads take neighbouring words"
                 } else {
                     "consecutive threads take consecutive words of a row, so the word loads are conflict-free"

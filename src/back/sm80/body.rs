@@ -285,17 +285,22 @@ impl Lower<'_> {
             StmtKind::Reduce { op, src, dst, clear, .. } => self.reduce(s, *op, src, dst, *clear, depth),
             StmtKind::Dequant { src, dst, scales, zero } => {
                 let Some(plan) = self.c.plan.dequants.get(&s.id) else { return };
-                // A shared tile filled in the pipeline is read at the stage just landed.
-                let at = |name: &str, idx: &str| {
-                    let staged = self.c.info.symbols.get(name).and_then(|b| match b {
-                        Symbol::Buffer(b) => self.c.plan.shared.get(b),
-                        _ => None,
-                    }).is_some_and(|l| l.staged);
-                    match (staged, self.stage) {
-                        (true, Some(st)) => format!("s{name}({idx}, {st})"),
-                        (true, None) => format!("s{name}({idx}, 0)"),
-                        _ => format!("s{name}({idx})"),
+                let staged = |name: &str| self.c.info.symbols.get(name).and_then(|b| match b {
+                    Symbol::Buffer(b) => self.c.plan.shared.get(b),
+                    _ => None,
+                }).is_some_and(|l| l.staged);
+                if self.stage.is_none() {
+                    if let Some(b) = [src, scales].into_iter().find(|b| staged(&b.name)) {
+                        // Which stage holds the last tile depends on the trip count.
+                        self.errors.push(Diagnostic::error(b.span, format!("`{}` is filled inside a pipelined loop, so this statement outside it cannot tell which stage to read", b.name))
+                            .hint("move the dequant into the loop that fills it"));
+                        return;
                     }
+                }
+                // A shared tile filled in the pipeline is read at the stage just landed.
+                let at = |name: &str, idx: &str| match (staged(name), self.stage) {
+                    (true, Some(st)) => format!("s{name}({idx}, {st})"),
+                    _ => format!("s{name}({idx})"),
                 };
                 // The word a thread takes in round i: when whole rows fit in one round, its
                 // column is fixed and its row steps by a constant.
