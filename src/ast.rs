@@ -446,14 +446,6 @@ impl Dim {
         }
     }
 
-    /// The size's name, for named and divided sizes.
-    pub fn name(&self) -> Option<&Ident> {
-        match self {
-            Dim::Fixed(..) => None,
-            Dim::Named(i) | Dim::Div(i, _, _) => Some(i),
-        }
-    }
-
     /// The extent as a C++ (and spec) expression: `128`, `K`, `(K / 8)`.
     pub fn text(&self) -> String {
         match self {

@@ -5,7 +5,7 @@
 //! the outputs, launches, and writes the outputs back; tilegen then checks that every
 //! element was written and compares with the expected values under the case's tolerance.
 
-use crate::ast::{Dim, Order};
+use crate::ast::Order;
 use crate::build::{self, Built, Toolchain};
 use crate::golden::{self, Comparison};
 use crate::interp::npy::{self, Array};
@@ -40,7 +40,7 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
     let elems = |t: &crate::ast::Tensor| {
         t.shape.iter().map(|d| match d.eval(|n| c.info.const_int(n)) {
             Some(v) => format!("size_t({v})"),  // a spec constant: not a name in the harness
-            None => format!("size_t{}", if matches!(d, Dim::Div(..)) { d.text() } else { format!("({})", d.text()) }),
+            None => format!("size_t({})", d.text()),
         }).collect::<Vec<_>>().join(" * ")
     };
     let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0) };

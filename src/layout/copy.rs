@@ -58,6 +58,13 @@ pub struct CopyPlan {
     pub why: String,
 }
 
+impl CopyPlan {
+    /// Threads that take part: fewer than the block's when the tile has fewer vectors.
+    pub fn active_threads(&self) -> i64 {
+        self.threads.shape.0 * self.threads.shape.1
+    }
+}
+
 fn log2(x: i64) -> u32 {
     63 - (x.max(1) as u64).leading_zeros()
 }

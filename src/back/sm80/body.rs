@@ -32,7 +32,9 @@ pub enum BodyItem {
     /// Element-wise over row statistics.
     ParallelStats { pad: String, line: usize, text: String, frag: String, assigns: Vec<AssignCtx> },
     /// `dequant_int4`: each thread unpacks whole words into 16-byte stores.
-    Dequant { pad: String, line: usize, text: String, why: String, dst: String, per_thread: i64, words: i64, guarded: bool, words_per_row: i64, row_col: String, src_at: String, dst_at: String, scale_at: String, scale_elem: String, zero: i64 },
+    /// `load` and `store`: the body lines of the two per-word loops (loads first, so that
+    /// they are in flight together).
+    Dequant { pad: String, line: usize, text: String, why: String, dst: String, per_thread: i64, row_col: String, scale_elem: String, load: Vec<String>, store: Vec<String> },
     Reduce { pad: String, line: usize, text: String, why: String, view: String, src: String, dst: String, init: String, fold: String, shuffles: Vec<String>, combine: String },
     Store(Box<StoreItem>),
 }
@@ -316,6 +318,19 @@ impl Lower<'_> {
                     format!("int const r = (i * kThreads + tid) / {wpr}, wc = (i * kThreads + tid) % {wpr};  // row, word in the row")
                 };
                 let scale_col = if plan.group == plan.words_per_row * 8 { "0".to_string() } else { format!("wc / {}", plan.group / 8) };
+                let load = vec![
+                    format!("packed[i] = static_cast<uint32_t>({});", at(&src.name, "r, wc")),
+                    format!("scale[i] = {};", at(&scales.name, &format!("r, {scale_col}"))),
+                ];
+                let store = vec![format!("*reinterpret_cast<uint4*>(&{}) = dequant_int4x8<{}>(packed[i], scale[i]);", at(&dst.name, "r, wc * 8"), zero.0)];
+                // The last round may have fewer words than threads.
+                let guard = |lines: Vec<String>| if plan.guarded {
+                    std::iter::once(format!("if (r * {wpr} + wc < {}) {{", plan.words))
+                        .chain(lines.into_iter().map(|l| format!("  {l}")))
+                        .chain(std::iter::once("}".to_string())).collect()
+                } else {
+                    lines
+                };
                 self.items.push(BodyItem::Dequant {
                     pad: pad(depth),
                     line,
@@ -323,15 +338,10 @@ impl Lower<'_> {
                     why: plan.why.clone(),
                     dst: dst.name.clone(),
                     per_thread: plan.per_thread,
-                    words: plan.words,
-                    guarded: plan.guarded,
-                    words_per_row: plan.words_per_row,
                     row_col,
                     scale_elem: element_alias(&scales.name),
-                    src_at: at(&src.name, "r, wc"),
-                    dst_at: at(&dst.name, "r, wc * 8"),
-                    scale_at: at(&scales.name, &format!("r, {scale_col}")),
-                    zero: zero.0,
+                    load: guard(load),
+                    store: guard(store),
                 });
             }
         }
@@ -387,7 +397,7 @@ impl Lower<'_> {
             }
         }).collect();
         let layout = &c.plan.shared[&cp.buffer];
-        let active = cp.threads.shape.0 * cp.threads.shape.1;
+        let active = cp.active_threads();
         Some(ProducerCtx {
             line: c.line(s.span),
             text: c.file.snippet(s.span).to_string(),
@@ -630,7 +640,7 @@ impl Lower<'_> {
             view_decl,
             tile_shape: static_extents(c, cp.buffer, &[0, 1]).join(", "),
             coord: coords.join(", "),
-            guard: if cp.threads.shape.0 * cp.threads.shape.1 < c.spec.threads.0 { format!("tid < {} && ", cp.threads.shape.0 * cp.threads.shape.1) } else { String::new() },
+            guard: if cp.active_threads() < c.spec.threads.0 { format!("tid < {} && ", cp.active_threads()) } else { String::new() },
         })));
     }
 }

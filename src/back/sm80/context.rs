@@ -155,8 +155,8 @@ pub struct MemberCtx {
 #[derive(Serialize)]
 pub struct BlockIndexCtx {
     pub name: String,
-    pub dim: String,
-    pub descending: bool,
+    /// The index's value, e.g. `blockIdx.x`, with a trailing comment when it needs one.
+    pub value: String,
 }
 
 #[derive(Serialize)]
@@ -529,7 +529,14 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         kernel_args.push(d.clone());
     }
     let grid_dims = ["x", "y", "z"];
-    let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx { name: g.var.name.clone(), dim: grid_dims[i].into(), descending: g.descending }).collect();
+    let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx {
+        name: g.var.name.clone(),
+        value: if g.descending {
+            format!("gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", d = grid_dims[i])
+        } else {
+            format!("blockIdx.{};", grid_dims[i])
+        },
+    }).collect();
     let mut grid: Vec<String> = spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
     while grid.len() < 3 {
         grid.push("1".into());
