@@ -61,13 +61,15 @@ pub fn explain(c: &Compiled) -> String {
         for (role, buf) in [("A", m.a), ("B", m.b)] {
             let Some(l) = plan.shared.get(&buf) else { continue };
             let narrow = role == "B" && m.tile.1 == 8 * m.warps.1;
-            let ldsm = match (l.k_major == Some(true), narrow) {
+            let k_major = m.k_major(role == "A", l);
+            let ldsm = match (k_major, narrow) {
                 (true, false) => "SM75_U32x4_LDSM_N (ldmatrix.x4)",
                 (false, false) => "SM75_U16x8_LDSM_T (ldmatrix.x4.trans)",
                 (true, true) => "SM75_U32x2_LDSM_N (ldmatrix.x2: one 8-wide MMA column per warp)",
                 (false, true) => "SM75_U16x4_LDSM_T (ldmatrix.x2.trans: one 8-wide MMA column per warp)",
             };
-            let _ = writeln!(o, "    {role} = `{}`: {} -> registers via {ldsm}", spec.buffers[buf].name.name, if l.k_major == Some(true) { "K-major" } else { "MN-major" });
+            let view = if m.transposed_view(role == "A", l) { ", read through a view with its modes swapped" } else { "" };
+            let _ = writeln!(o, "    {role} = `{}`: {}{view} -> registers via {ldsm}", spec.buffers[buf].name.name, if k_major { "K-major" } else { "MN-major" });
         }
     }
 
@@ -162,11 +164,12 @@ pub fn explain(c: &Compiled) -> String {
         let kind = match cp.kind {
             CopyKind::GlobalToShared => "global -> shared",
             CopyKind::AccumulatorToGlobal => "accumulator -> shared staging -> global",
+            CopyKind::AccumulatorToShared => "accumulator -> shared (converted in registers)",
         };
         let _ = writeln!(o, "    {kind}; atom {}; {} elements ({} bits) per vector; threads {}x{}",
             cp.atom, cp.vector_elems, cp.vector_bits, cp.threads.shape.0, cp.threads.shape.1);
-        if !cp.fixed.is_empty() {
-            let t = &spec.tensors[cp.tensor];
+        if let (false, Some(t)) = (cp.fixed.is_empty(), cp.tensor) {
+            let t = &spec.tensors[t];
             let _ = writeln!(o, "    a {}-D tile of the {}-D `{}`: dims {} fixed at {}", cp.cute_shape.len(), t.shape.len(), t.name.name,
                 cp.fixed.iter().map(|(d, _)| d.to_string()).collect::<Vec<_>>().join(", "),
                 cp.fixed.iter().map(|(_, e)| c.file.snippet(e.span).to_string()).collect::<Vec<_>>().join(", "));
@@ -191,8 +194,10 @@ pub fn explain(c: &Compiled) -> String {
     }
 
     let _ = writeln!(o, "\nResources");
-    let _ = writeln!(o, "  shared memory: {} bytes of buffers, {} bytes of epilogue staging (reusing them) -> {} of {} bytes allowed",
-        plan.smem.buffers, plan.smem.staging, plan.smem.total, plan.smem.budget);
+    let _ = writeln!(o, "  shared memory: {} bytes of buffers, {} bytes of epilogue staging ({}) -> {} of {} bytes allowed",
+        plan.smem.buffers, plan.smem.staging,
+        if plan.smem.staging_reuses_buffers { "reusing them" } else { "its own space: a store inside a loop" },
+        plan.smem.total, plan.smem.budget);
     let _ = writeln!(o, "  registers: about {} per thread (accumulators, double-buffered MMA operands, addressing)", plan.regs_per_thread);
     if !plan.alignment.is_empty() {
         let _ = writeln!(o, "  launcher checks:");

@@ -105,7 +105,7 @@ using SmemLayoutS_s = decltype(tile_to_shape(
 
 // Shared buffer `W_s` (spec 19): gemm operand B, viewed as (N, K); not filled from global memory,
 // so K (or the last dim) is contiguous; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// 16-byte chunks over all banks for both the register writes and the ldmatrix reads.
 using SmemLayoutW_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
     Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));

@@ -13,6 +13,10 @@ pub enum CopyKind {
     /// MMA accumulator → global tile, converted and staged through shared memory so that
     /// the global writes are wide and coalesced.
     AccumulatorToGlobal,
+    /// MMA accumulator → shared buffer, converted to the buffer's dtype: each thread writes
+    /// the values it holds (pairs of neighbouring columns as one 32-bit store where the
+    /// buffer's rows are contiguous), between two barriers.
+    AccumulatorToShared,
 }
 
 /// A thread arrangement over a 2-D tile, in the copy's CuTe mode order.
@@ -29,8 +33,8 @@ pub struct ThreadLayout {
 pub struct CopyPlan {
     /// What kind of copy.
     pub kind: CopyKind,
-    /// The global tensor.
-    pub tensor: usize,
+    /// The global tensor (`None`: accumulator → shared).
+    pub tensor: Option<usize>,
     /// The buffer.
     pub buffer: usize,
     /// The tile's coordinate along each buffer dimension (origin / extent).
@@ -159,8 +163,20 @@ impl Infer<'_> {
                 Some((r, dims)) => (dims.clone(), format!("gemm operand {r}, viewed as ({}, K)", if *r == "A" { "M" } else { "N" })),
                 None => ((0..shape.len()).collect(), "not a gemm operand".to_string()),
             };
-            let contiguous_dim = match fill {
-                Some((s, t, op)) => {
+            // Written from registers by `copy(acc, buf)`: each thread holds pairs of
+            // neighbouring accumulator columns, so rows contiguous make them 32-bit stores.
+            let from_registers = stmts.iter().find_map(|s| match &s.kind {
+                StmtKind::Copy { src, dst } if dst.name.name == buf.name.name => self.buffer_index(&src.name.name)
+                    .filter(|b| self.spec.buffers[*b].scope.0 == Scope::Fragment)
+                    .map(|b| self.spec.buffers[b].name.name.clone()),
+                _ => None,
+            });
+            let contiguous_dim = match (fill, from_registers) {
+                (None, Some(acc)) if shape.len() == 2 => {
+                    why.push_str(&format!("; written from `{acc}`'s registers, whose threads hold pairs of neighbouring columns, so dim 1 is contiguous (one 32-bit store per pair)"));
+                    1
+                }
+                (Some((s, t, op)), _) => {
                     let Some(d) = self.tile_contiguous(op, t) else {
                         self.failed_stmts.insert(s);
                         self.failed_buffers.insert(i);
@@ -170,7 +186,7 @@ impl Infer<'_> {
                     why.push_str(&format!("; dim {d} contiguous to match `{}` so cp.async moves {vector}-byte vectors", self.spec.tensors[t].name.name));
                     d
                 }
-                None => {
+                (None, _) => {
                     let d = cute_dims.last().copied().unwrap_or(0);
                     why.push_str("; not filled from global memory, so K (or the last dim) is contiguous");
                     d
@@ -196,8 +212,8 @@ impl Infer<'_> {
             };
             if swizzle.bits > 0 {
                 why.push_str(&format!(
-                    "; Swizzle<{},{},{}> on a {}x{} atom spreads each 128-byte line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads",
-                    swizzle.bits, swizzle.base, swizzle.shift, atom_shape.0, atom_shape.1));
+                    "; Swizzle<{},{},{}> on a {}x{} atom spreads each 128-byte line's 16-byte chunks over all banks for both the {} writes and the ldmatrix reads",
+                    swizzle.bits, swizzle.base, swizzle.shift, atom_shape.0, atom_shape.1, if fill.is_some() { "cp.async" } else { "register" }));
             }
             for (d, ext) in cute_shape.iter().enumerate() {
                 let a = if d == 0 { atom_shape.0 } else { atom_shape.1 };
@@ -301,6 +317,9 @@ impl Infer<'_> {
             match (st, db, sb, dt) {
                 (Some(t), Some(b), _, _) if scope(Some(b)) == Some(Scope::Shared) => self.plan_g2s(s, src, t, b),
                 (_, _, Some(b), Some(t)) if matches!(self.plan.fragments.get(&b), Some(FragmentLayout::MmaAccumulator { .. })) => self.plan_acc_store(s, dst, b, t),
+                (_, Some(d), Some(b), _) if scope(Some(d)) == Some(Scope::Shared) && matches!(self.plan.fragments.get(&b), Some(FragmentLayout::MmaAccumulator { .. })) => {
+                    self.plan_acc_to_shared(s, b, d)
+                }
                 _ if [sb, db].iter().flatten().any(|b| self.failed_buffers.contains(b)) => {
                     self.failed_stmts.insert(s.id);
                 }
@@ -315,7 +334,7 @@ impl Infer<'_> {
                     self.err(Diagnostic::error(s.span, format!(
                         "the {} target cannot lower a copy from {} to {} yet",
                         self.target, what(sb, st), what(db, dt)))
-                        .hint("supported: global → shared (cp.async) and gemm accumulator → global (the epilogue)"));
+                        .hint("supported: global → shared (cp.async), gemm accumulator → global (the epilogue) and gemm accumulator → shared"));
                 }
             }
         }
@@ -361,7 +380,7 @@ impl Infer<'_> {
             if active < self.spec.threads.0 { format!(" (the tile holds one vector for each of only {active} threads: the others skip it)") } else { String::new() });
         self.plan.copies.insert(s.id, super::CopyPlan {
             kind: CopyKind::GlobalToShared,
-            tensor: t,
+            tensor: Some(t),
             buffer: b,
             tile_coords: coords,
             fixed,
@@ -371,6 +390,46 @@ impl Infer<'_> {
             vector_elems: v,
             vector_bits: vbytes * 8,
             threads,
+            staging_bytes: 0,
+            staging_swizzle: None,
+            why,
+        });
+    }
+
+    fn plan_acc_to_shared(&mut self, s: &Stmt, acc: usize, b: usize) {
+        let Some(layout) = self.plan.shared.get(&b).cloned() else {
+            self.failed_stmts.insert(s.id);
+            return;
+        };
+        if layout.staged {
+            self.err(Diagnostic::error(s.span, format!(
+                "`{}` is also filled by a pipelined copy; a buffer written from registers must not be a pipeline stage",
+                self.spec.buffers[b].name.name))
+                .hint("give the registers' copy a buffer of its own"));
+            self.failed_stmts.insert(s.id);
+            return;
+        }
+        let bytes = self.spec.buffers[b].dtype.0.bytes() as i64;
+        let pairs = layout.contiguous_dim == 1 && layout.swizzle.base >= 1;
+        let (vector_elems, atom) = if pairs { (2, format!("UniversalCopy<uint{}_t>", 2 * bytes * 8)) } else { (1, format!("UniversalCopy<uint{}_t>", bytes * 8)) };
+        let shape = self.shape(acc).to_vec();
+        let why = format!(
+            "each thread converts the `{}` values it holds to {} and writes them into `{}` in place ({}), between barriers: one so that earlier readers of `{}` are done, one so that the tile is complete before it is read",
+            self.spec.buffers[acc].name.name, self.spec.buffers[b].dtype.0, self.spec.buffers[b].name.name,
+            if pairs { "pairs of neighbouring columns as one 32-bit store" } else { "one element per store: the buffer's columns are contiguous" },
+            self.spec.buffers[b].name.name);
+        self.plan.copies.insert(s.id, super::CopyPlan {
+            kind: CopyKind::AccumulatorToShared,
+            tensor: None,
+            buffer: acc,
+            tile_coords: Vec::new(),
+            fixed: Vec::new(),
+            cute_dims: vec![0, 1],
+            cute_shape: shape,
+            atom,
+            vector_elems,
+            vector_bits: vector_elems * bytes * 8,
+            threads: ThreadLayout { shape: (self.spec.threads.0, 1), contiguous_first: false },
             staging_bytes: 0,
             staging_swizzle: None,
             why,
@@ -405,7 +464,7 @@ impl Infer<'_> {
             if active < self.spec.threads.0 { format!(" (the tile has vectors for only {active} threads)") } else { String::new() });
         self.plan.copies.insert(s.id, super::CopyPlan {
             kind: CopyKind::AccumulatorToGlobal,
-            tensor: t,
+            tensor: Some(t),
             buffer: b,
             tile_coords: coords,
             fixed,

@@ -37,6 +37,21 @@ pub struct MmaPlan {
     pub why: String,
 }
 
+impl MmaPlan {
+    /// Whether this gemm reads its A (`a`) or B operand K-major from `layout`: the
+    /// contiguous dim is this gemm's K dim. One tile can be K-major for one gemm and
+    /// MN-major for another (K in Q·Kᵀ, then in Kᵀ·V).
+    pub fn k_major(&self, a: bool, layout: &super::SharedLayout) -> bool {
+        layout.contiguous_dim == if a { self.a_dims.1 } else { self.b_dims.1 }
+    }
+
+    /// Whether this gemm reads the operand through the layout's modes swapped.
+    pub fn transposed_view(&self, a: bool, layout: &super::SharedLayout) -> bool {
+        let (mn, k) = if a { self.a_dims } else { self.b_dims };
+        layout.cute_dims == [k, mn]
+    }
+}
+
 impl Infer<'_> {
     pub(super) fn strict_gemms(&mut self) {
         let mut reduce_sources = std::collections::BTreeSet::new();
@@ -47,6 +62,7 @@ impl Infer<'_> {
                 }
             }
         }
+        let register_rows = self.register_operand_sources();
         for s in self.statements() {
             let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &s.kind else { continue };
             let (Some(ia), Some(ib), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&b.name), self.buffer_index(&c.name)) else { continue };
@@ -74,7 +90,8 @@ impl Infer<'_> {
             // Row statistics and register-sourced operands need every row of the
             // accumulator inside one warp (a quad of lanes): no warps along N.
             let reduced = reduce_sources.contains(&ic);
-            let rows_in_warp = reduced || a_in_registers;
+            let feeds_registers = register_rows.contains(&ic);
+            let rows_in_warp = reduced || a_in_registers || feeds_registers;
             let (sa, sb) = (self.shape(ia).to_vec(), self.shape(ib).to_vec());
             if sa.len() != 2 || sb.len() != 2 {
                 continue;
@@ -123,7 +140,16 @@ impl Infer<'_> {
             } else if rows_in_warp {
                 format!(
                     "{} warps as {wm}x{wn}: each warp owns whole {}-wide rows of the accumulator, because {}",
-                    warps, n, if reduced { "its rows are reduced (row statistics stay inside a quad of lanes)" } else { "A comes from registers, laid out as the producing gemm's rows" })
+                    warps, n,
+                    if reduced {
+                        "its rows are reduced (row statistics stay inside a quad of lanes)"
+                    } else if a_in_registers {
+                        "A comes from registers, laid out as the producing gemm's rows"
+                    } else if self.spec.buffers[ic].scope.0 == Scope::Fragment && self.is_register_operand(ic) {
+                        "it shares an accumulator with a gemm whose A comes from registers"
+                    } else {
+                        "its values become a register A operand, which must hold whole rows"
+                    })
             } else {
                 format!(
                     "{} warps as {wm}x{wn}: each warp owns a {}x{} accumulator tile, the squarest split of {m}x{n} (best operand reuse)",
@@ -163,6 +189,62 @@ impl Infer<'_> {
                 Some(FragmentLayout::Striped { .. } | FragmentLayout::RowStats { .. }) => {}
             }
             self.plan.mmas.insert(s.id, plan);
+        }
+    }
+
+    /// Whether `buf` is the accumulator of a gemm whose A operand is a fragment.
+    fn is_register_operand(&self, buf: usize) -> bool {
+        self.statements().iter().any(|s| match &s.kind {
+            StmtKind::Gemm { a, c, .. } => {
+                self.buffer_index(&c.name) == Some(buf)
+                    && self.buffer_index(&a.name).is_some_and(|ia| self.spec.buffers[ia].scope.0 == Scope::Fragment)
+            }
+            _ => false,
+        })
+    }
+
+    /// Accumulators whose rows must stay inside one warp because registers carry them into
+    /// a register-sourced A operand: the operand fragments themselves, the fragments a
+    /// `parallel` block computes them from (`P_f[i, j] = f(A_f[i, j])`), transitively, and
+    /// every accumulator a register-sourced gemm shares.
+    fn register_operand_sources(&self) -> std::collections::BTreeSet<usize> {
+        let mut out = std::collections::BTreeSet::new();
+        let stmts = self.statements();
+        for s in &stmts {
+            if let StmtKind::Gemm { a, c, .. } = &s.kind {
+                if let (Some(ia), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&c.name)) {
+                    if self.spec.buffers[ia].scope.0 == Scope::Fragment {
+                        out.insert(ia);
+                        out.insert(ic);
+                    }
+                }
+            }
+        }
+        // Each pass adds the sources of fragments already in the set; stops when none is new.
+        loop {
+            let before = out.len();
+            for s in &stmts {
+                let StmtKind::Parallel { body, .. } = &s.kind else { continue };
+                for st in body {
+                    let StmtKind::Assign { target, value, .. } = &st.kind else { continue };
+                    if !self.buffer_index(&target.name).is_some_and(|t| out.contains(&t)) {
+                        continue;
+                    }
+                    value.visit(&mut |x| {
+                        if let ExprKind::Index(name, idx) = &x.kind {
+                            if let Some(b) = self.buffer_index(&name.name) {
+                                if idx.len() == 2 && self.spec.buffers[b].scope.0 == Scope::Fragment {
+                                    out.insert(b);
+                                }
+                            }
+                        }
+                        true
+                    });
+                }
+            }
+            if out.len() == before {
+                return out;
+            }
         }
     }
 }

@@ -130,9 +130,13 @@ pub struct Alignment {
 pub struct SmemUse {
     /// Bytes of all shared buffers with their stages.
     pub buffers: u64,
-    /// Bytes of the largest epilogue staging tile (reuses the buffers' space).
+    /// Bytes of the largest epilogue staging tile.
     pub staging: u64,
-    /// What the kernel requests: the larger of the two.
+    /// Whether the staging tiles reuse the buffers' space: only when every staged store
+    /// runs after the loops, once the buffers are dead. A store inside a loop gets space
+    /// of its own, since later iterations still need the buffers (and tiles in flight).
+    pub staging_reuses_buffers: bool,
+    /// What the kernel requests: the larger of the two, or their sum.
     pub total: u64,
     /// The target's limit.
     pub budget: u64,
@@ -195,7 +199,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             pipelines: BTreeMap::new(),
             dequants: BTreeMap::new(),
             alignment: Vec::new(),
-            smem: SmemUse { buffers: 0, staging: 0, total: 0, budget: target.smem_budget() },
+            smem: SmemUse { buffers: 0, staging: 0, staging_reuses_buffers: true, total: 0, budget: target.smem_budget() },
             regs_per_thread: 0,
             collective: None,
         },
@@ -501,11 +505,40 @@ impl<'a> Infer<'a> {
         }
     }
 
+    /// Statements inside some loop's body.
+    fn statements_in_loops(&self) -> std::collections::BTreeSet<StmtId> {
+        fn go(stmts: &[Stmt], inside: bool, out: &mut std::collections::BTreeSet<StmtId>) {
+            for s in stmts {
+                if inside {
+                    out.insert(s.id);
+                }
+                match &s.kind {
+                    StmtKind::Loop { body, .. } => go(body, true, out),
+                    StmtKind::Parallel { body, .. } => go(body, inside, out),
+                    StmtKind::If { then_body, else_body, .. } => {
+                        go(then_body, inside, out);
+                        go(else_body, inside, out);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut out = std::collections::BTreeSet::new();
+        go(&self.spec.body, false, &mut out);
+        out
+    }
+
     fn budgets(&mut self) {
         let buffers: u64 = self.plan.shared.values().map(|l| l.bytes).sum();
-        let staging = self.plan.copies.values().map(|c| c.staging_bytes).max().unwrap_or(0);
-        let total = buffers.max(staging);
-        self.plan.smem = SmemUse { buffers, staging, total, budget: self.target.smem_budget() };
+        let in_loops = self.statements_in_loops();
+        let reuse = !self.plan.copies.iter().any(|(id, c)| c.staging_bytes > 0 && in_loops.contains(id));
+        let staging = if reuse {
+            self.plan.copies.values().map(|c| c.staging_bytes).max().unwrap_or(0)
+        } else {
+            self.plan.copies.values().map(|c| c.staging_bytes).sum()
+        };
+        let total = if reuse { buffers.max(staging) } else { buffers + staging };
+        self.plan.smem = SmemUse { buffers, staging, staging_reuses_buffers: reuse, total, budget: self.target.smem_budget() };
         if total > self.target.smem_budget() {
             let detail = self.plan.shared.iter()
                 .map(|(b, l)| format!("`{}` {} B{}", self.spec.buffers[*b].name.name, l.bytes, if l.stages > 1 { format!(" ({} stages)", l.stages) } else { String::new() }))

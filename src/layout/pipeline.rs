@@ -63,8 +63,11 @@ impl Infer<'_> {
                         producers.push(st.id);
                         k_dims.push(exact[0]);
                     }
+                    // Copies out of registers (per-tile results, running state) run with the
+                    // computation, on the tile just landed.
+                    (StmtKind::Copy { .. }, Some(c)) if matches!(c.kind, CopyKind::AccumulatorToGlobal | CopyKind::AccumulatorToShared) => consumers.push(st.id),
                     (StmtKind::Copy { .. } | StmtKind::Loop { kind: LoopKind::Pipelined, .. }, _) => self.err(Diagnostic::error(st.span, format!(
-                        "the {} target pipelines global → shared copies and computes on them; this statement cannot go inside `pipelined`", self.target))
+                        "the {} target pipelines global → shared copies and computes on them (and copies accumulators out); this statement cannot go inside `pipelined`", self.target))
                         .hint("move it before or after the pipelined loop")),
                     _ if contains_copy(st) => self.err(Diagnostic::error(st.span, "copies inside a pipelined loop go at its top level, where the pipeline issues them ahead of use")
                         .hint("move the copy out of this block")),
@@ -79,9 +82,16 @@ impl Infer<'_> {
             }
             // Shared buffers read by consumers must be produced in this loop, or filled
             // once before it (loop-invariant tiles such as attention's Q).
-            let filled_outside: Vec<usize> = self.plan.copies.iter()
+            let mut filled_outside: Vec<usize> = self.plan.copies.iter()
                 .filter(|(id, cp)| cp.kind == CopyKind::GlobalToShared && !body.iter().any(|st| st.id == **id))
                 .map(|(_, cp)| cp.buffer).collect();
+            // Buffers written from registers (a running state) are kept up to date by the
+            // program itself, inside the loop or before it.
+            filled_outside.extend(self.statements().iter().filter(|st| self.plan.copies.get(&st.id).is_some_and(|cp| cp.kind == CopyKind::AccumulatorToShared))
+                .filter_map(|st| match &st.kind {
+                    StmtKind::Copy { dst, .. } => self.buffer_index(&dst.name.name),
+                    _ => None,
+                }));
             for c in &consumers {
                 if let Some(m) = self.plan.mmas.get(c) {
                     for buf in [m.a, m.b] {

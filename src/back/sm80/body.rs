@@ -1,6 +1,6 @@
 //! Lowers the spec body to a flat list of template items, one per emitted block of code.
 
-use super::context::{element_alias, static_extents, PlainEnv};
+use super::context::{element_alias, operand_key, static_extents, PlainEnv};
 use crate::ast::*;
 use crate::back::conv::{Conv, Env};
 use crate::check::Symbol;
@@ -37,6 +37,8 @@ pub enum BodyItem {
     Dequant { pad: String, line: usize, text: String, why: String, dst: String, per_thread: i64, row_col: String, scale_elem: String, load: Vec<String>, store: Vec<String> },
     Reduce { pad: String, line: usize, text: String, why: String, view: String, src: String, dst: String, init: String, fold: String, shuffles: Vec<String>, combine: String },
     Store(Box<StoreItem>),
+    /// `copy(acc, shared)`: each thread writes its converted accumulator values in place.
+    AccToShared { pad: String, line: usize, text: String, why: String, acc: String, converted: String, elem: String, atom: String, tiled_mma: String, copy: String, thr: String, smem: String },
 }
 
 #[derive(Serialize)]
@@ -276,6 +278,7 @@ impl Lower<'_> {
                     }
                 }
                 Some(CopyKind::AccumulatorToGlobal) => self.store(s, depth),
+                Some(CopyKind::AccumulatorToShared) => self.acc_to_shared(s, depth),
                 None => {}
             },
             StmtKind::Gemm { .. } => {
@@ -356,10 +359,7 @@ impl Lower<'_> {
 
     /// `mQ(bz, _, by, _)`: the tensor sliced at a copy's fixed indices, if it has any.
     fn sliced(&self, cp: &crate::layout::CopyPlan) -> Option<String> {
-        if cp.fixed.is_empty() {
-            return None;
-        }
-        let t = &self.c.spec.tensors[cp.tensor];
+        let t = &self.c.spec.tensors[cp.tensor.filter(|_| !cp.fixed.is_empty())?];
         let idx: Vec<String> = (0..t.shape.len()).map(|d| match cp.fixed.iter().find(|(f, _)| *f == d) {
             Some((_, e)) => self.conv.expr(e, &PlainEnv),
             None => "_".into(),
@@ -371,7 +371,7 @@ impl Lower<'_> {
         let c = self.c;
         let cp = c.plan.copies.get(&id)?;
         let s = c.spec.stmt(id)?;
-        let t = &c.spec.tensors[cp.tensor];
+        let t = &c.spec.tensors[cp.tensor?];
         let buf = &c.spec.buffers[cp.buffer];
         let key = t.name.name.clone();
         let transposed = cp.cute_dims == [1, 0];
@@ -426,7 +426,7 @@ impl Lower<'_> {
         let m = c.plan.mmas.get(&s.id)?;
         let idx = c.plan.mmas.keys().position(|k| *k == s.id).unwrap_or(0);
         let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
-        let (a, b) = (&c.spec.buffers[m.a].name.name, &c.spec.buffers[m.b].name.name);
+        let (a, b) = (operand_key(c, s.id, m.a), operand_key(c, s.id, m.b));
         let stage_of = |buf: usize| {
             if c.plan.shared.get(&buf).is_some_and(|l| l.staged) { format!(", {}", stage.unwrap_or("0")) } else { String::new() }
         };
@@ -613,13 +613,40 @@ impl Lower<'_> {
         self.items.push(BodyItem::ParallelRows { pad: pad(depth), line: c.line(s.span), text: self.text(s), frag, views, coords, var_decls, assigns });
     }
 
+    fn acc_to_shared(&mut self, s: &Stmt, depth: usize) {
+        let c = self.c;
+        let Some(cp) = c.plan.copies.get(&s.id) else { return };
+        let Some(FragmentLayout::MmaAccumulator { gemm }) = c.plan.fragments.get(&cp.buffer) else { return };
+        let StmtKind::Copy { dst, .. } = &s.kind else { return };
+        let idx = c.plan.mmas.keys().position(|k| k == gemm).unwrap_or(0);
+        let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
+        let acc = c.spec.buffers[cp.buffer].name.name.clone();
+        let d = dst.name.name.clone();
+        // The destination in the accumulator's (row, col) order.
+        let swapped = matches!(c.info.symbols.get(&d), Some(Symbol::Buffer(b)) if c.plan.shared.get(b).is_some_and(|l| l.cute_dims == [1, 0]));
+        self.items.push(BodyItem::AccToShared {
+            pad: pad(depth),
+            line: c.line(s.span),
+            text: self.text(s),
+            why: cp.why.clone(),
+            converted: format!("{acc}_{d}"),
+            acc,
+            elem: element_alias(&d),
+            atom: cp.atom.clone(),
+            tiled_mma: format!("tiled_mma{sfx}"),
+            copy: format!("r2s_copy_{d}"),
+            thr: format!("r2s_thr_{d}"),
+            smem: format!("s{d}{}", if swapped { "_t" } else { "" }),
+        });
+    }
+
     fn store(&mut self, s: &Stmt, depth: usize) {
         let c = self.c;
         let Some(cp) = c.plan.copies.get(&s.id) else { return };
         let Some(FragmentLayout::MmaAccumulator { gemm }) = c.plan.fragments.get(&cp.buffer) else { return };
         let idx = c.plan.mmas.keys().position(|k| k == gemm).unwrap_or(0);
         let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
-        let t = &c.spec.tensors[cp.tensor];
+        let Some(t) = cp.tensor.map(|t| &c.spec.tensors[t]) else { return };
         let acc = c.spec.buffers[cp.buffer].name.name.clone();
         let coords: Vec<String> = cp.tile_coords.iter().map(|e| self.conv.expr(e, &PlainEnv)).collect();
         let (view, view_decl) = match self.sliced(cp) {

@@ -30,6 +30,8 @@ pub struct Context {
     pub stores: Vec<StoreCtx>,
     pub pipeline_storage: Vec<MemberCtx>,
     pub staging_storage: Vec<MemberCtx>,
+    /// The staging tiles share the buffers' space (every store runs after the loops).
+    pub staging_union: bool,
     pub kernel_params: Vec<String>,
     pub kernel_args: Vec<String>,
     pub block_indices: Vec<BlockIndexCtx>,
@@ -229,6 +231,36 @@ CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
   return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
 }";
 
+/// A shared layout with its first two modes swapped, for transposed operand views.
+const SWAP_MN: &str = "\
+// A shared tile's layout with modes 0 and 1 swapped (the stage mode, if any, stays last): the
+// same memory read as a transposed gemm operand. On a swizzled layout the swizzle applies to
+// the offsets, so only the inner layout's modes move.
+template <class Shape, class Stride>
+CUTE_HOST_DEVICE constexpr auto swap_mn(Layout<Shape, Stride> const& l) {
+  if constexpr (rank_v<Layout<Shape, Stride>> == 2) {
+    return select<1, 0>(l);
+  } else {
+    return select<1, 0, 2>(l);
+  }
+}
+template <class A, class O, class B>
+CUTE_HOST_DEVICE constexpr auto swap_mn(ComposedLayout<A, O, B> const& l) {
+  return composition(l.layout_a(), l.offset(), swap_mn(l.layout_b()));
+}";
+
+/// The names of gemm `gemm`'s operand partitions of `buf`: the buffer's name, with the
+/// gemm's index appended when several gemms read the buffer (each has its own partitions).
+pub fn operand_key(c: &Compiled, gemm: StmtId, buf: usize) -> String {
+    let name = &c.spec.buffers[buf].name.name;
+    let readers = c.plan.mmas.values().filter(|m| m.a == buf || m.b == buf).count();
+    if readers > 1 {
+        format!("{name}{}", c.plan.mmas.keys().position(|k| *k == gemm).unwrap_or(0))
+    } else {
+        name.clone()
+    }
+}
+
 /// Reads that are not allowed outside `parallel` blocks never reach this environment.
 pub struct PlainEnv;
 
@@ -327,16 +359,31 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
 
     // MMAs.
     let mut mmas = Vec::new();
+    // Buffers read (or written) through a view with modes 0 and 1 swapped, and what for.
+    let mut transposed_views = std::collections::BTreeMap::new();
     for (i, (&sid, m)) in plan.mmas.iter().enumerate() {
         let sfx = if plan.mmas.len() == 1 { String::new() } else { format!("{i}") };
         let (a, b) = (&spec.buffers[m.a], &spec.buffers[m.b]);
         let (Some(lb), la) = (plan.shared.get(&m.b), plan.shared.get(&m.a)) else { continue };
         let stmt_line = spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0);
-        let (s2r_a_atom, s2r_a_why) = ldsm(la.is_none_or(|l| l.k_major == Some(true)), "A");
-        let (mut s2r_b_atom, mut s2r_b_why) = ldsm(lb.k_major == Some(true), "B");
+        // Each gemm reads an operand K-major or MN-major by where its own K dim lies: a tile
+        // can be one gemm's K-major B and another's M-major A (Kᵀ·V after Q·Kᵀ).
+        let a_k_major = la.is_none_or(|l| m.k_major(true, l));
+        let b_k_major = m.k_major(false, lb);
+        let (s2r_a_atom, s2r_a_why) = ldsm(a_k_major, "A");
+        let (mut s2r_b_atom, mut s2r_b_why) = ldsm(b_k_major, "B");
+        let (ka, kb) = (operand_key(c, sid, m.a), operand_key(c, sid, m.b));
+        let view = |buf: usize, t: bool| format!("s{}{}", spec.buffers[buf].name.name, if t { "_t" } else { "" });
+        let (ta, tb) = (la.is_some_and(|l| m.transposed_view(true, l)), m.transposed_view(false, lb));
+        let (view_a, view_b) = (view(m.a, ta), view(m.b, tb));
+        for (t, buf) in [(ta, m.a), (tb, m.b)] {
+            if t {
+                transposed_views.entry(buf).or_insert("as a transposed gemm operand");
+            }
+        }
         if m.tile.1 == 8 * m.warps.1 {
             // One 8-wide MMA column per warp: half the 8x8 tiles per k-block.
-            if lb.k_major != Some(true) {
+            if !b_k_major {
                 let g = spec.stmt(sid).map_or(spec.kernel.span, |s| s.span);
                 errors.push(Diagnostic::error(g, "warp tiles one MMA (8) wide need B K-major in shared memory, and this B is N-major")
                     .hint("store B as [N, K] and use transpose_b=true, or widen the tile to 16 columns per warp"));
@@ -345,17 +392,19 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         }
         let acc = &spec.buffers[m.c];
         let acc_shape = static_extents(c, m.c, &[0, 1]);
-        let accumulators = vec![LineCtx {
+        // An accumulator several gemms add into is declared by the one that fixed its layout.
+        let owns = matches!(plan.fragments.get(&m.c), Some(FragmentLayout::MmaAccumulator { gemm }) if *gemm == sid);
+        let accumulators = if !owns { Vec::new() } else { vec![LineCtx {
             code: format!("Tensor {} = partition_fragment_C(tiled_mma{sfx}, make_shape({}));", acc.name.name, acc_shape.join(", ")),
             comment: format!("fragment `{}` (spec line {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, c.line(acc.span), cpp_type(acc.dtype.0)),
-        }];
-        let sa = if la.is_some_and(|l| l.staged) { format!("s{}(_, _, 0)", a.name.name) } else { format!("s{}", a.name.name) };
+        }] };
+        let sa = if la.is_some_and(|l| l.staged) { format!("{view_a}(_, _, 0)") } else { view_a.clone() };
         let frag_a_decl = if m.a_in_registers {
             format!("Tensor tCr{n} = make_tensor({n}.data(), acc_as_operand_a({n}.layout()));  // (MMA, MMA_M, MMA_K): `{n}`'s registers as the A operand", n = a.name.name)
         } else {
             String::new()
         };
-        let sb = if lb.staged { format!("s{}(_, _, 0)", b.name.name) } else { format!("s{}", b.name.name) };
+        let sb = if lb.staged { format!("{view_b}(_, _, 0)") } else { view_b.clone() };
         mmas.push(MmaCtx {
             name: format!("TiledMma{sfx}"),
             line: stmt_line,
@@ -365,8 +414,8 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             warps_n: m.warps.1,
             tile_m: m.tile.0,
             tile_n: m.tile.1,
-            s2r_a: format!("S2RCopyAtom{}", upper_first(&a.name.name)),
-            s2r_b: format!("S2RCopyAtom{}", upper_first(&b.name.name)),
+            s2r_a: format!("S2RCopyAtom{}", upper_first(&ka)),
+            s2r_b: format!("S2RCopyAtom{}", upper_first(&kb)),
             s2r_a_atom,
             s2r_b_atom,
             s2r_a_why,
@@ -375,25 +424,46 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             elem_b: element_alias(&b.name.name),
             tiled_mma: format!("tiled_mma{sfx}"),
             thr_mma: format!("thr_mma{sfx}"),
-            frag_a: format!("tCr{}", a.name.name),
-            frag_b: format!("tCr{}", b.name.name),
-            s2r_thr_a: format!("s2r_thr_{}", a.name.name),
-            s2r_thr_b: format!("s2r_thr_{}", b.name.name),
-            s2r_copy_a: format!("s2r_copy_{}", a.name.name),
-            s2r_copy_b: format!("s2r_copy_{}", b.name.name),
-            src_a: format!("tXs{}", a.name.name),
-            src_b: format!("tXs{}", b.name.name),
-            dst_a: format!("tXr{}", a.name.name),
-            dst_b: format!("tXr{}", b.name.name),
+            frag_a: format!("tCr{ka}"),
+            frag_b: format!("tCr{kb}"),
+            s2r_thr_a: format!("s2r_thr_{ka}"),
+            s2r_thr_b: format!("s2r_thr_{kb}"),
+            s2r_copy_a: format!("s2r_copy_{ka}"),
+            s2r_copy_b: format!("s2r_copy_{kb}"),
+            src_a: format!("tXs{ka}"),
+            src_b: format!("tXs{kb}"),
+            dst_a: format!("tXr{ka}"),
+            dst_b: format!("tXr{kb}"),
             smem_a: sa,
             smem_b: sb,
-            stensor_a: format!("s{}", a.name.name),
-            stensor_b: format!("s{}", b.name.name),
+            stensor_a: view_a,
+            stensor_b: view_b,
             k_blocks: m.k_blocks,
             accumulators,
             a_in_registers: m.a_in_registers,
             frag_a_decl,
             a_name: a.name.name.clone(),
+        });
+    }
+    // Accumulators are written into shared buffers in their (row, col) order: a buffer laid
+    // out as a gemm operand with its spec dims swapped is written through the swapped view.
+    for (sid, cp) in &plan.copies {
+        if cp.kind == CopyKind::AccumulatorToShared {
+            if let Some(StmtKind::Copy { dst, .. }) = spec.stmt(*sid).map(|s| &s.kind) {
+                if let Some(Symbol::Buffer(b)) = info.symbols.get(&dst.name.name) {
+                    if plan.shared.get(b).is_some_and(|l| l.cute_dims == [1, 0]) {
+                        transposed_views.entry(*b).or_insert("in the (row, col) order of the accumulator written into it");
+                    }
+                }
+            }
+        }
+    }
+    for (b, what) in &transposed_views {
+        let (buf, l) = (&spec.buffers[*b], &plan.shared[b]);
+        let names = mode_names(c, *b, l);
+        shared_tensors.push(LineCtx {
+            code: format!("Tensor s{n}_t = make_tensor(s{n}.data(), swap_mn(s{n}.layout()));", n = buf.name.name),
+            comment: format!("({}, {}{}): `{}` with its modes swapped, {what}", names[1], names[0], if l.staged { ", stage" } else { "" }, buf.name.name),
         });
     }
     // Other fragments: converted copies of accumulators and row statistics. Fragments
@@ -449,8 +519,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                     val_shape: val,
                 });
             }
+            CopyKind::AccumulatorToShared => {}
             CopyKind::AccumulatorToGlobal => {
-                let t = &spec.tensors[cp.tensor];
+                let Some(t) = cp.tensor.map(|t| &spec.tensors[t]) else { continue };
                 let key = t.name.name.clone();
                 let (swz, atom) = cp.staging_swizzle.unwrap_or((Swizzle { bits: 0, base: 3, shift: 3 }, (8, 8)));
                 let contiguous_first = cp.threads.contiguous_first;
@@ -517,7 +588,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 (static_dims.join(", "), strides.join(", "))
             }
         };
-        if plan.copies.values().any(|cp| cp.tensor == ti) {
+        if plan.copies.values().any(|cp| cp.tensor == Some(ti)) {
             global_tensors.push(LineCtx {
                 code: format!("Tensor m{n} = make_tensor(make_gmem_ptr({n}), make_shape({shape}), make_stride({stride}));"),
                 comment: format!("{n} [{}]{order}", dims.join(", ")),
@@ -573,6 +644,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if !plan.dequants.is_empty() {
         helpers.push(DEQUANT_INT4X8.into());
     }
+    if !transposed_views.is_empty() {
+        helpers.push(SWAP_MN.into());
+    }
     Ok(Context {
         helpers,
         header: header(c),
@@ -596,6 +670,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         stores,
         pipeline_storage,
         staging_storage,
+        staging_union: plan.smem.staging_reuses_buffers,
         kernel_params,
         kernel_args,
         block_indices,
