@@ -97,6 +97,16 @@ def attention(causal):
     return reference
 
 
+def linear_attention_causal(t):
+    """O[i] = Σ_{j ≤ i} (Q[i]·K[j]/sqrt(D)) V[j] per batch and head, in float64: the quadratic
+    form, not the chunked one the kernel runs."""
+    q, k, v = (np.transpose(t[n], (0, 2, 1, 3)) for n in "QKV")  # -> [B, H, S, D]
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    rows, cols = np.indices(s.shape[-2:])
+    o = np.where(cols <= rows, s, 0.0) @ v
+    return {"O": np.transpose(o, (0, 2, 1, 3))}
+
+
 REFERENCES = {
     "flash_attention_fwd_bf16": attention(causal=False),
     "flash_attention_fwd_causal_bf16": attention(causal=True),
@@ -106,6 +116,7 @@ REFERENCES = {
     "gemm_bf16": gemm,
     "gemm_f16": gemm,
     "gemm_bias_relu_bf16": gemm_bias_relu,
+    "linear_attention_causal_bf16": linear_attention_causal,
     "w4a16_gemm_bf16": w4a16,
 }
 
@@ -116,8 +127,8 @@ GEMM_CASES = [
     ("row_1x8x8", {"M": 1, "N": 8, "K": 8}),
     ("tiles_200x264x72", {"M": 200, "N": 264, "K": 72}),
 ]
-# Attention: a ragged sequence (not a multiple of either tile), several heads and batches,
-# and a sequence shorter than one key tile.
+# Attention (softmax and linear): a ragged sequence (not a multiple of either tile), several
+# heads and batches, and a sequence shorter than one key tile (or chunk).
 ATTENTION_CASES = [
     ("ragged_b2_s200_h3", {"B": 2, "S": 200, "H": 3}),
     ("short_b1_s17_h2", {"B": 1, "S": 17, "H": 2}),
@@ -130,7 +141,7 @@ W4A16_CASES = [
     ("row_1x64x256", {"M": 1, "N": 64, "K": 256}),
     ("tiles_33x200x768", {"M": 33, "N": 200, "K": 768}),
 ]
-CASES = {name: ATTENTION_CASES if name.startswith("flash_attention") else W4A16_CASES if name.startswith("w4a16") else GEMM_CASES
+CASES = {name: ATTENTION_CASES if name.startswith(("flash_attention", "linear_attention")) else W4A16_CASES if name.startswith("w4a16") else GEMM_CASES
          for name in REFERENCES}
 
 

@@ -10,7 +10,8 @@
 #    and times them against cuBLAS in the same process, writing BENCHMARKS.md (to $BENCH_OUT,
 #    default ./BENCHMARKS.md); scripts/gpu/bench_attention.py does the same for attention
 #    against torch SDPA's FLASH and CUDNN backends and appends its table, and
-#    scripts/gpu/bench_w4a16.py times 4-bit-weight GEMMs against bf16 cuBLAS. EXTRA_SPECs (e.g. tile-size variants) are built for sm80 and timed too.
+#    scripts/gpu/bench_w4a16.py times 4-bit-weight GEMMs against bf16 cuBLAS, and
+#    scripts/gpu/bench_linear_attention.py times linear attention against plain torch. EXTRA_SPECs (e.g. tile-size variants) are built for sm80 and timed too.
 # With TILEGEN_SANITIZE=1, the ragged golden case of each kernel also runs under
 # compute-sanitizer memcheck and racecheck. The benchmark table is printed last; the exit status is 1 if any check failed.
 set -euo pipefail
@@ -55,5 +56,8 @@ PYTHONUNBUFFERED=1 python3 scripts/gpu/bench_attention.py "${libdirs[@]}" --kern
   --markdown "${BENCH_OUT:-BENCHMARKS.md}" ${TILEGEN_BENCH_ARGS:-} || status=1
 # 4-bit-weight GEMMs against bf16 cuBLAS on the unquantized weights; appends its table.
 PYTHONUNBUFFERED=1 python3 scripts/gpu/bench_w4a16.py "${libdirs[@]}" --kernels "$(echo $kernels | tr ' ' ',')" \
+  --markdown "${BENCH_OUT:-BENCHMARKS.md}" ${TILEGEN_BENCH_ARGS:-} || status=1
+# Chunked causal linear attention against the same algorithm in plain torch; appends its table.
+PYTHONUNBUFFERED=1 python3 scripts/gpu/bench_linear_attention.py "${libdirs[@]}" --kernels "$(echo $kernels | tr ' ' ',')" \
   --markdown "${BENCH_OUT:-BENCHMARKS.md}" ${TILEGEN_BENCH_ARGS:-} || status=1
 exit $status
