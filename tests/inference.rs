@@ -246,3 +246,68 @@ fn descending_grid_dimensions_start_with_the_last_tile() {
     let errs = compile(text.replace("    extent: ceildiv(S, block_M)\n", "")).unwrap_err().join("\n");
     assert!(errs.contains("grid dimension `bx` has no `extent`"), "{errs}");
 }
+
+fn linear_attention() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/linear_attention_causal_bf16.yaml")).unwrap()
+}
+
+#[test]
+fn linear_attention_keeps_register_operand_rows_in_warps_and_reads_k_transposed() {
+    let c = compile(linear_attention()).unwrap();
+    let buffer = |n: &str| c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
+    let mmas: Vec<_> = c.plan.mmas.iter().collect();
+    assert_eq!(mmas.len(), 4);
+    let ((&qk, qk_plan), (_, qs), (_, pv), (_, kv)) = (mmas[0], mmas[1], mmas[2], mmas[3]);
+    // A_f is not reduced, but P_f = f(A_f) is a register A operand: whole rows per warp
+    // (4x1), where a plain 64x64 gemm would get the squarer 2x2.
+    assert_eq!(qk_plan.warps, (4, 1));
+    assert!(qk_plan.why.contains("register A operand"), "{}", qk_plan.why);
+    assert_eq!(c.plan.fragments[&buffer("P_f")], FragmentLayout::MmaAccumulator { gemm: qk });
+    // O_f takes Q·S (shared A) and P·V (register A) with one layout.
+    assert_eq!((qs.warps, pv.warps), ((4, 1), (4, 1)));
+    assert!(pv.a_in_registers && !qs.a_in_registers);
+    assert!(qs.why.contains("shares an accumulator"), "{}", qs.why);
+    // K_s: K-major B of Q·Kᵀ, M-major A of Kᵀ·V, read through the swapped view.
+    let k_s = &c.plan.shared[&buffer("K_s")];
+    assert!(qk_plan.k_major(false, k_s) && !qk_plan.transposed_view(false, k_s));
+    assert!(!kv.k_major(true, k_s) && kv.transposed_view(true, k_s));
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("Tensor sK_s_t = make_tensor(sK_s.data(), swap_mn(sK_s.layout()));"));
+    assert!(cu.contains("using S2RCopyAtomK_s3 = Copy_Atom<SM75_U16x8_LDSM_T, ElementK_s>;"), "Kᵀ·V loads A with ldmatrix.trans");
+    assert!(cu.contains("using S2RCopyAtomK_s0 = Copy_Atom<SM75_U32x4_LDSM_N, ElementK_s>;"));
+    // O_f is declared once, by the gemm that fixed its layout.
+    assert_eq!(cu.matches("Tensor O_f = partition_fragment_C(").count(), 1);
+}
+
+#[test]
+fn accumulators_copy_into_shared_buffers_and_stores_in_loops_get_their_own_staging() {
+    let c = compile(linear_attention()).unwrap();
+    let buffer = |n: &str| c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
+    // Both copies of S_f into S_s (before the loop and in it) write in place, pairs of
+    // columns per 32-bit store; S_s gets dim 1 contiguous for that, unstaged.
+    let to_shared: Vec<_> = c.plan.copies.values().filter(|cp| cp.kind == CopyKind::AccumulatorToShared).collect();
+    assert_eq!(to_shared.len(), 2);
+    assert!(to_shared.iter().all(|cp| cp.buffer == buffer("S_f") && cp.tensor.is_none() && cp.vector_bits == 32));
+    let s_s = &c.plan.shared[&buffer("S_s")];
+    assert!(s_s.contiguous_dim == 1 && !s_s.staged && s_s.k_major == Some(false));
+    // The pipeline runs the accumulator copies as consumers, after its three producers.
+    let p = c.plan.pipelines.values().next().unwrap();
+    assert_eq!(p.producers.len(), 3);
+    let in_loop: Vec<_> = c.plan.copies.iter().filter(|(id, cp)| cp.kind != CopyKind::GlobalToShared && p.consumers.contains(id)).collect();
+    assert_eq!(in_loop.len(), 2, "the store of O and the copy of the state");
+    // The store inside the loop cannot reuse the buffers: its staging tile adds to them.
+    assert!(!c.plan.smem.staging_reuses_buffers);
+    assert_eq!(c.plan.smem.total, c.plan.smem.buffers + c.plan.smem.staging);
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("copy(r2s_copy_S_s, r2s_thr_S_s.retile_S(S_f_S_s), r2s_thr_S_s.partition_D(sS_s_t));"));
+    assert!(!cu.contains("union {"), "no union of buffers and staging");
+    // After the loops (attention), the staging tile still reuses the buffers.
+    let a = compile(attention()).unwrap();
+    assert!(a.plan.smem.staging_reuses_buffers && a.plan.smem.total == a.plan.smem.buffers.max(a.plan.smem.staging));
+    // A buffer the pipeline stages cannot also be written from registers.
+    let text = linear_attention().replace("  - copy(S_f, S_s)\n  - pipelined", "  - copy(S_f, S_s)\n  - copy(O_f, V_s)\n  - pipelined");
+    let errs = compile(text).unwrap_err().join("\n");
+    assert!(errs.contains("filled by a pipelined copy"), "{errs}");
+}
