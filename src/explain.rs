@@ -60,6 +60,10 @@ pub fn explain(c: &Compiled) -> String {
         }
         for (role, buf) in [("A", m.a), ("B", m.b)] {
             let Some(l) = plan.shared.get(&buf) else { continue };
+            if l.registers_only {
+                let _ = writeln!(o, "    {role} = `{}`: unpacked in registers from packed words (the dequant fused into this gemm), no shared-memory load", spec.buffers[buf].name.name);
+                continue;
+            }
             let narrow = role == "B" && m.tile.1 == 8 * m.warps.1;
             let k_major = m.k_major(role == "A", l);
             let ldsm = match (k_major, narrow) {
@@ -77,7 +81,9 @@ pub fn explain(c: &Compiled) -> String {
     for (i, b) in spec.buffers.iter().enumerate() {
         let shape = &c.info.buffer_shapes[i];
         let _ = write!(o, "  {} ({}, {}, {:?}, spec {}): ", b.name.name, b.scope.0.name(), b.dtype.0, shape, line(b.span));
-        if let Some(l) = plan.shared.get(&i) {
+        if let Some(l) = plan.shared.get(&i).filter(|l| l.registers_only) {
+            let _ = writeln!(o, "not materialised, 0 bytes\n    why: {}", l.why);
+        } else if let Some(l) = plan.shared.get(&i) {
             let _ = writeln!(o, "Swizzle<{},{},{}> over a {}x{} atom, dim {} contiguous, {} stage(s), {} bytes",
                 l.swizzle.bits, l.swizzle.base, l.swizzle.shift, l.atom_shape.0, l.atom_shape.1, l.contiguous_dim, l.stages, l.bytes);
             let _ = writeln!(o, "    why: {}", l.why);
@@ -152,6 +158,10 @@ pub fn explain(c: &Compiled) -> String {
     if !plan.dequants.is_empty() {
         let _ = writeln!(o, "\nUnpacking");
         for (id, d) in &plan.dequants {
+            if let Some(g) = d.fused_into {
+                let _ = writeln!(o, "  {}\n    fused into the gemm at spec {}\n    why: {}", heading(*id), line_of_stmt(g), d.why);
+                continue;
+            }
             let _ = writeln!(o, "  {}\n    {} words in {} rows of {}; {} per thread{}; one scale per {} values\n    why: {}",
                 heading(*id), d.words, d.words / d.words_per_row, d.words_per_row, d.per_thread,
                 if d.guarded { " (the last round guarded)" } else { "" }, d.group, d.why);

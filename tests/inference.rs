@@ -202,6 +202,13 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     assert_eq!((p.producers.len(), p.consumers.len()), (3, 2));
     let w_s = c.plan.shared.iter().find(|(b, _)| c.spec.buffers[**b].name.name == "W_s").unwrap().1;
     assert!(!w_s.staged && w_s.contiguous_dim == 1 && w_s.k_major == Some(true));
+    // W_s's only reader is the gemm right after the dequant: fused, W_s never materialised,
+    // and the packed words swizzled for the gemm's column-wise reads.
+    let gemm = *c.plan.mmas.keys().next().unwrap();
+    assert_eq!(d.fused_into, Some(gemm));
+    assert!(w_s.registers_only && w_s.bytes == 0);
+    let wq_s = c.plan.shared.iter().find(|(b, _)| c.spec.buffers[**b].name.name == "Wq_s").unwrap().1;
+    assert_eq!((wq_s.swizzle.bits, wq_s.swizzle.base), (3, 2));
     // The [64, 2] scale tile: 4-byte vectors, one per row, moved by the first 64 threads.
     let scales = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == "S_s").unwrap();
     assert_eq!((scales.vector_bits, scales.threads.shape), (32, (64, 1)));
@@ -210,7 +217,17 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     assert!(cu.contains("K % 8 != 0") && cu.contains("K % 128 != 0"), "divisibility checks");
     assert!(cu.contains("if (tid < 64) {"), "the scale copy is guarded");
-    assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])"));
+    assert!(cu.contains("b0(0) = dequant_int4x2<8, ElementS_s>(words.x, byte_sel, scales);"));
+    assert!(!cu.contains("sW_s") && !cu.contains("dequant_int4x8"), "W_s is never written");
+    // A tile unpacked once and read by a gemm in a later loop is not fused: it is unpacked
+    // into shared memory, eight values per 16-byte store.
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/w4_stationary_bf16.yaml")).unwrap();
+    let c = compile(text).unwrap();
+    let d = c.plan.dequants.values().next().unwrap();
+    assert_eq!(d.fused_into, None);
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])") && !cu.contains("dequant_int4x2"));
 }
 
 #[test]

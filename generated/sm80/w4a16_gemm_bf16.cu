@@ -27,12 +27,13 @@ constexpr int stages = 4;
 
 constexpr int kThreads = 128;
 
-// Eight 4-bit values packed in a 32-bit word (value i in bits 4i .. 4i+3) to (value - Zero) *
-// scale in f16 or bf16, as one 16-byte vector. Each value goes into the low mantissa bits of a
-// float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so subtracting that float plus Zero is
-// exact and only the product with the scale rounds, once: no integer-to-float conversions.
+// Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
+// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - Zero) * scale in f16 or bf16, as one
+// 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
+// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so subtracting that float plus Zero is
+// exact and only the product with the scale (`scales`: the scale in both halves) rounds, once.
 template <int Zero, class T>
-CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales) {
   static_assert(0 <= Zero && Zero < 16, "Zero is a stored 4-bit value");
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
@@ -40,29 +41,21 @@ CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
   constexpr uint32_t kNegBias = (0x8000u | (kMagic + Zero)) * 0x10001u;  // -(magic + Zero), twice
   uint32_t const one = kOne * 0x10001u;
   uint32_t const neg_zero = 0x80008000u;
-  uint32_t const scales = uint32_t(scale.raw()) * 0x10001u;
-  uint32_t const high = packed >> 4;  // byte p holds value 2p + 1 in its low bits
   uint32_t const mask = 0x000F000Fu;
   uint32_t const magic = kMagic * 0x10001u;
-  uint4 out;
-  uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
-  CUTE_UNROLL
-  for (int p = 0; p < 4; ++p) {
-    // Byte p of `packed` (value 2p in its low bits) and of `high` (value 2p + 1) into the
-    // two halves; one lop3 keeps those four bits of each and ORs in the magic float.
-    uint32_t const pair = __byte_perm(packed, high, 0x0400u + 0x0101u * p);
-    uint32_t x, v;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
-    if constexpr (kBf16) {
-      asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
-      asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
-    } else {
-      asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
-      asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
-    }
-    halves[p] = v;
+  // The byte into the low half and the same byte of the word shifted by a nibble into the
+  // high half; one lop3 keeps the four low bits of each and ORs in the magic float.
+  uint32_t const pair = __byte_perm(word, word >> 4, sel);
+  uint32_t x, v;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
+  if constexpr (kBf16) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   }
-  return out;
+  return v;
 }
 
 // Element types.
@@ -86,10 +79,10 @@ using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
 
 // Shared buffer `Wq_s` (spec 17): not a gemm operand; dim 1 contiguous to match `Wq` so cp.async
-// moves 16-byte vectors; no swizzle: it is only read along rows, which plain strides keep
-// conflict-free.
+// moves 16-byte vectors; Swizzle<3,2,3>: the fused gemm reads one 16-byte chunk from each of eight
+// rows at a time, which the swizzle spreads over all banks.
 using SmemLayoutWq_sAtom = decltype(composition(
-    Swizzle<0, 2, 3>{},
+    Swizzle<3, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
     SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
@@ -102,15 +95,6 @@ using SmemLayoutS_sAtom = decltype(composition(
 using SmemLayoutS_s = decltype(tile_to_shape(
     SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
-// Shared buffer `W_s` (spec 19): gemm operand B, viewed as (N, K); not filled from global memory,
-// so K (or the last dim) is contiguous; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the register writes and the ldmatrix reads.
-using SmemLayoutW_sAtom = decltype(composition(
-    Swizzle<3, 3, 3>{},
-    Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));
-using SmemLayoutW_s = decltype(tile_to_shape(
-    SmemLayoutW_sAtom{}, make_shape(Int<block_N>{}, Int<block_K>{})));  // (block_N, block_K)
-
 // gemm (spec 28): 4 warps as 1x4: each warp owns a 16x16 accumulator tile, the squarest split of
 // 16x64 (best operand reuse).
 using TiledMma = TiledMMA<
@@ -120,8 +104,7 @@ using TiledMma = TiledMMA<
 static_assert(size(TiledMma{}) == kThreads, "the MMA uses every thread of the block");
 // A is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
 using S2RCopyAtomA_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementA_s>;
-// B is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
-using S2RCopyAtomW_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementW_s>;
+// B is unpacked in registers from packed words: no shared-memory load.
 
 // copy (spec 24): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 4x32 threads, numbered along it first so that neighbours read neighbouring bytes.
@@ -165,7 +148,6 @@ struct SharedStorage {
       cute::array_aligned<ElementA_s, cosize_v<SmemLayoutA_s>, 128> A_s;
       cute::array_aligned<ElementWq_s, cosize_v<SmemLayoutWq_s>, 128> Wq_s;
       cute::array_aligned<ElementS_s, cosize_v<SmemLayoutS_s>, 128> S_s;
-      cute::array_aligned<ElementW_s, cosize_v<SmemLayoutW_s>, 128> W_s;
     } mainloop;
     cute::array_aligned<ElementC, cosize_v<SmemLayoutC>, 128> C;
   };
@@ -198,7 +180,6 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, block_K/8, stage)
   Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_N, block_K/128, stage)
-  Tensor sW_s = make_tensor(make_smem_ptr(smem.mainloop.W_s.data()), SmemLayoutW_s{});  // (block_N, block_K)
 
   // MMA (spec 28) and its accumulator.
   TiledMma tiled_mma;
@@ -207,15 +188,11 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
   // Operand partitions of the MMA at spec 28.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
-  Tensor tCrW_s = thr_mma.partition_fragment_B(sW_s);  // (MMA, MMA_N, MMA_K)
+  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
-  auto s2r_copy_W_s = make_tiled_copy_B(S2RCopyAtomW_s{}, tiled_mma);
   auto s2r_thr_A_s = s2r_copy_A_s.get_slice(tid);
-  auto s2r_thr_W_s = s2r_copy_W_s.get_slice(tid);
   Tensor tXsA_s = s2r_thr_A_s.partition_S(sA_s);
   Tensor tXrA_s = s2r_thr_A_s.retile_D(tCrA_s);
-  Tensor tXsW_s = s2r_thr_W_s.partition_S(sW_s);
-  Tensor tXrW_s = s2r_thr_W_s.retile_D(tCrW_s);
 
   // spec 22: clear(acc)
   clear(acc);
@@ -324,40 +301,39 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       cp_async_fence();
 
       // spec 27: dequant_int4(Wq_s, W_s, scales=S_s, zero=8)
-      // 128 threads each unpack 16 32-bit words of Wq_s per tile, eight values per word into one
-      // 16-byte store; rounds of eight whole rows keep each thread on one row modulo 8 (the
-      // swizzle's period), so its addresses differ by constants; neighbouring threads take
-      // neighbouring words; one scale per 128 values.
-      {
-        // All of this thread's words and scales are loaded first, so that the shared-memory
-        // loads are in flight together, then unpacked and stored.
-        uint32_t packed[16];
-        ElementS_s scale[16];
-        CUTE_UNROLL
-        for (int i = 0; i < 16; ++i) {
-          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * (i % 2);  // row, word in the row
-          packed[i] = static_cast<uint32_t>(sWq_s(r, wc, read_stage));
-          scale[i] = sS_s(r, wc / 16, read_stage);
-        }
-        CUTE_UNROLL
-        for (int i = 0; i < 16; ++i) {
-          int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * (i % 2);  // row, word in the row
-          *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8<8>(packed[i], scale[i]);
-        }
-      }
-      __syncthreads();  // `W_s` is complete before it is read
+      // fused into the gemm at spec 28, which unpacks `W_s` in registers.
 
-      // spec 28: gemm(A_s, W_s, acc, transpose_b=true)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
-      copy(s2r_copy_A_s, tXsA_s(_, _, 0, read_stage), tXrA_s(_, _, 0));
-      copy(s2r_copy_W_s, tXsW_s(_, _, 0), tXrW_s(_, _, 0));
-      CUTE_UNROLL
-      for (int k_block = 0; k_block < 16; ++k_block) {
-        if (k_block + 1 < 16) {
+      // spec 28: gemm(A_s, W_s, acc, transpose_b=true), with spec 27: dequant_int4(Wq_s, W_s,
+      // scales=S_s, zero=8)
+      // fused into the gemm that reads `W_s`, its only use: each thread unpacks its B fragments
+      // straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t
+      // of the block's first word, k = 2t+8, 2t+9 byte t of its second; one 16-byte load covers two
+      // k-blocks), times one scale per 128 values; `W_s` is never written and no barrier separates
+      // the unpacking from the MMAs.
+      {
+        Tensor tCcW_s = thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})));  // (MMA, MMA_N, MMA_K) -> (n, k)
+        // This thread's values of a k-block sit at k = 2t, 2t+1 (and 8 more): byte t of the block's
+        // words.
+        uint32_t const byte_sel = 0x0400u + 0x0101u * (get<1>(tCcW_s(0, 0, 0)) % 8 / 2);
+        CUTE_UNROLL
+        for (int k_block = 0; k_block < 16; k_block += 2) {
+          copy(s2r_copy_A_s, tXsA_s(_, _, k_block, read_stage), tXrA_s(_, _, k_block));
           copy(s2r_copy_A_s, tXsA_s(_, _, k_block + 1, read_stage), tXrA_s(_, _, k_block + 1));
-          copy(s2r_copy_W_s, tXsW_s(_, _, k_block + 1), tXrW_s(_, _, k_block + 1));
+          CUTE_UNROLL
+          for (int j = 0; j < size<1>(tCrW_s); ++j) {
+            int const n = get<0>(tCcW_s(0, j, 0));
+            uint4 const words = *reinterpret_cast<uint4 const*>(&sWq_s(n, 2 * k_block, read_stage));  // k-blocks k_block and k_block + 1 of row n
+            uint32_t const scales = uint32_t(sS_s(n, k_block / 8, read_stage).raw()) * 0x10001u;  // the row's scale, twice
+            Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));
+            Tensor b1 = recast<uint32_t>(tCrW_s(_, j, k_block + 1));
+            b0(0) = dequant_int4x2<8, ElementS_s>(words.x, byte_sel, scales);
+            b0(1) = dequant_int4x2<8, ElementS_s>(words.y, byte_sel, scales);
+            b1(0) = dequant_int4x2<8, ElementS_s>(words.z, byte_sel, scales);
+            b1(1) = dequant_int4x2<8, ElementS_s>(words.w, byte_sel, scales);
+          }
+          gemm(tiled_mma, acc, tCrA_s(_, _, k_block), tCrW_s(_, _, k_block), acc);
+          gemm(tiled_mma, acc, tCrA_s(_, _, k_block + 1), tCrW_s(_, _, k_block + 1), acc);
         }
-        gemm(tiled_mma, acc, tCrA_s(_, _, k_block), tCrW_s(_, _, k_block), acc);
       }
 
       write_stage = read_stage;

@@ -238,6 +238,7 @@ impl Infer<'_> {
                 stages,
                 staged,
                 bytes: elems as u64 * bytes * stages as u64,
+                registers_only: false,
                 why,
             });
         }

@@ -66,6 +66,9 @@ pub struct SharedLayout {
     pub staged: bool,
     /// Total bytes, all stages.
     pub bytes: u64,
+    /// Never materialised: a `dequant_int4` fused into the gemm that reads this buffer
+    /// writes that gemm's operand registers directly (no bytes, no layout in the output).
+    pub registers_only: bool,
     /// Why inference chose this.
     pub why: String,
 }
@@ -110,6 +113,11 @@ pub struct DequantPlan {
     pub per_round: Option<i64>,
     /// Whether the last round has fewer words than threads (guarded).
     pub guarded: bool,
+    /// The gemm this unpacking is fused into: the only reader of the destination, a gemm
+    /// with B = the destination, which then takes its B fragments straight from the packed
+    /// words (each thread unpacks the byte of each word that holds its fragment's pair of
+    /// values) and the destination is never written to shared memory.
+    pub fused_into: Option<StmtId>,
     /// Why.
     pub why: String,
 }
@@ -293,8 +301,69 @@ impl<'a> Infer<'a> {
                 },
                 cols / groups);
             let guarded = per_round.is_none() && words % threads != 0;
-            self.plan.dequants.insert(s.id, DequantPlan { words, words_per_row: wpr, group: cols / groups, per_thread, per_round, guarded, why });
+            let fused_into = self.fusable_gemm(s, id, cols / groups);
+            let why = match fused_into {
+                Some(_) => {
+                    if let Some(l) = self.plan.shared.get_mut(&id) {
+                        l.registers_only = true;
+                        l.bytes = 0;
+                        l.why = format!("gemm operand B, never written: the dequant that fills it is fused into its only reader, the gemm, which unpacks its B fragments in registers from `{}`", src.name);
+                    }
+                    // Each quad of lanes reads one 16-byte chunk of eight rows at once: the
+                    // swizzle puts those rows' chunks in different banks.
+                    if let Some(l) = self.plan.shared.get_mut(&is) {
+                        let (swizzle, atom) = copy::swizzle_for(wpr, 4);
+                        if swizzle.bits > 0 && rows % 8 == 0 {
+                            l.swizzle = swizzle;
+                            l.atom_shape = (8, atom);
+                            l.why = l.why.replace("; no swizzle: it is only read along rows, which plain strides keep conflict-free", "");
+                            l.why.push_str(&format!("; Swizzle<{},{},{}>: the fused gemm reads one 16-byte chunk from each of eight rows at a time, which the swizzle spreads over all banks", swizzle.bits, swizzle.base, swizzle.shift));
+                        }
+                    }
+                    format!(
+                        "fused into the gemm that reads `{}`, its only use: each thread unpacks its B fragments straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t of the block's first word, k = 2t+8, 2t+9 byte t of its second; one 16-byte load covers two k-blocks), times one scale per {} values; `{}` is never written and no barrier separates the unpacking from the MMAs",
+                        dst.name, cols / groups, dst.name)
+                }
+                None => why,
+            };
+            self.plan.dequants.insert(s.id, DequantPlan { words, words_per_row: wpr, group: cols / groups, per_thread, per_round, guarded, fused_into, why });
         }
+    }
+
+    /// The gemm a `dequant_int4` into `dst` can be fused into: its only reader, in the same
+    /// loop body, reading `dst` as a K-major B operand of an even number of 16-deep k-blocks
+    /// with A from shared memory, and whole k-blocks per scale.
+    fn fusable_gemm(&self, dq: &Stmt, dst: usize, group: i64) -> Option<StmtId> {
+        let name = &self.spec.buffers[dst].name.name;
+        let mut readers = Vec::new();
+        for s in self.statements() {
+            let reads = match &s.kind {
+                StmtKind::Gemm { a, b, c, .. } => [a, b, c].iter().any(|x| x.name == *name),
+                StmtKind::Copy { src, dst: d } => src.name.name == *name || d.name.name == *name,
+                StmtKind::Dequant { dst: d, .. } => s.id != dq.id && d.name == *name,
+                StmtKind::Parallel { body, .. } => body.iter().any(|st| match &st.kind {
+                    StmtKind::Assign { target, value, .. } => target.name == *name || value.mentions(name),
+                    _ => false,
+                }),
+                StmtKind::Reduce { src, dst: d, .. } => src.name == *name || d.name == *name,
+                StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => buf.name == *name,
+                _ => false,
+            };
+            if reads {
+                readers.push(s);
+            }
+        }
+        let [g] = readers.as_slice() else { return None };
+        let m = self.plan.mmas.get(&g.id)?;
+        let layout = self.plan.shared.get(&dst)?;
+        let siblings = |body: &[Stmt]| body.iter().any(|x| x.id == dq.id) && body.iter().any(|x| x.id == g.id);
+        let mut same_body = siblings(&self.spec.body);
+        self.spec.walk(&mut |s| {
+            if let StmtKind::Loop { body, .. } = &s.kind {
+                same_body |= siblings(body);
+            }
+        });
+        (m.b == dst && !m.a_in_registers && m.k_major(false, layout) && m.k_blocks % 2 == 0 && group % 16 == 0 && same_body).then_some(g.id)
     }
 
     pub fn shape(&self, buffer: usize) -> &[i64] {

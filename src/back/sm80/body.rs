@@ -25,6 +25,8 @@ pub enum BodyItem {
     /// groups complete in order, so its first wait covers this copy too).
     CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool },
     Gemm { pad: String, line: usize, text: String, step: GemmCtx },
+    /// A statement that emits no code of its own (a dequant fused into its gemm).
+    Note { pad: String, line: usize, text: String, note: String },
     /// Element-wise over an accumulator, register by register.
     Parallel { pad: String, line: usize, text: String, thr_mma: String, frag: String, coords: String, shape: String, var_decls: Vec<String>, assigns: Vec<AssignCtx> },
     /// Element-wise over an accumulator that also reads row statistics: (row, col) loops.
@@ -84,6 +86,7 @@ pub struct GemmCtx {
     pub line: usize,
     pub text: String,
     pub tiled_mma: String,
+    pub thr_mma: String,
     pub acc: String,
     pub frag_a: String,
     pub frag_b: String,
@@ -97,6 +100,25 @@ pub struct GemmCtx {
     pub stage_b: String,
     pub k_blocks: i64,
     pub a_in_registers: bool,
+    /// B unpacked in registers from packed words (a fused dequant).
+    pub packed_b: Option<PackedBCtx>,
+}
+
+/// The fused dequant's side of a gemm whose B fragments are unpacked in registers.
+#[derive(Serialize)]
+pub struct PackedBCtx {
+    pub line: usize,
+    pub text: String,
+    pub why: String,
+    /// `make_shape(...)` extents of B as (N, K).
+    pub b_shape: String,
+    pub coords: String,
+    /// The packed words' 16-byte vector of k-blocks `k_block` and `k_block + 1`, row `n`.
+    pub words: String,
+    /// The scale of row `n` for k-block `k_block`.
+    pub scale: String,
+    pub scale_elem: String,
+    pub zero: i64,
 }
 
 #[derive(Serialize)]
@@ -290,6 +312,11 @@ impl Lower<'_> {
             StmtKind::Reduce { op, src, dst, clear, .. } => self.reduce(s, *op, src, dst, *clear, depth),
             StmtKind::Dequant { src, dst, scales, zero } => {
                 let Some(plan) = self.c.plan.dequants.get(&s.id) else { return };
+                if let Some(g) = plan.fused_into {
+                    let gl = self.c.spec.stmt(g).map(|g| self.c.line(g.span)).unwrap_or(0);
+                    self.items.push(BodyItem::Note { pad: pad(depth), line, text, note: format!("fused into the gemm at spec {gl}, which unpacks `{}` in registers", dst.name) });
+                    return;
+                }
                 let staged = |name: &str| self.c.info.symbols.get(name).and_then(|b| match b {
                     Symbol::Buffer(b) => self.c.plan.shared.get(b),
                     _ => None,
@@ -434,6 +461,7 @@ impl Lower<'_> {
             line: c.line(s.span),
             text: c.file.snippet(s.span).to_string(),
             tiled_mma: format!("tiled_mma{sfx}"),
+            thr_mma: format!("thr_mma{sfx}"),
             acc: c.spec.buffers[m.c].name.name.clone(),
             frag_a: format!("tCr{a}"),
             frag_b: format!("tCr{b}"),
@@ -447,6 +475,37 @@ impl Lower<'_> {
             stage_b: stage_of(m.b),
             k_blocks: m.k_blocks,
             a_in_registers: m.a_in_registers,
+            packed_b: self.packed_b(s.id, stage),
+        })
+    }
+
+    /// The fused dequant feeding gemm `gemm`'s B, if any.
+    fn packed_b(&self, gemm: StmtId, stage: Option<&str>) -> Option<PackedBCtx> {
+        let c = self.c;
+        let (&dq, plan) = c.plan.dequants.iter().find(|(_, d)| d.fused_into == Some(gemm))?;
+        let s = c.spec.stmt(dq)?;
+        let StmtKind::Dequant { src, scales, zero, .. } = &s.kind else { return None };
+        let m = c.plan.mmas.get(&gemm)?;
+        let staged = |name: &str| match c.info.symbols.get(name) {
+            Some(Symbol::Buffer(b)) => c.plan.shared.get(b).is_some_and(|l| l.staged),
+            _ => false,
+        };
+        let at = |name: &str, idx: &str| match (staged(name), stage) {
+            (true, Some(st)) => format!("s{name}({idx}, {st})"),
+            _ => format!("s{name}({idx})"),
+        };
+        let kb_per_scale = plan.group / 16;
+        let scale_col = if plan.group == plan.words_per_row * 8 { "0".to_string() } else { format!("k_block / {kb_per_scale}") };
+        Some(PackedBCtx {
+            line: c.line(s.span),
+            text: c.file.snippet(s.span).to_string(),
+            why: plan.why.clone(),
+            b_shape: static_extents(c, m.b, &[m.b_dims.0, m.b_dims.1]).join(", "),
+            coords: format!("tCc{}", c.spec.buffers[m.b].name.name),
+            words: format!("*reinterpret_cast<uint4 const*>(&{})", at(&src.name, "n, 2 * k_block")),
+            scale: at(&scales.name, &format!("n, {scale_col}")),
+            scale_elem: element_alias(&scales.name),
+            zero: zero.0,
         })
     }
 
