@@ -332,7 +332,8 @@ impl<'a> Infer<'a> {
 
     /// The gemm a `dequant_int4` into `dst` can be fused into: its only reader, in the same
     /// loop body, reading `dst` as a K-major B operand of an even number of 16-deep k-blocks
-    /// with A from shared memory, and whole k-blocks per scale.
+    /// with A from shared memory, and one scale for each pair of k-blocks (one 16-byte load
+    /// of packed words covers a pair).
     fn fusable_gemm(&self, dq: &Stmt, dst: usize, group: i64) -> Option<StmtId> {
         let name = &self.spec.buffers[dst].name.name;
         let mut readers = Vec::new();
@@ -363,7 +364,7 @@ impl<'a> Infer<'a> {
                 same_body |= siblings(body);
             }
         });
-        (m.b == dst && !m.a_in_registers && m.k_major(false, layout) && m.k_blocks % 2 == 0 && group % 16 == 0 && same_body).then_some(g.id)
+        (m.b == dst && !m.a_in_registers && m.k_major(false, layout) && m.k_blocks % 2 == 0 && group % 32 == 0 && same_body).then_some(g.id)
     }
 
     pub fn shape(&self, buffer: usize) -> &[i64] {

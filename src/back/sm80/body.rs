@@ -317,10 +317,7 @@ impl Lower<'_> {
                     self.items.push(BodyItem::Note { pad: pad(depth), line, text, note: format!("fused into the gemm at spec {gl}, which unpacks `{}` in registers", dst.name) });
                     return;
                 }
-                let staged = |name: &str| self.c.info.symbols.get(name).and_then(|b| match b {
-                    Symbol::Buffer(b) => self.c.plan.shared.get(b),
-                    _ => None,
-                }).is_some_and(|l| l.staged);
+                let staged = |name: &str| staged(self.c, name);
                 if self.stage.is_none() {
                     if let Some(b) = [src, scales].into_iter().find(|b| staged(&b.name)) {
                         // Which stage holds the last tile depends on the trip count.
@@ -329,11 +326,7 @@ impl Lower<'_> {
                         return;
                     }
                 }
-                // A shared tile filled in the pipeline is read at the stage just landed.
-                let at = |name: &str, idx: &str| match (staged(name), self.stage) {
-                    (true, Some(st)) => format!("s{name}({idx}, {st})"),
-                    _ => format!("s{name}({idx})"),
-                };
+                let at = |name: &str, idx: &str| shared_at(self.c, name, idx, self.stage);
                 // The word a thread takes in round i: when whole rows fit in one round, its
                 // column is fixed and its row steps by a constant.
                 let threads = self.c.spec.threads.0;
@@ -486,14 +479,7 @@ impl Lower<'_> {
         let s = c.spec.stmt(dq)?;
         let StmtKind::Dequant { src, scales, zero, .. } = &s.kind else { return None };
         let m = c.plan.mmas.get(&gemm)?;
-        let staged = |name: &str| match c.info.symbols.get(name) {
-            Some(Symbol::Buffer(b)) => c.plan.shared.get(b).is_some_and(|l| l.staged),
-            _ => false,
-        };
-        let at = |name: &str, idx: &str| match (staged(name), stage) {
-            (true, Some(st)) => format!("s{name}({idx}, {st})"),
-            _ => format!("s{name}({idx})"),
-        };
+        let at = |name: &str, idx: &str| shared_at(c, name, idx, stage);
         let kb_per_scale = plan.group / 16;
         let scale_col = if plan.group == plan.words_per_row * 8 { "0".to_string() } else { format!("k_block / {kb_per_scale}") };
         Some(PackedBCtx {
@@ -731,6 +717,23 @@ impl Lower<'_> {
     }
 }
 
+
+/// Whether shared buffer `name` has a stage mode (it is filled inside a pipelined loop).
+fn staged(c: &Compiled, name: &str) -> bool {
+    match c.info.symbols.get(name) {
+        Some(Symbol::Buffer(b)) => c.plan.shared.get(b).is_some_and(|l| l.staged),
+        _ => false,
+    }
+}
+
+/// Element `idx` of shared buffer `name`: a tile filled in the pipeline is read at the stage
+/// just landed (`stage`, inside the loop).
+fn shared_at(c: &Compiled, name: &str, idx: &str, stage: Option<&str>) -> String {
+    match (staged(c, name), stage) {
+        (true, Some(st)) => format!("s{name}({idx}, {st})"),
+        _ => format!("s{name}({idx})"),
+    }
+}
 
 /// Names of the buffers and tensors an expression reads.
 fn buffer_reads(e: &Expr, out: &mut Vec<String>) {

@@ -329,8 +329,6 @@ fn atom_text(shape: (i64, i64), first_contiguous: bool) -> (String, String) {
     (shape_s, stride_s)
 }
 
-/// Names a spec may not use because generated code declares them.
-
 pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
     let info = &c.info;
