@@ -225,9 +225,12 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     let c = compile(text).unwrap();
     let d = c.plan.dequants.values().next().unwrap();
     assert_eq!(d.fused_into, None);
+    // 64 words over 128 threads: the last (only) round is guarded.
+    assert!(d.guarded && d.per_round.is_none() && d.per_thread == 1);
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])") && !cu.contains("dequant_int4x2"));
+    assert!(cu.contains("if (r * 4 + wc < 64) {"), "the guard");
 }
 
 #[test]
