@@ -80,8 +80,9 @@ using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
 
 // Shared buffer `Wq_s` (spec 17): not a gemm operand; dim 1 contiguous to match `Wq` so cp.async
-// moves 16-byte vectors; Swizzle<3,2,3>: the fused gemm reads one 16-byte chunk from each of eight
-// rows at a time, which the swizzle spreads over all banks.
+// moves 16-byte vectors; Swizzle<3,2,3> on a 8x32 atom spreads each 128-byte line's 16-byte chunks
+// over all banks for both the cp.async writes and the fused gemm's reads (a 16-byte chunk from each
+// of eight rows at a time).
 using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<3, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));

@@ -35,8 +35,11 @@ pub struct CopyPlan {
     pub kind: CopyKind,
     /// The global tensor (`None`: accumulator → shared).
     pub tensor: Option<usize>,
-    /// The buffer.
+    /// The buffer: the shared destination of a global → shared copy, the accumulator of the
+    /// others.
     pub buffer: usize,
+    /// Accumulator → shared: the shared buffer written.
+    pub shared_dst: Option<usize>,
     /// The tile's coordinate along each buffer dimension (origin / extent).
     pub tile_coords: Vec<Expr>,
     /// Tensor dimensions the copy does not span, with their fixed index (`Q[b, m0:, h, :]`
@@ -194,8 +197,12 @@ impl Infer<'_> {
             };
             let cute_shape: Vec<i64> = cute_dims.iter().map(|d| shape[*d]).collect();
             let k_major = role.as_ref().map(|(_, dims)| dims[1] == contiguous_dim);
+            // A dequant fused into its gemm: the unpacked tile is never stored, and the packed
+            // one is read a 16-byte chunk of eight rows at a time by each quad of lanes.
+            let fused_dst = self.fused_dequant(|d| matches!(d, StmtKind::Dequant { dst, .. } if dst.name == buf.name.name));
+            let fused_src = self.fused_dequant(|d| matches!(d, StmtKind::Dequant { src, .. } if src.name == buf.name.name));
             let (mut swizzle, atom_elems) = swizzle_for(shape[contiguous_dim], bytes);
-            if role.is_none() && swizzle.bits > 0 {
+            if role.is_none() && swizzle.bits > 0 && !fused_src {
                 // Only ldmatrix's column reads of gemm operands need the swizzle; other
                 // tiles are written by cp.async and read along their rows, conflict-free as
                 // they are, and plain strides keep their addressing cheap.
@@ -212,8 +219,9 @@ impl Infer<'_> {
             };
             if swizzle.bits > 0 {
                 why.push_str(&format!(
-                    "; Swizzle<{},{},{}> on a {}x{} atom spreads each 128-byte line's 16-byte chunks over all banks for both the {} writes and the ldmatrix reads",
-                    swizzle.bits, swizzle.base, swizzle.shift, atom_shape.0, atom_shape.1, if fill.is_some() { "cp.async" } else { "register" }));
+                    "; Swizzle<{},{},{}> on a {}x{} atom spreads each 128-byte line's 16-byte chunks over all banks for both the {} writes and the {}",
+                    swizzle.bits, swizzle.base, swizzle.shift, atom_shape.0, atom_shape.1, if fill.is_some() { "cp.async" } else { "register" },
+                    if fused_src { "fused gemm's reads (a 16-byte chunk from each of eight rows at a time)" } else { "ldmatrix reads" }));
             }
             for (d, ext) in cute_shape.iter().enumerate() {
                 let a = if d == 0 { atom_shape.0 } else { atom_shape.1 };
@@ -237,11 +245,20 @@ impl Infer<'_> {
                 atom_first_contiguous,
                 stages,
                 staged,
-                bytes: elems as u64 * bytes * stages as u64,
-                registers_only: false,
-                why,
+                bytes: if fused_dst { 0 } else { elems as u64 * bytes * stages as u64 },
+                registers_only: fused_dst,
+                why: if fused_dst {
+                    "gemm operand B, never written: the dequant that fills it is fused into its only reader, the gemm, which unpacks its B fragments in registers from the packed words".to_string()
+                } else {
+                    why
+                },
             });
         }
+    }
+
+    /// Whether a fused dequant statement satisfies `which`.
+    fn fused_dequant(&self, which: impl Fn(&StmtKind) -> bool) -> bool {
+        self.fused.keys().any(|id| self.spec.stmt(*id).is_some_and(|s| which(&s.kind)))
     }
 
     /// The tile coordinates along the buffer's dimensions, and the fixed indices of the
@@ -383,6 +400,7 @@ impl Infer<'_> {
             kind: CopyKind::GlobalToShared,
             tensor: Some(t),
             buffer: b,
+            shared_dst: None,
             tile_coords: coords,
             fixed,
             cute_dims: layout.cute_dims.clone(),
@@ -423,6 +441,7 @@ impl Infer<'_> {
             kind: CopyKind::AccumulatorToShared,
             tensor: None,
             buffer: acc,
+            shared_dst: Some(b),
             tile_coords: Vec::new(),
             fixed: Vec::new(),
             cute_dims: vec![0, 1],
@@ -467,6 +486,7 @@ impl Infer<'_> {
             kind: CopyKind::AccumulatorToGlobal,
             tensor: Some(t),
             buffer: b,
+            shared_dst: None,
             tile_coords: coords,
             fixed,
             cute_dims: vec![0, 1],

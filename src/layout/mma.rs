@@ -62,7 +62,7 @@ impl Infer<'_> {
                 }
             }
         }
-        let register_rows = self.register_operand_sources();
+        let (register_accs, register_rows) = self.register_operand_sources();
         for s in self.statements() {
             let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &s.kind else { continue };
             let (Some(ia), Some(ib), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&b.name), self.buffer_index(&c.name)) else { continue };
@@ -145,7 +145,7 @@ impl Infer<'_> {
                         "its rows are reduced (row statistics stay inside a quad of lanes)"
                     } else if a_in_registers {
                         "A comes from registers, laid out as the producing gemm's rows"
-                    } else if self.spec.buffers[ic].scope.0 == Scope::Fragment && self.is_register_operand(ic) {
+                    } else if register_accs.contains(&ic) {
                         "it shares an accumulator with a gemm whose A comes from registers"
                     } else {
                         "its values become a register A operand, which must hold whole rows"
@@ -192,28 +192,19 @@ impl Infer<'_> {
         }
     }
 
-    /// Whether `buf` is the accumulator of a gemm whose A operand is a fragment.
-    fn is_register_operand(&self, buf: usize) -> bool {
-        self.statements().iter().any(|s| match &s.kind {
-            StmtKind::Gemm { a, c, .. } => {
-                self.buffer_index(&c.name) == Some(buf)
-                    && self.buffer_index(&a.name).is_some_and(|ia| self.spec.buffers[ia].scope.0 == Scope::Fragment)
-            }
-            _ => false,
-        })
-    }
-
-    /// Accumulators whose rows must stay inside one warp because registers carry them into
-    /// a register-sourced A operand: the operand fragments themselves, the fragments a
-    /// `parallel` block computes them from (`P_f[i, j] = f(A_f[i, j])`), transitively, and
-    /// every accumulator a register-sourced gemm shares.
-    fn register_operand_sources(&self) -> std::collections::BTreeSet<usize> {
+    /// The accumulators of gemms whose A is a fragment, and every fragment whose rows must
+    /// stay inside one warp because registers carry it into a register-sourced A operand:
+    /// those accumulators, the operand fragments themselves and the fragments a `parallel`
+    /// block computes them from (`P_f[i, j] = f(A_f[i, j])`), transitively.
+    fn register_operand_sources(&self) -> (std::collections::BTreeSet<usize>, std::collections::BTreeSet<usize>) {
+        let mut accs = std::collections::BTreeSet::new();
         let mut out = std::collections::BTreeSet::new();
         let stmts = self.statements();
         for s in &stmts {
             if let StmtKind::Gemm { a, c, .. } = &s.kind {
                 if let (Some(ia), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&c.name)) {
                     if self.spec.buffers[ia].scope.0 == Scope::Fragment {
+                        accs.insert(ic);
                         out.insert(ia);
                         out.insert(ic);
                     }
@@ -243,7 +234,7 @@ impl Infer<'_> {
                 }
             }
             if out.len() == before {
-                return out;
+                return (accs, out);
             }
         }
     }

@@ -73,6 +73,15 @@ pub struct SharedLayout {
     pub why: String,
 }
 
+impl SharedLayout {
+    /// Whether the layout's CuTe modes are the spec dims swapped (a gemm operand stored
+    /// (MN, K) with MN as spec dim 1): code that indexes it in spec order goes through a
+    /// view with the modes swapped.
+    pub fn modes_swapped(&self) -> bool {
+        self.cute_dims == [1, 0]
+    }
+}
+
 /// How a fragment is distributed over the block's threads.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FragmentLayout {
@@ -190,6 +199,10 @@ pub(crate) struct Infer<'a> {
     pub failed_stmts: std::collections::BTreeSet<StmtId>,
     /// See `failed_stmts`.
     pub failed_buffers: std::collections::BTreeSet<usize>,
+    /// `dequant_int4` statements fused into the gemm that is their only reader (see
+    /// `DequantPlan::fused_into`), decided before shared layouts so that those can leave
+    /// the unpacked tile out and swizzle the packed one for the gemm's reads.
+    pub fused: BTreeMap<StmtId, StmtId>,
 }
 
 /// Runs inference and planning for `target`.
@@ -215,6 +228,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         fixed_at: BTreeMap::new(),
         failed_stmts: Default::default(),
         failed_buffers: Default::default(),
+        fused: BTreeMap::new(),
     };
     if target.is_amd() {
         // AMD: GEMM-shaped specs map onto composable_kernel device operations; there is no
@@ -246,6 +260,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     cx.common_parallel();
     // Register-sourced gemm operands need the layout common propagation gave them.
     cx.register_operands();
+    // A dequant whose tile only one gemm reads unpacks into that gemm's registers.
+    cx.dequant_fusions();
     // Free: defaults for fragments nothing constrained.
     cx.free_fragments();
     // Shared layouts need the gemm roles (strict) and the copies' tensors (common).
@@ -301,25 +317,9 @@ impl<'a> Infer<'a> {
                 },
                 cols / groups);
             let guarded = per_round.is_none() && words % threads != 0;
-            let fused_into = self.fusable_gemm(s, id, cols / groups);
+            let fused_into = self.fused.get(&s.id).copied();
             let why = match fused_into {
                 Some(_) => {
-                    if let Some(l) = self.plan.shared.get_mut(&id) {
-                        l.registers_only = true;
-                        l.bytes = 0;
-                        l.why = format!("gemm operand B, never written: the dequant that fills it is fused into its only reader, the gemm, which unpacks its B fragments in registers from `{}`", src.name);
-                    }
-                    // Each quad of lanes reads one 16-byte chunk of eight rows at once: the
-                    // swizzle puts those rows' chunks in different banks.
-                    if let Some(l) = self.plan.shared.get_mut(&is) {
-                        let (swizzle, atom) = copy::swizzle_for(wpr, 4);
-                        if swizzle.bits > 0 && rows % 8 == 0 {
-                            l.swizzle = swizzle;
-                            l.atom_shape = (8, atom);
-                            l.why = l.why.replace("; no swizzle: it is only read along rows, which plain strides keep conflict-free", "");
-                            l.why.push_str(&format!("; Swizzle<{},{},{}>: the fused gemm reads one 16-byte chunk from each of eight rows at a time, which the swizzle spreads over all banks", swizzle.bits, swizzle.base, swizzle.shift));
-                        }
-                    }
                     format!(
                         "fused into the gemm that reads `{}`, its only use: each thread unpacks its B fragments straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t of the block's first word, k = 2t+8, 2t+9 byte t of its second; one 16-byte load covers two k-blocks), times one scale per {} values; `{}` is never written and no barrier separates the unpacking from the MMAs",
                         dst.name, cols / groups, dst.name)
@@ -330,10 +330,24 @@ impl<'a> Infer<'a> {
         }
     }
 
+    /// Fills `fused`: each `dequant_int4` with a gemm it can be fused into.
+    fn dequant_fusions(&mut self) {
+        for s in self.statements() {
+            let StmtKind::Dequant { dst, scales, .. } = &s.kind else { continue };
+            let (Some(id), Some(ic)) = (self.buffer_index(&dst.name), self.buffer_index(&scales.name)) else { continue };
+            let (cols, groups) = (self.shape(id).get(1).copied(), self.shape(ic).get(1).copied());
+            let (Some(cols), Some(groups)) = (cols, groups) else { continue };
+            if let Some(g) = self.fusable_gemm(s, id, cols / groups.max(1)) {
+                self.fused.insert(s.id, g);
+            }
+        }
+    }
+
     /// The gemm a `dequant_int4` into `dst` can be fused into: its only reader, in the same
-    /// loop body, reading `dst` as a K-major B operand of an even number of 16-deep k-blocks
-    /// with A from shared memory, and one scale for each pair of k-blocks (one 16-byte load
-    /// of packed words covers a pair).
+    /// loop body, reading `dst` as a B operand with K along dim 1 (where the dequant writes
+    /// its rows; another layout is an error of its own) over an even number of 16-deep
+    /// k-blocks, with A from shared memory and one scale for each pair of k-blocks (one
+    /// 16-byte load of packed words covers a pair).
     fn fusable_gemm(&self, dq: &Stmt, dst: usize, group: i64) -> Option<StmtId> {
         let name = &self.spec.buffers[dst].name.name;
         let mut readers = Vec::new();
@@ -356,7 +370,6 @@ impl<'a> Infer<'a> {
         }
         let [g] = readers.as_slice() else { return None };
         let m = self.plan.mmas.get(&g.id)?;
-        let layout = self.plan.shared.get(&dst)?;
         let siblings = |body: &[Stmt]| body.iter().any(|x| x.id == dq.id) && body.iter().any(|x| x.id == g.id);
         let mut same_body = siblings(&self.spec.body);
         self.spec.walk(&mut |s| {
@@ -364,7 +377,7 @@ impl<'a> Infer<'a> {
                 same_body |= siblings(body);
             }
         });
-        (m.b == dst && !m.a_in_registers && m.k_major(false, layout) && m.k_blocks % 2 == 0 && group % 32 == 0 && same_body).then_some(g.id)
+        (m.b == dst && !m.a_in_registers && m.b_dims.1 == 1 && m.k_blocks % 2 == 0 && group % 32 == 0 && same_body).then_some(g.id)
     }
 
     pub fn shape(&self, buffer: usize) -> &[i64] {

@@ -87,11 +87,7 @@ impl Infer<'_> {
                 .map(|(_, cp)| cp.buffer).collect();
             // Buffers written from registers (a running state) are kept up to date by the
             // program itself, inside the loop or before it.
-            filled_outside.extend(self.statements().iter().filter(|st| self.plan.copies.get(&st.id).is_some_and(|cp| cp.kind == CopyKind::AccumulatorToShared))
-                .filter_map(|st| match &st.kind {
-                    StmtKind::Copy { dst, .. } => self.buffer_index(&dst.name.name),
-                    _ => None,
-                }));
+            filled_outside.extend(self.plan.copies.values().filter_map(|cp| cp.shared_dst));
             for c in &consumers {
                 if let Some(m) = self.plan.mmas.get(c) {
                     for buf in [m.a, m.b] {

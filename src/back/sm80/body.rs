@@ -1,6 +1,6 @@
 //! Lowers the spec body to a flat list of template items, one per emitted block of code.
 
-use super::context::{element_alias, operand_key, static_extents, PlainEnv};
+use super::context::{element_alias, mma_suffix, operand_key, static_extents, PlainEnv};
 use crate::ast::*;
 use crate::back::conv::{Conv, Env};
 use crate::check::Symbol;
@@ -444,8 +444,7 @@ impl Lower<'_> {
     fn gemm_step(&mut self, s: &Stmt, stage: Option<&str>) -> Option<GemmCtx> {
         let c = self.c;
         let m = c.plan.mmas.get(&s.id)?;
-        let idx = c.plan.mmas.keys().position(|k| *k == s.id).unwrap_or(0);
-        let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
+        let sfx = mma_suffix(c, s.id);
         let (a, b) = (operand_key(c, s.id, m.a), operand_key(c, s.id, m.b));
         let stage_of = |buf: usize| {
             if c.plan.shared.get(&buf).is_some_and(|l| l.staged) { format!(", {}", stage.unwrap_or("0")) } else { String::new() }
@@ -592,8 +591,7 @@ impl Lower<'_> {
                 return;
             }
         };
-        let idx = c.plan.mmas.keys().position(|k| *k == gemm).unwrap_or(0);
-        let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
+        let sfx = mma_suffix(c, gemm);
         let mut used = vec![false; vars.len()];
         for st in body {
             if let StmtKind::Assign { value, .. } = &st.kind {
@@ -662,13 +660,12 @@ impl Lower<'_> {
         let c = self.c;
         let Some(cp) = c.plan.copies.get(&s.id) else { return };
         let Some(FragmentLayout::MmaAccumulator { gemm }) = c.plan.fragments.get(&cp.buffer) else { return };
-        let StmtKind::Copy { dst, .. } = &s.kind else { return };
-        let idx = c.plan.mmas.keys().position(|k| k == gemm).unwrap_or(0);
-        let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
+        let Some(dst) = cp.shared_dst else { return };
+        let sfx = mma_suffix(c, *gemm);
         let acc = c.spec.buffers[cp.buffer].name.name.clone();
-        let d = dst.name.name.clone();
+        let d = c.spec.buffers[dst].name.name.clone();
         // The destination in the accumulator's (row, col) order.
-        let swapped = matches!(c.info.symbols.get(&d), Some(Symbol::Buffer(b)) if c.plan.shared.get(b).is_some_and(|l| l.cute_dims == [1, 0]));
+        let swapped = c.plan.shared.get(&dst).is_some_and(|l| l.modes_swapped());
         self.items.push(BodyItem::AccToShared {
             pad: pad(depth),
             line: c.line(s.span),
@@ -689,8 +686,7 @@ impl Lower<'_> {
         let c = self.c;
         let Some(cp) = c.plan.copies.get(&s.id) else { return };
         let Some(FragmentLayout::MmaAccumulator { gemm }) = c.plan.fragments.get(&cp.buffer) else { return };
-        let idx = c.plan.mmas.keys().position(|k| k == gemm).unwrap_or(0);
-        let sfx = if c.plan.mmas.len() == 1 { String::new() } else { format!("{idx}") };
+        let sfx = mma_suffix(c, *gemm);
         let Some(t) = cp.tensor.map(|t| &c.spec.tensors[t]) else { return };
         let acc = c.spec.buffers[cp.buffer].name.name.clone();
         let coords: Vec<String> = cp.tile_coords.iter().map(|e| self.conv.expr(e, &PlainEnv)).collect();

@@ -286,6 +286,16 @@ CUTE_HOST_DEVICE constexpr auto swap_mn(ComposedLayout<A, O, B> const& l) {
   return composition(l.layout_a(), l.offset(), swap_mn(l.layout_b()));
 }";
 
+/// The suffix of gemm `gemm`'s TiledMma names (`tiled_mma1`, `thr_mma1`): its index among the
+/// gemms, or nothing when there is one.
+pub fn mma_suffix(c: &Compiled, gemm: StmtId) -> String {
+    if c.plan.mmas.len() == 1 {
+        String::new()
+    } else {
+        c.plan.mmas.keys().position(|k| *k == gemm).unwrap_or(0).to_string()
+    }
+}
+
 /// The names of gemm `gemm`'s operand partitions of `buf`: the buffer's name, with the
 /// gemm's index appended when several gemms read the buffer (each has its own partitions).
 pub fn operand_key(c: &Compiled, gemm: StmtId, buf: usize) -> String {
@@ -489,15 +499,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     }
     // Accumulators are written into shared buffers in their (row, col) order: a buffer laid
     // out as a gemm operand with its spec dims swapped is written through the swapped view.
-    for (sid, cp) in &plan.copies {
-        if cp.kind == CopyKind::AccumulatorToShared {
-            if let Some(StmtKind::Copy { dst, .. }) = spec.stmt(*sid).map(|s| &s.kind) {
-                if let Some(Symbol::Buffer(b)) = info.symbols.get(&dst.name.name) {
-                    if plan.shared.get(b).is_some_and(|l| l.cute_dims == [1, 0]) {
-                        transposed_views.entry(*b).or_insert("in the (row, col) order of the accumulator written into it");
-                    }
-                }
-            }
+    for b in plan.copies.values().filter_map(|cp| cp.shared_dst) {
+        if plan.shared.get(&b).is_some_and(|l| l.modes_swapped()) {
+            transposed_views.entry(b).or_insert("in the (row, col) order of the accumulator written into it");
         }
     }
     for (b, what) in &transposed_views {
