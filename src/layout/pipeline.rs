@@ -110,8 +110,8 @@ impl Infer<'_> {
             let mode = if stages >= 2 { PipelineMode::Multistage } else { PipelineMode::Synchronous };
             let why = match mode {
                 PipelineMode::Multistage => format!(
-                    "cp.async multistage: {} k-tiles in flight in {stages} shared stages while the current one feeds the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b",
-                    stages - 1),
+                    "cp.async multistage: {} in flight in {stages} shared stages while the current one feeds the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b",
+                    if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) }),
                 PipelineMode::Synchronous => "one stage: each k-tile is loaded, waited for and consumed in turn (no overlap)".into(),
             };
             self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, covers: Vec::new(), why });

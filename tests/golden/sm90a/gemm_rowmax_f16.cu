@@ -164,8 +164,8 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
   clear(acc);
 
   // spec 18: pipelined(k, ceildiv(K, block_K), stages)
-  // cp.async multistage: 1 k-tiles in flight in 2 shared stages while the current one feeds the
-  // MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
+  // cp.async multistage: the next k-tile in flight in 2 shared stages while the current one feeds
+  // the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
   {
     // spec 19: copy(A[by*block_M, k*block_K], A_s)
     G2SCopyA_s g2s_copy_A;
