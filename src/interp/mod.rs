@@ -89,6 +89,8 @@ struct Machine<'a> {
     tensors: &'a mut BTreeMap<String, Array>,
     buffers: Vec<Vec<f64>>,
     vars: BTreeMap<String, i64>,
+    /// Element operations left before the run gives up; `None`: no limit.
+    work_left: Option<u64>,
 }
 
 /// The runtime sizes implied by the input arrays' shapes, plus `explicit` ones.
@@ -130,6 +132,13 @@ pub fn infer_sizes(spec: &Spec, info: &Info, tensors: &BTreeMap<String, Array>, 
 
 /// Runs the spec over `tensors` (inputs present; outputs created NaN-filled when absent).
 pub fn run(spec: &Spec, info: &Info, line_of: &dyn Fn(crate::diag::Span) -> usize, sizes: &BTreeMap<String, i64>, tensors: &mut BTreeMap<String, Array>) -> Result<(), InterpError> {
+    run_within(spec, info, line_of, sizes, tensors, None)
+}
+
+/// [`run`], giving up with [`InterpError::Inputs`] once the run has done `budget` element
+/// operations (a multiply-add of a gemm, an element copied, cleared, reduced or assigned):
+/// for callers that run specs they did not choose the sizes of, such as inference's probes.
+pub fn run_within(spec: &Spec, info: &Info, line_of: &dyn Fn(crate::diag::Span) -> usize, sizes: &BTreeMap<String, i64>, tensors: &mut BTreeMap<String, Array>, budget: Option<u64>) -> Result<(), InterpError> {
     for t in &spec.tensors {
         let shape: Vec<usize> = t.shape.iter().map(|d| d.eval(|n| info.const_int(n).or_else(|| sizes.get(n).copied())).unwrap_or(0) as usize).collect();
         match tensors.get(&t.name.name) {
@@ -144,7 +153,7 @@ pub fn run(spec: &Spec, info: &Info, line_of: &dyn Fn(crate::diag::Span) -> usiz
             None => return Err(InterpError::Inputs(format!("no array for input tensor `{}`", t.name.name))),
         }
     }
-    let mut m = Machine { spec, info, line_of, sizes, tensors, buffers: Vec::new(), vars: BTreeMap::new() };
+    let mut m = Machine { spec, info, line_of, sizes, tensors, buffers: Vec::new(), vars: BTreeMap::new(), work_left: budget };
     let extents: Vec<i64> = spec.grid.iter().map(|g| m.eval(&g.extent).map(Value::i)).collect::<Result<_, _>>()?;
     let total: i64 = extents.iter().product();
     if extents.iter().any(|&e| e < 0) || total > 1 << 24 {
@@ -181,7 +190,37 @@ impl Machine<'_> {
         }
     }
 
+    /// The element operations a statement does (its loops' bodies are charged as they run).
+    fn cost(&self, s: &Stmt) -> u64 {
+        let elems = |name: &str| match self.info.symbols.get(name) {
+            Some(Symbol::Buffer(b)) => self.info.buffer_shapes[*b].iter().product::<i64>().max(1) as u64,
+            _ => 1,
+        };
+        match &s.kind {
+            StmtKind::Gemm { a, c, transpose_a, .. } => {
+                let sa = match self.info.symbols.get(&a.name) { Some(Symbol::Buffer(b)) => &self.info.buffer_shapes[*b], _ => return 1 };
+                elems(&c.name) * (if *transpose_a { sa[0] } else { sa[1] }).max(1) as u64
+            }
+            StmtKind::Parallel { body, .. } => match self.info.parallel_domains.get(&s.id) {
+                Some(&d) => self.info.buffer_shapes[d].iter().product::<i64>().max(1) as u64 * body.len() as u64,
+                None => 1,
+            },
+            StmtKind::Copy { src, dst } => elems(&src.name.name).max(elems(&dst.name.name)),
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => elems(&buf.name),
+            StmtKind::Reduce { src, .. } => elems(&src.name),
+            StmtKind::Dequant { dst, .. } => elems(&dst.name),
+            _ => 1,
+        }
+    }
+
     fn stmt(&mut self, s: &Stmt) -> Result<(), InterpError> {
+        if let Some(left) = self.work_left {
+            let cost = self.cost(s);
+            if cost > left {
+                return Err(InterpError::Inputs("the run exceeds its budget of element operations".into()));
+            }
+            self.work_left = Some(left - cost);
+        }
         match &s.kind {
             StmtKind::Clear { buf } => {
                 let b = self.buffer_of(&buf.name);
