@@ -15,7 +15,7 @@ pub fn explain(c: &Compiled) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
     let grid = spec.grid.iter().map(|g| format!("{} = {}{}", g.var.name, c.file.snippet(g.extent.span), if g.descending { " (descending)" } else { "" })).collect::<Vec<_>>().join(", ");
-    if plan.collective.is_some() && plan.target.is_amd() {
+    if (plan.collective.is_some() || plan.attention.is_some()) && plan.target.is_amd() {
         let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's {} apply to sm80); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
     } else if plan.collective.is_some() {
         let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's {} apply to sm80); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
@@ -39,6 +39,28 @@ pub fn explain(c: &Compiled) -> String {
         for a in &plan.alignment {
             let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
         }
+        let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+        return o;
+    }
+    if let Some(a) = &plan.attention {
+        let name = |t: usize| &spec.tensors[t].name.name;
+        let _ = writeln!(o, "\ncomposable_kernel fused attention (DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle, every template argument named in the source)");
+        let _ = writeln!(o, "  recognised as softmax attention{}: Q = `{}`, K = `{}`, V = `{}`, O = `{}`, [{}] {}, head dim {} = {}",
+            if a.causal { ", causal" } else { "" }, name(a.q), name(a.k), name(a.v), name(a.o), a.dims.join(", "), a.dtype, a.dims[3], a.head_dim);
+        let _ = writeln!(o, "  structure: Q·Kᵀ at spec {}, reduce_max / reduce_sum over the scores, exp2 of the scores times `{}` (= {}), P·V at spec {}",
+            line(a.lines.scores), a.scale_log2.0, a.scale_log2.2, line(a.lines.output));
+        let _ = writeln!(o, "  probe: the interpreter ran the spec at B = 2, S = 70, H = 2; relative error {:.1e} against f64 softmax attention{} with scale {} * ln 2",
+            a.probe_error, if a.causal { " with the causal mask (keys j <= query i)" } else { " without a mask" }, a.scale_log2.0);
+        let _ = writeln!(o, "  instance: 256 threads (4 waves of 64), 128 queries x 128 keys per step, Gemm1 N = {} (the head dim), 32x32x8 MFMAs; mask {}",
+            a.head_dim, if a.causal { "MaskOutUpperTriangle" } else { "MaskDisabled" });
+        let _ = writeln!(o, "  the spec's tiles, stages, buffers and thread count are not used on this target");
+        let _ = writeln!(o, "\nResources");
+        let _ = writeln!(o, "  LDS: chosen by the CK instance (within the {} bytes allowed per workgroup)", plan.smem.budget);
+        let _ = writeln!(o, "  launcher checks:");
+        for al in &plan.alignment {
+            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[al.tensor].name.name, al.vector_elems, al.why);
+        }
+        let _ = writeln!(o, "    {} * {} * {} * {} < 2^31 (CK's 32-bit offsets)", a.dims[0], a.dims[1], a.dims[2], a.dims[3]);
         let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
         return o;
     }

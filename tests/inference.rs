@@ -331,3 +331,42 @@ fn accumulators_copy_into_shared_buffers_and_stores_in_loops_get_their_own_stagi
     let errs = compile(text).unwrap_err().join("\n");
     assert!(errs.contains("filled by a pipelined copy"), "{errs}");
 }
+
+#[test]
+fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
+    let bundled = |name: &str| std::fs::read_to_string(format!("{}/specs/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    // The bundled specs: roles from the gemms and copies, the scale from exp2, the mask from
+    // the probe run.
+    for (name, causal, head_dim) in [("flash_attention_fwd_bf16.yaml", false, 128), ("flash_attention_fwd_causal_bf16.yaml", true, 128),
+                                     ("flash_attention_fwd_d64_bf16.yaml", false, 64), ("flash_attention_fwd_f16.yaml", false, 128)] {
+        for target in [Target::Gfx942, Target::Gfx90a] {
+            let c = compile_for(bundled(name), target).unwrap_or_else(|e| panic!("{name}: {}", e.join("\n")));
+            let a = c.plan.attention.as_ref().unwrap();
+            assert_eq!((a.q, a.k, a.v, a.o), (0, 1, 2, 3), "{name}");
+            assert_eq!((a.causal, a.head_dim, a.scale_log2.0.as_str()), (causal, head_dim, "scale_log2"), "{name}");
+            assert!(a.probe_error < 1e-2, "{name}: {}", a.probe_error);
+            assert!(c.plan.collective.is_none() && c.plan.mmas.is_empty());
+        }
+    }
+    // Renamed tensors in another order: the roles follow the program, not the names.
+    let renamed = bundled("flash_attention_fwd_causal_bf16.yaml")
+        .replace("  Q: {dtype", "  Vv: {dtype").replace("  V: {dtype", "  Qq: {dtype")
+        .replace("copy(Q[", "copy(Qq[").replace("copy(V[", "copy(Vv[");
+    let c = compile_for(renamed, Target::Gfx942).unwrap();
+    let a = c.plan.attention.as_ref().unwrap();
+    assert_eq!((a.q, a.v, a.causal), (2, 0, true));
+    // A sliding window (keys i-31 ..= i) has attention's structure but is not causal
+    // attention: the probe refuses it for AMD, while sm80 lowers it as written.
+    let window = bundled("flash_attention_fwd_causal_bf16.yaml").replace(
+        "select(t*block_N + j <= bx*block_M + i && t*block_N + j < S,",
+        "select(t*block_N + j <= bx*block_M + i && t*block_N + j + 32 > bx*block_M + i && t*block_N + j < S,");
+    assert!(compile_for(window.clone(), Target::Sm80).is_ok());
+    let errs = compile_for(window, Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("its output is not softmax attention with scale scale_log2 · ln 2"), "{errs}");
+    // A different scale inside exp2 than the spec's softmax: still attention, with that scale.
+    let c = compile_for(bundled("flash_attention_fwd_bf16.yaml").replace("scale_log2: 0.12751743082459868", "scale_log2: 0.09"), Target::Gfx90a).unwrap();
+    assert_eq!(c.plan.attention.as_ref().unwrap().scale_log2.1, 0.09);
+    // Other fused programs say why they are not attention.
+    let errs = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("this spec is not attention"), "{errs}");
+}

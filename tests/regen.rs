@@ -86,21 +86,24 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     let dir = tempfile::tempdir().unwrap();
     let specs = dir.path().join("specs");
     std::fs::create_dir(&specs).unwrap();
-    for name in ["gemm_bf16.yaml", "flash_attention_fwd_bf16.yaml"] {
+    for name in ["gemm_bf16.yaml", "flash_attention_fwd_bf16.yaml", "linear_attention_causal_bf16.yaml"] {
         std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs").join(name), specs.join(name)).unwrap();
     }
     let (code, text) = tilegen(dir.path(), &["gen"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("note: specs/flash_attention_fwd_bf16.yaml: skipped for gfx942: the gfx942 target has no lowering for fused programs yet"), "{text}");
+    assert!(text.contains("note: specs/linear_attention_causal_bf16.yaml: skipped for gfx942: the gfx942 target has no lowering for this fused program"), "{text}");
+    assert!(text.contains("this spec is not attention: attention has two gemms (Q·Kᵀ and P·V); this spec has 4"), "{text}");
     let out = dir.path().join("generated");
-    for f in ["sm80/flash_attention_fwd_bf16.cu", "sm90a/flash_attention_fwd_bf16.cu", "gfx942/gemm_bf16.hip", "gfx90a/gemm_bf16.hip", "gfx942/gemm_bf16.h"] {
+    // Attention is recognised and goes to composable_kernel's fused attention on AMD.
+    for f in ["sm80/flash_attention_fwd_bf16.cu", "sm90a/flash_attention_fwd_bf16.cu", "gfx942/gemm_bf16.hip", "gfx90a/gemm_bf16.hip", "gfx942/gemm_bf16.h",
+              "gfx942/flash_attention_fwd_bf16.hip", "gfx90a/flash_attention_fwd_bf16.h", "sm80/linear_attention_causal_bf16.cu"] {
         assert!(out.join(f).is_file(), "{f} was not written:\n{text}");
     }
-    assert!(!out.join("gfx942/flash_attention_fwd_bf16.hip").exists());
+    assert!(!out.join("gfx942/linear_attention_causal_bf16.hip").exists());
     // Asked for explicitly, the same pair is an error that says why.
-    let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/flash_attention_fwd_bf16.yaml"]);
+    let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/linear_attention_causal_bf16.yaml"]);
     assert_eq!(code, 1, "{text}");
-    assert!(text.contains("error: the gfx942 target has no lowering for fused programs yet"), "{text}");
+    assert!(text.contains("error: the gfx942 target has no lowering for this fused program"), "{text}");
     // AMD files are built with hipcc, not by `tilegen build` (nvcc): a usage error that says so.
     let (code, text) = tilegen(dir.path(), &["build", "--target", "gfx942", "specs/gemm_bf16.yaml"]);
     assert_eq!(code, 2, "{text}");

@@ -40,6 +40,12 @@ const RESERVED_CUTE: [&str; 22] = [
 const RESERVED_SM90A: [&str; 9] = ["cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes"];
 /// Names the composable_kernel code declares.
 const RESERVED_CK: [&str; 12] = ["ck", "argument", "acc", "d0", "d1", "d2", "d3", "Row", "Col", "S", "PassThrough", "DeviceGemm"];
+/// Names the composable_kernel fused attention code declares.
+const RESERVED_CK_ATTENTION: [&str; 19] = [
+    "ck", "argument", "attention", "PassThrough", "Scale", "Seq", "GemmSpecialization", "MaskingSpecialization",
+    "TensorSpecialization", "DeviceAttention", "kSoftmaxScale", "q_lengths", "q_strides", "k_lengths", "k_strides",
+    "v_lengths", "v_strides", "o_lengths", "o_strides",
+];
 
 /// Spec names that would collide with names the target's generated C++ declares: one
 /// error each, at the declaration.
@@ -48,6 +54,7 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
         Target::Sm80 => &RESERVED_CUTE,
         Target::Sm90a if c.plan.collective.is_some() => &RESERVED_SM90A,
         Target::Sm90a => &RESERVED_CUTE,
+        Target::Gfx942 | Target::Gfx90a if c.plan.attention.is_some() => &RESERVED_CK_ATTENTION,
         Target::Gfx942 | Target::Gfx90a => &RESERVED_CK,
     };
     let mut errors = Vec::new();

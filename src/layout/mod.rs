@@ -15,6 +15,7 @@
 //! Pipeline planning comes last: it needs the copies' plans to know which statements
 //! produce the pipelined shared buffers.
 
+pub mod attention;
 mod copy;
 mod mma;
 mod pipeline;
@@ -184,6 +185,8 @@ pub struct Plan {
     pub regs_per_thread: u64,
     /// sm90a: the CUTLASS collective a GEMM-shaped spec lowers to.
     pub collective: Option<CollectivePlan>,
+    /// AMD: the attention program composable_kernel's fused attention operation runs.
+    pub attention: Option<attention::AttentionPlan>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -223,6 +226,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             smem: SmemUse { buffers: 0, staging: 0, staging_reuses_buffers: true, total: 0, budget: target.smem_budget() },
             regs_per_thread: 0,
             collective: None,
+            attention: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -236,10 +240,13 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         if let Some(shape) = cx.gemm_shape() {
             cx.plan_collective(shape);
         } else {
-            cx.err(Diagnostic::error(spec.kernel.span, format!(
-                "the {target} target has no lowering for fused programs yet (only GEMM-shaped specs: clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store)"))
-                .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
-                .unsupported_on_target());
+            match attention::recognize(spec, info) {
+                Ok(a) => cx.plan_attention(a),
+                Err(why) => cx.err(Diagnostic::error(spec.kernel.span, format!(
+                    "the {target} target has no lowering for this fused program: it lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) and softmax attention, and this spec is not attention: {why}"))
+                    .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
+                    .unsupported_on_target()),
+            }
         }
         return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
     }

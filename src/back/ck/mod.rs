@@ -15,6 +15,8 @@ use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
 
+mod attention;
+
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/ck/kernel.hip.tera");
 
 #[derive(Serialize)]
@@ -57,10 +59,10 @@ struct Context {
 
 /// An element type alias.
 #[derive(Serialize)]
-struct ElemCtx {
-    alias: String,
-    cpp: String,
-    of: String,
+pub(super) struct ElemCtx {
+    pub(super) alias: String,
+    pub(super) cpp: String,
+    pub(super) of: String,
 }
 
 /// One CK "D" tensor: a broadcast vector of the epilogue.
@@ -76,11 +78,19 @@ struct DCtx {
 
 /// Renders the `.hip` and `.h` for a spec planned for an AMD target.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    if let Some(a) = &c.plan.attention {
+        let ctx = attention::context(c, a);
+        return hip_names(super::render_pair(c, attention::TEMPLATE, &ctx)?);
+    }
     let Some(p) = &c.plan.collective else {
         return Err(vec![Diagnostic::error(c.spec.kernel.span, format!("the {} target has no lowering for this spec", c.plan.target)).unsupported_on_target()]);
     };
     let ctx = context(c, p);
-    let mut files = super::render_pair(c, KERNEL_TEMPLATE, &ctx)?;
+    hip_names(super::render_pair(c, KERNEL_TEMPLATE, &ctx)?)
+}
+
+/// The rendered pair with the AMD source extension.
+fn hip_names(mut files: Vec<OutputFile>) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     for f in &mut files {
         if let Some(stem) = f.name.strip_suffix(".cu") {
             f.name = format!("{stem}.hip");
@@ -89,7 +99,7 @@ pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     Ok(files)
 }
 
-fn element(d: DType) -> &'static str {
+pub(super) fn element(d: DType) -> &'static str {
     match d {
         DType::BF16 => "ck::bhalf_t",
         DType::F16 => "ck::half_t",
