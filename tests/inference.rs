@@ -366,6 +366,13 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     // A different scale inside exp2 than the spec's softmax: still attention, with that scale.
     let c = compile_for(bundled("flash_attention_fwd_bf16.yaml").replace("scale_log2: 0.12751743082459868", "scale_log2: 0.09"), Target::Gfx90a).unwrap();
     assert_eq!(c.plan.attention.as_ref().unwrap().scale_log2.1, 0.09);
+    // A literal head dim is named in the generated code.
+    let literal = bundled("flash_attention_fwd_d64_bf16.yaml").replace("[B, S, H, D]", "[B, S, H, 64]");
+    let c = compile_for(literal, Target::Gfx942).unwrap();
+    assert_eq!(c.plan.attention.as_ref().unwrap().head_dim, 64);
+    let files = tilegen::back::render(&c).unwrap();
+    let hip = &files.iter().find(|f| f.name.ends_with(".hip")).unwrap().contents;
+    assert!(hip.contains("constexpr ck::index_t kHeadDim = 64;") && hip.contains("q_lengths{ B, H, S, kHeadDim }"), "{hip}");
     // Other fused programs say why they are not attention.
     let errs = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap_err().join("\n");
     assert!(errs.contains("this spec is not attention"), "{errs}");

@@ -41,9 +41,9 @@ const RESERVED_SM90A: [&str; 9] = ["cute", "cutlass", "args", "gemm", "err", "st
 /// Names the composable_kernel code declares.
 const RESERVED_CK: [&str; 12] = ["ck", "argument", "acc", "d0", "d1", "d2", "d3", "Row", "Col", "S", "PassThrough", "DeviceGemm"];
 /// Names the composable_kernel fused attention code declares.
-const RESERVED_CK_ATTENTION: [&str; 19] = [
+const RESERVED_CK_ATTENTION: [&str; 20] = [
     "ck", "argument", "attention", "PassThrough", "Scale", "Seq", "GemmSpecialization", "MaskingSpecialization",
-    "TensorSpecialization", "DeviceAttention", "kSoftmaxScale", "q_lengths", "q_strides", "k_lengths", "k_strides",
+    "TensorSpecialization", "DeviceAttention", "kSoftmaxScale", "kHeadDim", "q_lengths", "q_strides", "k_lengths", "k_strides",
     "v_lengths", "v_strides", "o_lengths", "o_strides",
 ];
 

@@ -26,8 +26,8 @@ pub struct AttentionPlan {
     pub v: usize,
     /// Output.
     pub o: usize,
-    /// The names of the batch, sequence and heads sizes (runtime) and of the head dim
-    /// (a constant), in tensor order [batch, seq, heads, dim].
+    /// The batch, sequence and heads sizes (runtime) and the head dim (a constant's name or
+    /// a literal), as the spec writes them, in tensor order [batch, seq, heads, dim].
     pub dims: [String; 4],
     /// The head dim's value.
     pub head_dim: i64,
@@ -75,7 +75,10 @@ pub fn recognize(spec: &Spec, info: &Info) -> Result<AttentionPlan, String> {
     if !matches!(dtype, DType::BF16 | DType::F16) {
         return Err(format!("composable_kernel's fused attention takes bf16 or f16 tensors, not {dtype}"));
     }
-    let head_dim = info.const_int(&dims[3]).ok_or("the head dim (the tensors' last dimension) must be a constant")?;
+    let head_dim = match &spec.tensors[0].shape[3] {
+        Dim::Fixed(v, _) => *v,
+        _ => info.const_int(&dims[3]).ok_or("the head dim (the tensors' last dimension) must be a constant")?,
+    };
     if head_dim != 64 && head_dim != 128 {
         return Err(format!("the head dim is {head_dim}; the fused attention instances cover 64 and 128"));
     }

@@ -64,6 +64,8 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
         cpp: element(spec.tensors[t].dtype.0).to_string(),
         of: format!("tensor `{}`", name(t)),
     }).collect();
+    // The head dim by the spec's constant name, or `kHeadDim` when the spec writes a literal.
+    let head_dim_name = if a.dims[3].parse::<i64>().is_ok() { "kHeadDim".to_string() } else { a.dims[3].clone() };
     let scale_line = spec.constants.iter().find(|k| k.name.name == a.scale_log2.0).map_or(0, |k| c.line(k.name.span));
     let (mask_line, mask_comment) = if a.causal {
         (argument_line("MaskingSpecialization::MaskOutUpperTriangle,", "causal: the scores of keys after the query are masked out"),
@@ -92,8 +94,8 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
         b: a.dims[0].clone(),
         s: a.dims[1].clone(),
         h: a.dims[2].clone(),
-        d: a.dims[3].clone(),
-        head_dim_name: a.dims[3].clone(),
+        d: head_dim_name.clone(),
+        head_dim_name,
         head_dim: a.head_dim,
         scale_name: a.scale_log2.0.clone(),
         scale_literal: crate::back::conv::float_literal(&a.scale_log2.2),
