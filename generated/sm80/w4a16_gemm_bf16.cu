@@ -312,6 +312,9 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       // k-blocks), times one scale per 128 values; `W_s` is never written and no barrier separates
       // the unpacking from the MMAs.
       {
+        static_assert(decltype(size<2>(typename decltype(tiled_mma)::AtomShape_MNK{}))::value == 16 &&
+                      decltype(size<1>(typename decltype(tiled_mma)::Atom::LayoutB_TV{}))::value == 4,
+                      "the unpacking below follows the m16n8k16 B fragment: k = 2t, 2t+1, 2t+8, 2t+9 of thread t");
         Tensor tCcW_s = thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})));  // (MMA, MMA_N, MMA_K) -> (n, k)
         // This thread's values of a k-block sit at k = 2t, 2t+1 (and 8 more): byte t of the block's
         // words.
