@@ -33,13 +33,7 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "  layouts: A (`{}`) {}, B (`{}`) {}, output (`{}`) {}; accumulator f32 (MFMA)",
             spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2);
         let _ = writeln!(o, "  epilogue: {}", if matches!(p.epilogue, crate::layout::EvtNode::Acc) { "none (PassThrough)".to_string() } else { format!("the CDE operator computes {}", evt_text(c, &p.epilogue)) });
-        let _ = writeln!(o, "\nResources");
-        let _ = writeln!(o, "  LDS: {} bytes of {} allowed per workgroup", plan.smem.total, plan.smem.budget);
-        let _ = writeln!(o, "  launcher checks:");
-        for a in &plan.alignment {
-            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
-        }
-        let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+        amd_resources(&mut o, c, &format!("{} bytes of {} allowed per workgroup", plan.smem.total, plan.smem.budget), &[]);
         return o;
     }
     if let Some(a) = &plan.attention {
@@ -48,20 +42,15 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "  recognised as softmax attention{}: Q = `{}`, K = `{}`, V = `{}`, O = `{}`, [{}] {}, head dim {} = {}",
             if a.causal { ", causal" } else { "" }, name(a.q), name(a.k), name(a.v), name(a.o), a.dims.join(", "), a.dtype, a.dims[3], a.head_dim);
         let _ = writeln!(o, "  structure: Q·Kᵀ at spec {}, reduce_max / reduce_sum over the scores, exp2 of the scores times `{}` (= {}), P·V at spec {}",
-            line(a.lines.scores), a.scale_log2.0, a.scale_log2.2, line(a.lines.output));
-        let _ = writeln!(o, "  probe: the interpreter ran the spec at B = 2, S = 70, H = 2; relative error {:.1e} against f64 softmax attention{} with scale {} * ln 2",
-            a.probe_error, if a.causal { " with the causal mask (keys j <= query i)" } else { " without a mask" }, a.scale_log2.0);
+            line(a.lines.scores), a.scale_log2.name, a.scale_log2.spelling, line(a.lines.output));
+        let (pb, ps, ph) = crate::layout::attention::PROBE;
+        let _ = writeln!(o, "  probe: the interpreter ran the spec at B = {pb}, S = {ps}, H = {ph}; relative error {:.1e} against f64 softmax attention{} with scale {} * ln 2",
+            a.probe_error, if a.causal { " with the causal mask (keys j <= query i)" } else { " without a mask" }, a.scale_log2.name);
         let _ = writeln!(o, "  instance: 256 threads (4 waves of 64), 128 queries x 128 keys per step, Gemm1 N = {} (the head dim), 32x32x8 MFMAs; mask {}",
             a.head_dim, if a.causal { "MaskOutUpperTriangle" } else { "MaskDisabled" });
         let _ = writeln!(o, "  the spec's tiles, stages, buffers and thread count are not used on this target");
-        let _ = writeln!(o, "\nResources");
-        let _ = writeln!(o, "  LDS: chosen by the CK instance (within the {} bytes allowed per workgroup)", plan.smem.budget);
-        let _ = writeln!(o, "  launcher checks:");
-        for al in &plan.alignment {
-            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[al.tensor].name.name, al.vector_elems, al.why);
-        }
-        let _ = writeln!(o, "    {} * {} * {} * {} < 2^31 (CK's 32-bit offsets)", a.dims[0], a.dims[1], a.dims[2], a.dims[3]);
-        let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+        amd_resources(&mut o, c, &format!("chosen by the CK instance (within the {} bytes allowed per workgroup)", plan.smem.budget),
+            &[format!("{} * {} * {} * {} < 2^31 (CK's 32-bit offsets)", a.dims[0], a.dims[1], a.dims[2], a.dims[3])]);
         return o;
     }
     if let Some(p) = &plan.collective {
@@ -251,6 +240,21 @@ fn evt_text(c: &Compiled, n: &crate::layout::EvtNode) -> String {
             "{}({})", op.name(),
             children.iter().map(|ch| evt_text(c, ch)).collect::<Vec<_>>().join(", ")),
     }
+}
+
+/// The resources section of an AMD plan: LDS, the launcher's checks (the alignment ones and
+/// `extra_checks`), and what is and is not verified.
+fn amd_resources(o: &mut String, c: &Compiled, lds: &str, extra_checks: &[String]) {
+    let _ = writeln!(o, "\nResources");
+    let _ = writeln!(o, "  LDS: {lds}");
+    let _ = writeln!(o, "  launcher checks:");
+    for a in &c.plan.alignment {
+        let _ = writeln!(o, "    `{}`: {}-element vectors ({})", c.spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+    }
+    for x in extra_checks {
+        let _ = writeln!(o, "    {x}");
+    }
+    let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
 }
 
 fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::CollectivePlan) {

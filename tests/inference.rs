@@ -343,7 +343,7 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
             let c = compile_for(bundled(name), target).unwrap_or_else(|e| panic!("{name}: {}", e.join("\n")));
             let a = c.plan.attention.as_ref().unwrap();
             assert_eq!((a.q, a.k, a.v, a.o), (0, 1, 2, 3), "{name}");
-            assert_eq!((a.causal, a.head_dim, a.scale_log2.0.as_str()), (causal, head_dim, "scale_log2"), "{name}");
+            assert_eq!((a.causal, a.head_dim, a.scale_log2.name.as_str()), (causal, head_dim, "scale_log2"), "{name}");
             assert!(a.probe_error < 1e-2, "{name}: {}", a.probe_error);
             assert!(c.plan.collective.is_none() && c.plan.mmas.is_empty());
         }
@@ -365,7 +365,7 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     assert!(errs.contains("its output is not softmax attention with scale scale_log2 · ln 2"), "{errs}");
     // A different scale inside exp2 than the spec's softmax: still attention, with that scale.
     let c = compile_for(bundled("flash_attention_fwd_bf16.yaml").replace("scale_log2: 0.12751743082459868", "scale_log2: 0.09"), Target::Gfx90a).unwrap();
-    assert_eq!(c.plan.attention.as_ref().unwrap().scale_log2.1, 0.09);
+    assert_eq!(c.plan.attention.as_ref().unwrap().scale_log2.value, 0.09);
     // A literal head dim is named in the generated code.
     let literal = bundled("flash_attention_fwd_d64_bf16.yaml").replace("[B, S, H, D]", "[B, S, H, 64]");
     let c = compile_for(literal, Target::Gfx942).unwrap();

@@ -35,17 +35,27 @@ pub struct AttentionPlan {
     pub dtype: DType,
     /// Query i attends to keys j ≤ i only.
     pub causal: bool,
-    /// The spec constant that scales the scores inside exp2 (log2(e)/√D), its value and its
-    /// spelling.
-    pub scale_log2: (String, f64, String),
-    /// Spec lines of the two gemms (Q·Kᵀ, P·V) and of the mask, when there is one.
+    /// The spec constant that scales the scores inside exp2 (log2(e)/√D).
+    pub scale_log2: ScaleConstant,
+    /// Where the two gemms are.
     pub lines: AttentionLines,
     /// The probe's relative error against f64 softmax attention.
     pub probe_error: f64,
 }
 
-/// Where the recognised pieces are in the spec.
-#[derive(Clone, Debug, Default)]
+/// A float spec constant.
+#[derive(Clone, Debug)]
+pub struct ScaleConstant {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    pub value: f64,
+    /// Its spelling in the spec, kept for byte-identical output.
+    pub spelling: String,
+}
+
+/// Where the recognised gemms are in the spec.
+#[derive(Clone, Debug)]
 pub struct AttentionLines {
     /// Q·Kᵀ.
     pub scores: crate::diag::Span,
@@ -53,8 +63,9 @@ pub struct AttentionLines {
     pub output: crate::diag::Span,
 }
 
-/// The probe's sizes: ragged against every tile size a spec may use, two of each grid index.
-const PROBE: (usize, usize, usize) = (2, 70, 2);
+/// The probe's (batch, seq, heads): ragged against every tile size a spec may use, two of
+/// each grid index.
+pub const PROBE: (usize, usize, usize) = (2, 70, 2);
 /// Element operations the probe may take (about a second of interpretation).
 const PROBE_BUDGET: u64 = 200_000_000;
 
@@ -139,11 +150,11 @@ pub fn recognize(spec: &Spec, info: &Info) -> Result<AttentionPlan, String> {
 }
 
 /// The float constant `c` of an `exp2(... scores[i, j] * c ...)` in the body.
-fn exp2_scale(spec: &Spec, info: &Info, scores: &str) -> Option<(String, f64, String)> {
+fn exp2_scale(spec: &Spec, info: &Info, scores: &str) -> Option<ScaleConstant> {
     let mut found = None;
     let constant = |e: &Expr| match &e.kind {
         ExprKind::Name(n) => match info.symbols.get(n) {
-            Some(Symbol::Constant(ConstValue::Float(v, lit))) => Some((n.clone(), *v, lit.clone())),
+            Some(Symbol::Constant(ConstValue::Float(v, lit))) => Some(ScaleConstant { name: n.clone(), value: *v, spelling: lit.clone() }),
             _ => None,
         },
         _ => None,
@@ -199,7 +210,7 @@ fn probe(spec: &Spec, info: &Info, plan: &mut AttentionPlan) -> Result<(), Strin
     let got = &tensors[&spec.tensors[plan.o].name.name].data;
     let [q, k, v] = [plan.q, plan.k, plan.v].map(|t| &tensors[&spec.tensors[t].name.name].data);
     let at = |bi: usize, si: usize, hi: usize| ((bi * s + si) * h + hi) * d;
-    let scale = plan.scale_log2.1 * std::f64::consts::LN_2;
+    let scale = plan.scale_log2.value * std::f64::consts::LN_2;
     let mut errors = [0.0f64; 2];
     let mut norm = [0.0f64; 2];
     for (ci, causal) in [false, true].into_iter().enumerate() {
@@ -228,7 +239,7 @@ fn probe(spec: &Spec, info: &Info, plan: &mut AttentionPlan) -> Result<(), Strin
     if rel[best] > BOUND {
         return Err(format!(
             "on a probe (B = {b}, S = {s}, H = {h}) its output is not softmax attention with scale {} · ln 2: relative error {:.1e} against the non-causal form, {:.1e} against the causal one (bound {BOUND:.0e})",
-            plan.scale_log2.0, rel[0], rel[1]));
+            plan.scale_log2.name, rel[0], rel[1]));
     }
     plan.causal = best == 1;
     plan.probe_error = rel[best];

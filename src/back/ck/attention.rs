@@ -30,8 +30,8 @@ pub(super) struct Context {
     b: String,
     s: String,
     h: String,
+    /// The head dim's name in the generated code (the spec's constant, or `kHeadDim`).
     d: String,
-    head_dim_name: String,
     head_dim: i64,
     scale_name: String,
     scale_literal: String,
@@ -39,6 +39,7 @@ pub(super) struct Context {
     gemm1_xdl: i64,
     /// Template-argument lines whose code varies in length, padded so their comments align.
     type_lines: Vec<String>,
+    cshuffle_line: String,
     v_cluster_line: String,
     gemm1_line: String,
     mask_line: String,
@@ -66,7 +67,7 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
     }).collect();
     // The head dim by the spec's constant name, or `kHeadDim` when the spec writes a literal.
     let head_dim_name = if a.dims[3].parse::<i64>().is_ok() { "kHeadDim".to_string() } else { a.dims[3].clone() };
-    let scale_line = spec.constants.iter().find(|k| k.name.name == a.scale_log2.0).map_or(0, |k| c.line(k.name.span));
+    let scale_line = spec.constants.iter().find(|k| k.name.name == a.scale_log2.name).map_or(0, |k| c.line(k.name.span));
     let (mask_line, mask_comment) = if a.causal {
         (argument_line("MaskingSpecialization::MaskOutUpperTriangle,", "causal: the scores of keys after the query are masked out"),
          format!("The spec's causal mask (query i attends to keys j <= i, as the probe confirmed) is CK's MaskOutUpperTriangle, aligned at the top-left corner: queries and keys have the same length {}.", a.dims[1]))
@@ -94,20 +95,17 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
         b: a.dims[0].clone(),
         s: a.dims[1].clone(),
         h: a.dims[2].clone(),
-        d: head_dim_name.clone(),
-        head_dim_name,
+        d: head_dim_name,
         head_dim: a.head_dim,
-        scale_name: a.scale_log2.0.clone(),
-        scale_literal: crate::back::conv::float_literal(&a.scale_log2.2),
+        scale_name: a.scale_log2.name.clone(),
+        scale_literal: crate::back::conv::float_literal(&a.scale_log2.spelling),
         scale_line,
         gemm1_xdl: a.head_dim / 32,
         type_lines: vec![
             argument_line(&format!("{}, {},", alias(a.q), alias(a.k)), "ADataType (Q), BDataType (K)"),
             argument_line(&format!("{}, {},", alias(a.v), alias(a.o)), "B1DataType (V), CDataType (O)"),
-            argument_line("ck::Tuple<>, ck::Tuple<>,", "D0sDataType, D1sDataType: no bias on either product"),
-            argument_line("ElementAccumulator,", "GemmAccDataType"),
-            argument_line(&format!("{},", alias(a.o)), "CShuffleDataType: the output tile is shuffled through LDS in its own type"),
         ],
+        cshuffle_line: argument_line(&format!("{},", alias(a.o)), "CShuffleDataType: the output tile is shuffled through LDS in its own type"),
         v_cluster_line: argument_line(
             &format!("{}, Seq<0, 2, 1>, Seq<0, 2, 1>,", if a.head_dim == 128 { "Seq<8, 32, 1>" } else { "Seq<16, 16, 1>" }),
             "V: thread cluster K0_N_K1, arrange order, source access order"),
