@@ -108,7 +108,7 @@ def main():
     print("\n" + "\n".join(table))
     if args.markdown:
         with open(args.markdown, "a") as f:
-            f.write("\n## 4-bit weights (w4a16)\n\nBytes: packed weights, scales, A and C for ours; bf16 W, A and C for cuBLAS.\n\n" + "\n".join(table) + "\n")
+            f.write("\n## 4-bit weights (w4a16)\n\nBytes: packed weights, scales, A and C for ours; bf16 W, A and C for cuBLAS. What limits the kernel: notes/PERF.md.\n\n" + "\n".join(table) + "\n")
     print(f"\n{len(rows)} timed, {failures} check failure(s)")
     sys.exit(1 if failures else 0)
 
