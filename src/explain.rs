@@ -61,8 +61,25 @@ pub fn explain(c: &Compiled) -> String {
     if plan.mmas.is_empty() {
         let _ = writeln!(o, "  (no gemm)");
     }
+    if let Some(why) = &plan.mma_sync_reason {
+        let _ = writeln!(o, "  mma.sync (the sm80 lowering built for sm_90a), not warpgroup MMAs: {why}");
+    }
     for (id, m) in &plan.mmas {
         let _ = writeln!(o, "  {}", heading(*id));
+        if let Some(w) = &m.wgmma {
+            let _ = writeln!(o, "    warpgroup MMA {}; tile {}x{}x{} in {} k-block(s) of 16, {} 64-row MMA(s) each, issued as one batch (wgmma.mma_async), then waited for",
+                w.op, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks, w.m_steps);
+            let _ = writeln!(o, "    why: {}", m.why);
+            if m.a_in_registers {
+                let _ = writeln!(o, "    A = `{}`: read from registers (the producing warpgroup MMA's accumulator layout: every 16 accumulator columns are one k16 block of A, no shared round trip)", spec.buffers[m.a].name.name);
+            }
+            for (role, buf, major) in [("A", m.a, w.major.0), ("B", m.b, w.major.1)] {
+                let Some(l) = plan.shared.get(&buf) else { continue };
+                let _ = writeln!(o, "    {role} = `{}`: {major}-major, {} tile read by the tensor cores through a shared-memory descriptor per k-block{}",
+                    spec.buffers[buf].name.name, l.gmma_atom.unwrap_or("GMMA"), if l.staged { " and stage" } else { "" });
+            }
+            continue;
+        }
         let _ = writeln!(o, "    atom {}; tile {}x{}x{} in {} k-block(s) of 16", m.atom, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks);
         let _ = writeln!(o, "    warps {}x{} (M x N); TiledMma permutation {}x{}x{}", m.warps.0, m.warps.1, m.tile.0, m.tile.1, m.tile.2);
         let _ = writeln!(o, "    why: {}", m.why);

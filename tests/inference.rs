@@ -377,3 +377,33 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     let errs = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap_err().join("\n");
     assert!(errs.contains("this spec is not attention"), "{errs}");
 }
+
+#[test]
+fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mma_sync() {
+    let c = compile_for(attention(), Target::Sm90a).unwrap();
+    assert_eq!(c.plan.mma_sync_reason, None);
+    let ops: Vec<_> = c.plan.mmas.values().map(|m| m.wgmma.as_ref().expect("a warpgroup MMA").op.clone()).collect();
+    assert_eq!(ops, [
+        "SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>",   // Q·Kᵀ: both K-major in shared memory
+        "SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>", // P·V: P from registers, V MN-major
+    ]);
+    assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().unwrap().m_steps == 2 && m.warps == (4, 1)));
+    let tile = |n: &str| c.plan.shared[&c.spec.buffers.iter().position(|b| b.name.name == n).unwrap()].gmma_atom;
+    assert_eq!((tile("Q_s"), tile("K_s"), tile("V_s")),
+        (Some("GMMA::Layout_K_SW128_Atom"), Some("GMMA::Layout_K_SW128_Atom"), Some("GMMA::Layout_MN_SW128_Atom")));
+    // The same spec on sm80 keeps mma.sync and plain swizzled atoms.
+    let c80 = compile(attention()).unwrap();
+    assert!(c80.plan.mmas.values().all(|m| m.wgmma.is_none()) && c80.plan.shared.values().all(|l| l.gmma_atom.is_none()));
+    assert_eq!(c80.plan.mma_sync_reason, None);
+
+    // What does not fit keeps the whole program on mma.sync, with the reason.
+    let reason = |text: String| {
+        let c = compile_for(text, Target::Sm90a).unwrap();
+        assert!(c.plan.mmas.values().all(|m| m.wgmma.is_none()) && c.plan.shared.values().all(|l| l.gmma_atom.is_none()));
+        c.plan.mma_sync_reason.expect("a reason")
+    };
+    assert!(reason(w4a16()).contains("dequant_int4"), "w4a16");
+    assert!(reason(linear_attention()).contains("copied into `S_s`"), "linear attention");
+    assert!(reason(attention().replace("threads: 128", "threads: 256")).contains("threads: 128"), "two warpgroups");
+    assert!(reason(attention().replace("D: 128", "D: 32")).contains("multiples of 64 elements"), "32-wide rows");
+}

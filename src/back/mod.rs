@@ -31,10 +31,11 @@ pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
 
 /// Names every backend's generated code declares itself (namespaces, types, locals).
 const RESERVED_ALL: [&str; 12] = ["int", "float", "auto", "const", "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a"];
-/// Names the CuTe (sm80, and sm90a's mma.sync path) code declares.
-const RESERVED_CUTE: [&str; 22] = [
+/// Names the CuTe code (sm80, and sm90a's fused programs) declares or calls.
+const RESERVED_CUTE: [&str; 28] = [
     "cute", "cutlass", "Tensor", "Layout", "Shape", "Stride", "Int", "copy", "gemm", "clear", "size", "shape",
     "smem", "smem_buf", "tiled_mma", "thr_mma", "load_tile", "read_stage", "write_stage", "num_tiles", "k_block", "fast_exp2",
+    "GMMA", "fence_view_async_shared", "warpgroup_arrive", "warpgroup_commit_batch", "warpgroup_wait", "warpgroup_fence_operand",
 ];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
 const RESERVED_SM90A: [&str; 9] = ["cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes"];

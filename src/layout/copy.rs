@@ -247,6 +247,7 @@ impl Infer<'_> {
                 staged,
                 bytes: if fused_dst { 0 } else { elems as u64 * bytes * stages as u64 },
                 registers_only: fused_dst,
+                gmma_atom: None,
                 why: if fused_dst {
                     "gemm operand B, never written: the dequant that fills it is fused into its only reader, the gemm, which unpacks its B fragments in registers from the packed words".to_string()
                 } else {

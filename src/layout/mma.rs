@@ -35,6 +35,21 @@ pub struct MmaPlan {
     pub a_in_registers: bool,
     /// Why this arrangement.
     pub why: String,
+    /// sm90a: the warpgroup MMA this gemm lowers to instead of mma.sync.
+    pub wgmma: Option<Wgmma>,
+}
+
+/// A gemm lowered to warpgroup MMAs (sm90a `wgmma.mma_async`): one warpgroup of 128 threads
+/// issues `M / 64` MMAs of 64xNx16 per k-block, reading shared operands through GMMA
+/// descriptors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wgmma {
+    /// CuTe MMA operation, e.g. `SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>`.
+    pub op: String,
+    /// Majorness of A and B in shared memory (`K` or `MN`; A from registers: `K`).
+    pub major: (&'static str, &'static str),
+    /// 64-row MMA steps per k-block.
+    pub m_steps: i64,
 }
 
 impl MmaPlan {
@@ -170,6 +185,7 @@ impl Infer<'_> {
                 a_regs_per_kblock: ((m / wm / 16) * 4) as u64,
                 b_regs_per_kblock: ((n / wn / 8) * 2) as u64,
                 why,
+                wgmma: None,
             };
             let layout = FragmentLayout::MmaAccumulator { gemm: s.id };
             match self.plan.fragments.get(&ic) {

@@ -20,6 +20,7 @@ mod copy;
 mod mma;
 mod pipeline;
 mod sm90;
+mod wgmma;
 
 use crate::ast::*;
 use crate::check::Info;
@@ -28,7 +29,7 @@ use crate::target::Target;
 use std::collections::BTreeMap;
 
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
-pub use mma::MmaPlan;
+pub use mma::{MmaPlan, Wgmma};
 pub use pipeline::{PipelineMode, PipelinePlan};
 pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
@@ -70,6 +71,10 @@ pub struct SharedLayout {
     /// Never materialised: a `dequant_int4` fused into the gemm that reads this buffer
     /// writes that gemm's operand registers directly (no bytes, no layout in the output).
     pub registers_only: bool,
+    /// sm90a WGMMA path: the CuTe GMMA layout atom the tile is built from
+    /// (`GMMA::Layout_K_SW128_Atom` or `GMMA::Layout_MN_SW128_Atom`), so that warpgroup MMAs
+    /// can read it through shared-memory descriptors.
+    pub gmma_atom: Option<&'static str>,
     /// Why inference chose this.
     pub why: String,
 }
@@ -187,6 +192,9 @@ pub struct Plan {
     pub collective: Option<CollectivePlan>,
     /// AMD: the attention program composable_kernel's fused attention operation runs.
     pub attention: Option<attention::AttentionPlan>,
+    /// sm90a, fused programs: why the gemms stay on mma.sync (`None`: they are warpgroup
+    /// MMAs, see `MmaPlan::wgmma`, or the target is not sm90a).
+    pub mma_sync_reason: Option<String>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -227,6 +235,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             regs_per_thread: 0,
             collective: None,
             attention: None,
+            mma_sync_reason: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -257,8 +266,9 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
         }
     }
-    // Other programs (and every program on sm80) lower to CuTe with cp.async, ldmatrix and
-    // mma.sync; on sm90a this is the fallback until fused programs get a WGMMA lowering.
+    // Other programs (and every program on sm80) lower to CuTe with cp.async multistage
+    // pipelines; the gemms are mma.sync with ldmatrix on sm80, and on sm90a warpgroup MMAs
+    // (WGMMA) where every gemm fits them (the last step below).
     // Strict: gemms fix MMA atoms and accumulator layouts.
     cx.strict_gemms();
     // Reductions of accumulators along their rows give row-statistics fragments.
@@ -281,6 +291,11 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     cx.pipelines();
     // Budgets need everything above.
     cx.budgets();
+    // sm90a: gemms become warpgroup MMAs when every one of them fits (shared layouts change
+    // swizzle only, so the budgets above still hold).
+    if target == Target::Sm90a && cx.errors.is_empty() {
+        cx.plan_wgmma();
+    }
     if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) }
 }
 

@@ -100,6 +100,8 @@ pub struct GemmCtx {
     pub stage_b: String,
     pub k_blocks: i64,
     pub a_in_registers: bool,
+    /// sm90a: one batch of warpgroup MMAs instead of ldmatrix + mma.sync.
+    pub wgmma: bool,
     /// B unpacked in registers from packed words (a fused dequant).
     pub packed_b: Option<PackedBCtx>,
 }
@@ -467,6 +469,7 @@ impl Lower<'_> {
             stage_b: stage_of(m.b),
             k_blocks: m.k_blocks,
             a_in_registers: m.a_in_registers,
+            wgmma: m.wgmma.is_some(),
             packed_b: self.packed_b(s.id, stage),
         })
     }

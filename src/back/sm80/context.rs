@@ -17,6 +17,8 @@ pub struct Context {
     #[serde(flatten)]
     pub header: HeaderCtx,
     pub threads: i64,
+    /// sm90a: the gemms are warpgroup MMAs reading shared memory through descriptors.
+    pub wgmma: bool,
     pub target_banner: String,
     pub gencode: String,
     pub helpers: Vec<String>,
@@ -72,6 +74,9 @@ pub struct SmemLayoutCtx {
     pub atom_stride: String,
     pub tile_shape: String,
     pub modes: String,
+    /// sm90a WGMMA path: the GMMA atom type the tile is built from (empty: the swizzle and
+    /// atom above).
+    pub gmma_atom: String,
 }
 
 #[derive(Serialize)]
@@ -80,6 +85,11 @@ pub struct MmaCtx {
     pub line: usize,
     pub why: String,
     pub atom: String,
+    /// sm90a: the warpgroup MMA operation (empty: mma.sync with `atom`).
+    pub wgmma_op: String,
+    /// Whether A's and B's shared tiles have a stage mode (WGMMA partitions all stages).
+    pub stage_a: bool,
+    pub stage_b: bool,
     pub warps_m: i64,
     pub warps_n: i64,
     pub tile_m: i64,
@@ -268,6 +278,38 @@ CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
   return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
 }";
 
+/// The (row, col) view of an SM90 warpgroup MMA accumulator, for row statistics.
+const ACC_ROWS_COLS_GMMA: &str = "\
+// A warpgroup MMA accumulator layout ((2, 2, N/8), MMA_M, MMA_N) viewed as (row, col) of the
+// values one thread holds: ((2, MMA_M), (2, N/8, MMA_N)). Each warp holds 16 rows of every
+// 64-row MMA in the m16n8 pattern: value mode 1 steps 8 rows, value mode 0 one column, mode 2
+// eight columns; the other three lanes of the thread's quad hold the rest of each row.
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_rows_cols(Layout const& acc) {
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
+                     make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+}";
+
+/// The register-A view of a warpgroup MMA accumulator, for register-sourced gemms.
+const ACC_AS_OPERAND_A_GMMA: &str = "\
+// A warpgroup MMA accumulator layout ((2, 2, N/8), MMA_M, 1) read as the register A operand of
+// a 64xNx16 warpgroup MMA: ((2, 2, 2), MMA_M, N/16). Every 16 columns of the accumulator hold
+// exactly the values one k16 block of A needs in each thread, so no data moves.
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
+  static_assert(decltype(size<2>(acc))::value == 1, \"one MMA along N\");
+  auto n = logical_divide(get<0, 2>(acc), Int<2>{});  // (2, N/16)
+  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
+}";
+
+/// The proxy fence between cp.async's shared-memory writes and WGMMA's reads.
+const FENCE_VIEW_ASYNC_SHARED: &str = "\
+// Makes this thread's shared-memory writes (cp.async, zero fills: the generic proxy) visible
+// to the async proxy that warpgroup MMAs read through; a barrier then publishes them.
+CUTE_DEVICE void fence_view_async_shared() {
+  asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
+}";
+
 /// A shared layout with its first two modes swapped, for transposed operand views.
 const SWAP_MN: &str = "\
 // A shared tile's layout with modes 0 and 1 swapped (the stage mode, if any, stays last): the
@@ -393,6 +435,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             atom_stride,
             tile_shape: tile.join(", "),
             modes: modes.clone(),
+            gmma_atom: l.gmma_atom.map_or(String::new(), |a| format!("{a}<{}>", element_alias(&buf.name.name))),
         });
         pipeline_storage.push(MemberCtx { elem: element_alias(&buf.name.name), layout: name.clone(), member: buf.name.name.clone() });
         let storage = "smem.mainloop";
@@ -443,18 +486,24 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             code: format!("Tensor {} = partition_fragment_C(tiled_mma{sfx}, make_shape({}));", acc.name.name, acc_shape.join(", ")),
             comment: format!("fragment `{}` (spec line {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, c.line(acc.span), cpp_type(acc.dtype.0)),
         }] };
-        let sa = if la.is_some_and(|l| l.staged) { format!("{view_a}(_, _, 0)") } else { view_a.clone() };
+        // mma.sync partitions one stage (the ldmatrix copies pick the stage); WGMMA makes a
+        // descriptor per stage, so it partitions the whole staged tile.
+        let one_stage = |staged: bool, v: &str| if staged && m.wgmma.is_none() { format!("{v}(_, _, 0)") } else { v.to_string() };
+        let sa = one_stage(la.is_some_and(|l| l.staged), &view_a);
         let frag_a_decl = if m.a_in_registers {
             format!("Tensor tCr{n} = make_tensor({n}.data(), acc_as_operand_a({n}.layout()));  // (MMA, MMA_M, MMA_K): `{n}`'s registers as the A operand", n = a.name.name)
         } else {
             String::new()
         };
-        let sb = if lb.staged { format!("{view_b}(_, _, 0)") } else { view_b.clone() };
+        let sb = one_stage(lb.staged, &view_b);
         mmas.push(MmaCtx {
             name: format!("TiledMma{sfx}"),
             line: stmt_line,
             why: m.why.clone(),
             atom: m.atom.clone(),
+            wgmma_op: m.wgmma.as_ref().map_or(String::new(), |w| w.op.clone()),
+            stage_a: la.is_some_and(|l| l.staged),
+            stage_b: lb.staged,
             warps_m: m.warps.0,
             warps_n: m.warps.1,
             tile_m: m.tile.0,
@@ -681,11 +730,15 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         }
     });
     let mut helpers: Vec<String> = used.values().map(|d| d.to_string()).collect();
+    let wgmma = plan.mmas.values().any(|m| m.wgmma.is_some());
     if plan.fragments.values().any(|f| matches!(f, FragmentLayout::RowStats { .. })) {
-        helpers.push(ACC_ROWS_COLS.into());
+        helpers.push(if wgmma { ACC_ROWS_COLS_GMMA } else { ACC_ROWS_COLS }.into());
     }
     if plan.mmas.values().any(|m| m.a_in_registers) {
-        helpers.push(ACC_AS_OPERAND_A.into());
+        helpers.push(if wgmma { ACC_AS_OPERAND_A_GMMA } else { ACC_AS_OPERAND_A }.into());
+    }
+    if wgmma {
+        helpers.push(FENCE_VIEW_ASYNC_SHARED.into());
     }
     if plan.dequants.values().any(|d| d.fused_into.is_none()) {
         helpers.push(DEQUANT_INT4X8.into());
@@ -700,10 +753,13 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         helpers,
         header: header(c),
         threads: spec.threads.0,
+        wgmma,
         target_banner: match plan.target {
             crate::target::Target::Sm80 => "Target sm80: cp.async multistage pipeline, ldmatrix, mma.sync (runs on sm_80 and later).".into(),
             crate::target::Target::Gfx942 | crate::target::Target::Gfx90a => String::new(),
-            crate::target::Target::Sm90a => "Target sm90a, mma.sync path: this spec is not GEMM-shaped, and fused programs have no TMA + WGMMA lowering yet, so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.".into(),
+            crate::target::Target::Sm90a if wgmma => "Target sm90a, WGMMA path: cp.async multistage pipeline (TMA and warp specialization are not used yet), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.".into(),
+            crate::target::Target::Sm90a => format!("Target sm90a, mma.sync path: this spec is not GEMM-shaped and its gemms do not fit warpgroup MMAs ({}), so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.",
+                plan.mma_sync_reason.as_deref().unwrap_or("no reason recorded")),
         },
         gencode: match plan.target {
             crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),

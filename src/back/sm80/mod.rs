@@ -1,4 +1,6 @@
-//! The sm80 backend: CuTe C++ with cp.async multistage pipelines, ldmatrix and mma.sync.
+//! The sm80 backend: CuTe C++ with cp.async multistage pipelines, ldmatrix and mma.sync; on
+//! sm90a it also renders fused programs, with warpgroup MMAs (`wgmma.mma_async`) where the
+//! plan has them ([`crate::layout::Wgmma`]).
 //!
 //! Requires: a spec planned for [`Target::Sm80`](crate::target::Target::Sm80).
 //! Guarantees: a `.cu` translation unit (kernel + `extern "C"` launcher) and a `.h` with the

@@ -2,8 +2,9 @@
 //! GEMM-shaped specs, with the spec's element-wise epilogue as an epilogue visitor tree.
 //!
 //! Requires: a spec planned for [`Target::Sm90a`](crate::target::Target::Sm90a). Specs with
-//! a [`CollectivePlan`] render here; other (fused) programs render through the sm80 backend's
-//! mma.sync lowering, built for sm_90a, until they get a CuTe TMA + WGMMA lowering. Guarantees: a `.cu` with explicit schedules, stage count, tile and
+//! a [`CollectivePlan`] render here; other (fused) programs render through the sm80 backend
+//! (its cp.async pipeline, with warpgroup MMAs where the plan has them), built for sm_90a.
+//! Guarantees: a `.cu` with explicit schedules, stage count, tile and
 //! cluster shapes (never `Auto`), and the same C launcher contract as every target.
 
 use super::launcher::{header, launcher, HeaderCtx, LauncherCtx};

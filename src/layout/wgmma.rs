@@ -1,0 +1,124 @@
+//! sm90a: gemms of fused programs as warpgroup MMAs (`wgmma.mma_async`).
+//!
+//! Runs after the sm80-style planning, which fixed accumulator layouts, shared majorness,
+//! copies and pipelines. A WGMMA accumulator holds, in each warp of the warpgroup, the same
+//! 16 rows and the same m16n8 value pattern as a 4x1 mma.sync arrangement, so row
+//! statistics, element-wise blocks, masks and stores keep their meaning; what changes is
+//! the MMA (64xNx16 per warpgroup, operands read from shared memory through descriptors or
+//! A from registers) and the shared tiles' swizzle (the 128-byte GMMA swizzle). Either
+//! every gemm of the program fits, or none changes and `Plan::mma_sync_reason` says why.
+
+use super::{CopyKind, FragmentLayout, Infer, Wgmma};
+use crate::ast::*;
+
+/// The 128-byte GMMA swizzle in 2-byte elements: `Swizzle<3,3,3>` over an 8x64 atom.
+const SW128: super::Swizzle = super::Swizzle { bits: 3, base: 3, shift: 3 };
+
+impl Infer<'_> {
+    pub(super) fn plan_wgmma(&mut self) {
+        match self.wgmma_fit() {
+            Ok((gemms, tiles)) => {
+                for (id, w) in gemms {
+                    let m = self.plan.mmas.get_mut(&id).expect("planned gemm");
+                    m.why = format!(
+                        "one warpgroup (128 threads) issues {} 64x{}x16 warpgroup MMA{} per 16-deep k-block, A {}, B {}-major in shared memory; each warp holds whole accumulator rows (16 of every 64), as row statistics and register operands need",
+                        w.m_steps, m.mnk.1, if w.m_steps == 1 { "" } else { "s" },
+                        if m.a_in_registers { "from registers".to_string() } else { format!("{}-major in shared memory", w.major.0) },
+                        w.major.1);
+                    m.warps = (4, 1);
+                    m.wgmma = Some(w);
+                }
+                for (b, atom) in tiles {
+                    let l = self.plan.shared.get_mut(&b).expect("planned tile");
+                    l.gmma_atom = Some(atom);
+                    // The same 8x64 rows and Swizzle<3,3,3> (on 2-byte elements; the 128-byte
+                    // swizzle, Swizzle<3,4,3> on byte addresses) as the sm80 plan chose, spelled
+                    // as CuTe's GMMA atom so that descriptors can be made from it. The sm80
+                    // reason for the swizzle (ldmatrix's reads) no longer applies.
+                    debug_assert_eq!(l.swizzle, SW128);
+                    let base = l.why.split("; Swizzle<").next().unwrap_or_default().to_string();
+                    l.why = format!("{base}; {atom}: 8 rows of 64 elements with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors, conflict-free for the cp.async writes too");
+                }
+            }
+            Err(why) => self.plan.mma_sync_reason = Some(why),
+        }
+    }
+
+    /// Every gemm as a warpgroup MMA with the GMMA atom of each shared operand, or why not.
+    #[allow(clippy::type_complexity)]
+    fn wgmma_fit(&self) -> Result<(Vec<(StmtId, Wgmma)>, Vec<(usize, &'static str)>), String> {
+        let spec = self.spec;
+        if self.plan.mmas.is_empty() {
+            return Err("the spec has no gemm".into());
+        }
+        if spec.threads.0 != 128 {
+            return Err(format!("warpgroup MMAs need threads: 128 (one warpgroup); the spec has {}", spec.threads.0));
+        }
+        if !self.plan.dequants.is_empty() {
+            return Err("its dequant_int4 unpacks weights into mma.sync's B fragments, which warpgroup MMAs read from shared memory".into());
+        }
+        if let Some(cp) = self.plan.copies.values().find(|cp| cp.kind == CopyKind::AccumulatorToShared) {
+            let dst = cp.shared_dst.map_or("a shared buffer", |b| spec.buffers[b].name.name.as_str());
+            return Err(format!("an accumulator is copied into `{dst}`, a store the WGMMA accumulator layout does not lower yet"));
+        }
+        let mut gemms = Vec::new();
+        let mut tiles = Vec::new();
+        for (&id, m) in &self.plan.mmas {
+            let line = format!("gemm({}, {}, {})", spec.buffers[m.a].name.name, spec.buffers[m.b].name.name, spec.buffers[m.c].name.name);
+            let ty = if m.atom.contains("F32BF16BF16F32") {
+                "F32BF16BF16"
+            } else if m.atom.contains("F32F16F16F32") {
+                "F32F16F16"
+            } else {
+                return Err(format!("{line} accumulates in f16; the WGMMA lowering takes f32 accumulators"));
+            };
+            let (mm, n, _) = m.mnk;
+            if mm % 64 != 0 || n % 8 != 0 || !(8..=256).contains(&n) {
+                return Err(format!("{line} has a {mm}x{n} tile; warpgroup MMAs need M a multiple of 64 and N a multiple of 8 up to 256"));
+            }
+            let mut major = ("K", "K");
+            for (is_a, buf) in [(true, m.a), (false, m.b)] {
+                if is_a && m.a_in_registers {
+                    // The register operand reuses an accumulator's registers: 16 of its columns
+                    // per k-block, so the producing accumulator must be whole 16-column blocks.
+                    match self.plan.fragments.get(&buf) {
+                        Some(FragmentLayout::MmaAccumulator { gemm }) if self.plan.mmas[gemm].mnk.1 % 16 == 0 && self.plan.mmas[gemm].mnk.0 == mm => {}
+                        _ => return Err(format!("{line} reads `{}` from registers in a layout warpgroup MMAs cannot take", spec.buffers[buf].name.name)),
+                    }
+                    continue;
+                }
+                let name = &spec.buffers[buf].name.name;
+                let Some(l) = self.plan.shared.get(&buf) else {
+                    return Err(format!("{line} reads `{name}` from registers as its B operand"));
+                };
+                if !matches!(spec.buffers[buf].dtype.0, DType::BF16 | DType::F16) {
+                    return Err(format!("`{name}` is not a 16-bit tile"));
+                }
+                let readers = self.plan.mmas.values().filter(|o| o.a == buf || o.b == buf).count();
+                if readers > 1 {
+                    return Err(format!("`{name}` is an operand of {readers} gemms; a tile shared by several warpgroup MMAs is not lowered yet"));
+                }
+                if m.transposed_view(is_a, l) {
+                    return Err(format!("{line} reads `{name}` through a view with its modes swapped, which the WGMMA lowering does not take yet"));
+                }
+                let k_major = m.k_major(is_a, l);
+                let fits = l.swizzle == SW128
+                    && if k_major { l.atom_shape == (8, 64) && !l.atom_first_contiguous } else { l.atom_shape == (64, 8) && l.atom_first_contiguous };
+                if !fits {
+                    return Err(format!("`{name}` is {} wide along its contiguous dimension; the 128-byte GMMA swizzle needs multiples of 64 elements",
+                        l.cute_shape[if l.atom_first_contiguous { 0 } else { 1 }]));
+                }
+                let (maj, atom) = if k_major { ("K", "GMMA::Layout_K_SW128_Atom") } else { ("MN", "GMMA::Layout_MN_SW128_Atom") };
+                if is_a { major.0 = maj } else { major.1 = maj }
+                tiles.push((buf, atom));
+            }
+            let kind = if m.a_in_registers { "RS" } else { "SS" };
+            gemms.push((id, Wgmma {
+                op: format!("SM90_64x{n}x16_{ty}_{kind}<GMMA::Major::{}, GMMA::Major::{}>", major.0, major.1),
+                major,
+                m_steps: mm / 64,
+            }));
+        }
+        Ok((gemms, tiles))
+    }
+}
