@@ -67,8 +67,8 @@ pub fn explain(c: &Compiled) -> String {
     for (id, m) in &plan.mmas {
         let _ = writeln!(o, "  {}", heading(*id));
         if let Some(w) = &m.wgmma {
-            let _ = writeln!(o, "    warpgroup MMA {}; tile {}x{}x{} in {} k-block(s) of 16, {} 64-row MMA(s) each, issued as one batch (wgmma.mma_async), then waited for",
-                w.op, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks, w.m_steps);
+            let _ = writeln!(o, "    warpgroup MMA {}; tile {}x{}x{} in {} k-block(s) of 16; {} warpgroup(s) along M, {} 64-row MMA(s) each per k-block, issued as one batch (wgmma.mma_async), then waited for",
+                w.op, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks, w.warpgroups, w.m_steps);
             let _ = writeln!(o, "    why: {}", m.why);
             if m.a_in_registers {
                 let _ = writeln!(o, "    A = `{}`: read from registers (the producing warpgroup MMA's accumulator layout: every 16 accumulator columns are one k16 block of A, no shared round trip)", spec.buffers[m.a].name.name);

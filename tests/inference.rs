@@ -404,6 +404,8 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
     };
     assert!(reason(w4a16()).contains("dequant_int4"), "w4a16");
     assert!(reason(linear_attention()).contains("copied into `S_s`"), "linear attention");
-    assert!(reason(attention().replace("threads: 128", "threads: 256")).contains("threads: 128"), "two warpgroups");
+    // Two warpgroups stack along M, 64 rows each.
+    let c = compile_for(attention().replace("threads: 128", "threads: 256"), Target::Sm90a).unwrap();
+    assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().is_some_and(|w| w.warpgroups == 2 && w.m_steps == 1) && m.warps == (8, 1)));
     assert!(reason(attention().replace("D: 128", "D: 32")).contains("multiples of 64 elements"), "32-wide rows");
 }

@@ -39,16 +39,18 @@ pub struct MmaPlan {
     pub wgmma: Option<Wgmma>,
 }
 
-/// A gemm lowered to warpgroup MMAs (sm90a `wgmma.mma_async`): one warpgroup of 128 threads
-/// issues `M / 64` MMAs of 64xNx16 per k-block, reading shared operands through GMMA
-/// descriptors.
+/// A gemm lowered to warpgroup MMAs (sm90a `wgmma.mma_async`): each warpgroup of 128 threads
+/// owns `M / warpgroups` rows and issues `m_steps` MMAs of 64xNx16 per k-block, reading shared
+/// operands through GMMA descriptors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Wgmma {
     /// CuTe MMA operation, e.g. `SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>`.
     pub op: String,
     /// Majorness of A and B in shared memory (`K` or `MN`; A from registers: `K`).
     pub major: (&'static str, &'static str),
-    /// 64-row MMA steps per k-block.
+    /// Warpgroups (128 threads each) stacked along M.
+    pub warpgroups: i64,
+    /// 64-row MMA steps per warpgroup and k-block.
     pub m_steps: i64,
 }
 

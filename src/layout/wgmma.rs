@@ -21,11 +21,12 @@ impl Infer<'_> {
                 for (id, w) in gemms {
                     let m = self.plan.mmas.get_mut(&id).expect("planned gemm");
                     m.why = format!(
-                        "one warpgroup (128 threads) issues {} 64x{}x16 warpgroup MMA{} per 16-deep k-block, A {}, B {}-major in shared memory; each warp holds whole accumulator rows (16 of every 64), as row statistics and register operands need",
+                        "{} issues {} 64x{}x16 warpgroup MMA{} per 16-deep k-block, A {}, B {}-major in shared memory; each warp holds whole accumulator rows (16 of every 64), as row statistics and register operands need",
+                        if w.warpgroups == 1 { "one warpgroup (128 threads)".to_string() } else { format!("each of {} warpgroups (stacked along M, {} rows each)", w.warpgroups, m.mnk.0 / w.warpgroups) },
                         w.m_steps, m.mnk.1, if w.m_steps == 1 { "" } else { "s" },
                         if m.a_in_registers { "from registers".to_string() } else { format!("{}-major in shared memory", w.major.0) },
                         w.major.1);
-                    m.warps = (4, 1);
+                    m.warps = (4 * w.warpgroups, 1);
                     m.wgmma = Some(w);
                 }
                 for (b, atom) in tiles {
@@ -51,9 +52,10 @@ impl Infer<'_> {
         if self.plan.mmas.is_empty() {
             return Err("the spec has no gemm".into());
         }
-        if spec.threads.0 != 128 {
-            return Err(format!("warpgroup MMAs need threads: 128 (one warpgroup); the spec has {}", spec.threads.0));
+        if spec.threads.0 % 128 != 0 {
+            return Err(format!("warpgroup MMAs need whole warpgroups (threads a multiple of 128); the spec has {}", spec.threads.0));
         }
+        let groups = spec.threads.0 / 128;
         if !self.plan.dequants.is_empty() {
             return Err("its dequant_int4 unpacks weights into mma.sync's B fragments, which warpgroup MMAs read from shared memory".into());
         }
@@ -73,8 +75,8 @@ impl Infer<'_> {
                 return Err(format!("{line} accumulates in f16; the WGMMA lowering takes f32 accumulators"));
             };
             let (mm, n, _) = m.mnk;
-            if mm % 64 != 0 || n % 8 != 0 || !(8..=256).contains(&n) {
-                return Err(format!("{line} has a {mm}x{n} tile; warpgroup MMAs need M a multiple of 64 and N a multiple of 8 up to 256"));
+            if mm % (64 * groups) != 0 || n % 8 != 0 || !(8..=256).contains(&n) {
+                return Err(format!("{line} has a {mm}x{n} tile; {groups} warpgroup(s) of 64-row MMAs need M a multiple of {} and N a multiple of 8 up to 256", 64 * groups));
             }
             let mut major = ("K", "K");
             for (is_a, buf) in [(true, m.a), (false, m.b)] {
@@ -116,7 +118,8 @@ impl Infer<'_> {
             gemms.push((id, Wgmma {
                 op: format!("SM90_64x{n}x16_{ty}_{kind}<GMMA::Major::{}, GMMA::Major::{}>", major.0, major.1),
                 major,
-                m_steps: mm / 64,
+                warpgroups: groups,
+                m_steps: mm / (64 * groups),
             }));
         }
         Ok((gemms, tiles))

@@ -87,6 +87,8 @@ pub struct MmaCtx {
     pub atom: String,
     /// sm90a: the warpgroup MMA operation (empty: mma.sync with `atom`).
     pub wgmma_op: String,
+    /// sm90a: warpgroups stacked along M.
+    pub warpgroups: i64,
     /// Whether A's and B's shared tiles have a stage mode (WGMMA partitions all stages).
     pub stage_a: bool,
     pub stage_b: bool,
@@ -502,6 +504,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             why: m.why.clone(),
             atom: m.atom.clone(),
             wgmma_op: m.wgmma.as_ref().map_or(String::new(), |w| w.op.clone()),
+            warpgroups: m.wgmma.as_ref().map_or(0, |w| w.warpgroups),
             stage_a: la.is_some_and(|l| l.staged),
             stage_b: lb.staged,
             warps_m: m.warps.0,
