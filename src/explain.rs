@@ -75,7 +75,8 @@ pub fn explain(c: &Compiled) -> String {
             }
             for (role, buf, major) in [("A", m.a, w.major.0), ("B", m.b, w.major.1)] {
                 let Some(l) = plan.shared.get(&buf) else { continue };
-                let _ = writeln!(o, "    {role} = `{}`: {major}-major, {} tile read by the tensor cores through a shared-memory descriptor per k-block{}",
+                let view = if m.transposed_view(role == "A", l) { " through a view with its modes swapped" } else { "" };
+                let _ = writeln!(o, "    {role} = `{}`: {major}-major, {} tile read{view} by the tensor cores through a shared-memory descriptor per k-block{}",
                     spec.buffers[buf].name.name, l.gmma_atom.unwrap_or("GMMA"), if l.staged { " and stage" } else { "" });
             }
             continue;

@@ -403,7 +403,11 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
         c.plan.mma_sync_reason.expect("a reason")
     };
     assert!(reason(w4a16()).contains("dequant_int4"), "w4a16");
-    assert!(reason(linear_attention()).contains("copied into `S_s`"), "linear attention");
+    // Linear attention: K_s is Q·Kᵀ's K-major B and, through a swapped view, Kᵀ·V's MN-major
+    // A; the state is stored from S_f's registers into S_s and read as an MN-major B.
+    let c = compile_for(linear_attention(), Target::Sm90a).unwrap();
+    let majors: Vec<_> = c.plan.mmas.values().map(|m| m.wgmma.as_ref().expect("a warpgroup MMA").major).collect();
+    assert_eq!(majors, [("K", "K"), ("K", "MN"), ("K", "MN"), ("MN", "MN")]);
     // Two warpgroups stack along M, 64 rows each.
     let c = compile_for(attention().replace("threads: 128", "threads: 256"), Target::Sm90a).unwrap();
     assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().is_some_and(|w| w.warpgroups == 2 && w.m_steps == 1) && m.warps == (8, 1)));

@@ -85,7 +85,7 @@ using ElementAlpha = float;  // fragment buffer `alpha`
 // Shared buffer `Q_s` (spec 25): gemm operand A, viewed as (M, K); dim 1 contiguous to match `Q` so
 // cp.async moves 16-byte vectors; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the
 // 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through
-// shared-memory descriptors, conflict-free for the cp.async writes too.
+// shared-memory descriptors.
 using SmemLayoutQ_sAtom = GMMA::Layout_K_SW128_Atom<ElementQ_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutQ_s = decltype(tile_to_shape(
     SmemLayoutQ_sAtom{}, make_shape(Int<block_M>{}, Int<D>{})));  // (block_M, D)
@@ -93,7 +93,7 @@ using SmemLayoutQ_s = decltype(tile_to_shape(
 // Shared buffer `K_s` (spec 26): gemm operand B, viewed as (N, K); dim 1 contiguous to match `K` so
 // cp.async moves 16-byte vectors; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the
 // 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through
-// shared-memory descriptors, conflict-free for the cp.async writes too.
+// shared-memory descriptors.
 using SmemLayoutK_sAtom = GMMA::Layout_K_SW128_Atom<ElementK_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutK_s = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<block_N>{}, Int<D>{}, Int<stages>{})));  // (block_N, D, stage)
@@ -101,20 +101,20 @@ using SmemLayoutK_s = decltype(tile_to_shape(
 // Shared buffer `V_s` (spec 27): gemm operand B, viewed as (N, K); dim 1 contiguous to match `V` so
 // cp.async moves 16-byte vectors; GMMA::Layout_MN_SW128_Atom: 8 rows of 64 elements with the
 // 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through
-// shared-memory descriptors, conflict-free for the cp.async writes too.
+// shared-memory descriptors.
 using SmemLayoutV_sAtom = GMMA::Layout_MN_SW128_Atom<ElementV_s>;  // 64x8 elements, Swizzle<3, 3, 3>
 using SmemLayoutV_s = decltype(tile_to_shape(
     SmemLayoutV_sAtom{}, make_shape(Int<D>{}, Int<block_N>{}, Int<stages>{})));  // (D, block_N, stage)
 
 // gemm (spec 45): one warpgroup (128 threads) issues 2 64x64x16 warpgroup MMAs per 16-deep k-block,
-// A K-major in shared memory, B K-major in shared memory; each warp holds whole accumulator rows
-// (16 of every 64), as row statistics and register operands need.
+// A K-major in shared memory, B K-major in shared memory; each warp holds 16 of every 64
+// accumulator rows, in the m16n8 pattern of mma.sync.
 using TiledMma0 = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
 static_assert(size(TiledMma0{}) == kThreads, "the MMA uses every thread of the block");
 
 // gemm (spec 61): one warpgroup (128 threads) issues 2 64x128x16 warpgroup MMAs per 16-deep
-// k-block, A from registers, B MN-major in shared memory; each warp holds whole accumulator rows
-// (16 of every 64), as row statistics and register operands need.
+// k-block, A from registers, B MN-major in shared memory; each warp holds 16 of every 64
+// accumulator rows, in the m16n8 pattern of mma.sync.
 using TiledMma1 = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
 static_assert(size(TiledMma1{}) == kThreads, "the MMA uses every thread of the block");
 // A comes from registers (`P_f`).

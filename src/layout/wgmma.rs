@@ -8,7 +8,7 @@
 //! A from registers) and the shared tiles' swizzle (the 128-byte GMMA swizzle). Either
 //! every gemm of the program fits, or none changes and `Plan::mma_sync_reason` says why.
 
-use super::{CopyKind, FragmentLayout, Infer, Wgmma};
+use super::{FragmentLayout, Infer, Wgmma};
 use crate::ast::*;
 
 /// The 128-byte GMMA swizzle in 2-byte elements: `Swizzle<3,3,3>` over an 8x64 atom.
@@ -21,7 +21,7 @@ impl Infer<'_> {
                 for (id, w) in gemms {
                     let m = self.plan.mmas.get_mut(&id).expect("planned gemm");
                     m.why = format!(
-                        "{} issues {} 64x{}x16 warpgroup MMA{} per 16-deep k-block, A {}, B {}-major in shared memory; each warp holds whole accumulator rows (16 of every 64), as row statistics and register operands need",
+                        "{} issues {} 64x{}x16 warpgroup MMA{} per 16-deep k-block, A {}, B {}-major in shared memory; each warp holds 16 of every 64 accumulator rows, in the m16n8 pattern of mma.sync",
                         if w.warpgroups == 1 { "one warpgroup (128 threads)".to_string() } else { format!("each of {} warpgroups (stacked along M, {} rows each)", w.warpgroups, m.mnk.0 / w.warpgroups) },
                         w.m_steps, m.mnk.1, if w.m_steps == 1 { "" } else { "s" },
                         if m.a_in_registers { "from registers".to_string() } else { format!("{}-major in shared memory", w.major.0) },
@@ -38,7 +38,7 @@ impl Infer<'_> {
                     // reason for the swizzle (ldmatrix's reads) no longer applies.
                     debug_assert_eq!(l.swizzle, SW128);
                     let base = l.why.split("; Swizzle<").next().unwrap_or_default().to_string();
-                    l.why = format!("{base}; {atom}: 8 rows of 64 elements with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors, conflict-free for the cp.async writes too");
+                    l.why = format!("{base}; {atom}: 8 rows of 64 elements with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors");
                 }
             }
             Err(why) => self.plan.mma_sync_reason = Some(why),
@@ -58,10 +58,6 @@ impl Infer<'_> {
         let groups = spec.threads.0 / 128;
         if !self.plan.dequants.is_empty() {
             return Err("its dequant_int4 unpacks weights into mma.sync's B fragments, which warpgroup MMAs read from shared memory".into());
-        }
-        if let Some(cp) = self.plan.copies.values().find(|cp| cp.kind == CopyKind::AccumulatorToShared) {
-            let dst = cp.shared_dst.map_or("a shared buffer", |b| spec.buffers[b].name.name.as_str());
-            return Err(format!("an accumulator is copied into `{dst}`, a store the WGMMA accumulator layout does not lower yet"));
         }
         let mut gemms = Vec::new();
         let mut tiles = Vec::new();
@@ -96,23 +92,21 @@ impl Infer<'_> {
                 if !matches!(spec.buffers[buf].dtype.0, DType::BF16 | DType::F16) {
                     return Err(format!("`{name}` is not a 16-bit tile"));
                 }
-                let readers = self.plan.mmas.values().filter(|o| o.a == buf || o.b == buf).count();
-                if readers > 1 {
-                    return Err(format!("`{name}` is an operand of {readers} gemms; a tile shared by several warpgroup MMAs is not lowered yet"));
-                }
-                if m.transposed_view(is_a, l) {
-                    return Err(format!("{line} reads `{name}` through a view with its modes swapped, which the WGMMA lowering does not take yet"));
-                }
-                let k_major = m.k_major(is_a, l);
-                let fits = l.swizzle == SW128
-                    && if k_major { l.atom_shape == (8, 64) && !l.atom_first_contiguous } else { l.atom_shape == (64, 8) && l.atom_first_contiguous };
+                // The atom follows the tile's storage order (which mode is contiguous); each
+                // gemm reads it K-major or MN-major by where its own K lies, through a view
+                // with the modes swapped where its (MN, K) order is the other one. So one tile
+                // can be K-major for one gemm and MN-major for another (K in Q·Kᵀ and Kᵀ·V).
+                let fits = l.swizzle == SW128 && if l.atom_first_contiguous { l.atom_shape == (64, 8) } else { l.atom_shape == (8, 64) };
                 if !fits {
                     return Err(format!("`{name}` is {} wide along its contiguous dimension; the 128-byte GMMA swizzle needs multiples of 64 elements",
                         l.cute_shape[if l.atom_first_contiguous { 0 } else { 1 }]));
                 }
-                let (maj, atom) = if k_major { ("K", "GMMA::Layout_K_SW128_Atom") } else { ("MN", "GMMA::Layout_MN_SW128_Atom") };
+                let atom = if l.atom_first_contiguous { "GMMA::Layout_MN_SW128_Atom" } else { "GMMA::Layout_K_SW128_Atom" };
+                let maj = if m.k_major(is_a, l) { "K" } else { "MN" };
                 if is_a { major.0 = maj } else { major.1 = maj }
-                tiles.push((buf, atom));
+                if !tiles.contains(&(buf, atom)) {
+                    tiles.push((buf, atom));
+                }
             }
             let kind = if m.a_in_registers { "RS" } else { "SS" };
             gemms.push((id, Wgmma {
