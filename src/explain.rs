@@ -20,7 +20,8 @@ pub fn explain(c: &Compiled) -> String {
     } else if plan.collective.is_some() {
         let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's {} apply to sm80); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
     } else {
-        let _ = writeln!(o, "  threads: {} ({} warps); grid: {grid}", spec.threads.0, spec.threads.0 / 32);
+        let groups = if plan.mmas.values().any(|m| m.wgmma.is_some()) { format!(", {} warpgroup(s)", spec.threads.0 / 128) } else { String::new() };
+        let _ = writeln!(o, "  threads: {} ({} warps{groups}); grid: {grid}", spec.threads.0, spec.threads.0 / 32);
     }
     let _ = writeln!(o, "  launcher: tilegen_{}({}{}{}Stream_t)", spec.kernel.name,
         spec.tensors.iter().map(|t| format!("{}{}", if t.output { "void* " } else { "const void* " }, t.name.name)).collect::<Vec<_>>().join(", ") + ", ",
