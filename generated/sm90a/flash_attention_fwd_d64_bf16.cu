@@ -257,7 +257,7 @@ flash_attention_fwd_d64_bf16_kernel(ElementQ const* __restrict__ Q,
 
   // spec 38: pipelined(t, ceildiv(S, block_N), stages)
   // cp.async multistage: the next k-tile in flight in 2 shared stages while the current one feeds
-  // the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
+  // the MMAs; the warpgroup MMAs read the current stage through descriptors.
   {
     // spec 39: copy(K[bz, t*block_N:, by, :], K_s)
     Tensor mK_tile = mK(bz, _, by, _);  // the 2-D slice of `K` the tile lies in

@@ -276,7 +276,7 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
   // spec 35: pipelined(t, ceildiv(S, chunk), stages)
   // cp.async multistage: the next k-tile in flight in 2 shared stages while the current one feeds
-  // the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
+  // the MMAs; the warpgroup MMAs read the current stage through descriptors.
   {
     // spec 36: copy(Q[bz, t*chunk:, by, :], Q_s)
     Tensor mQ_tile = mQ(bz, _, by, _);  // the 2-D slice of `Q` the tile lies in

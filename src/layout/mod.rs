@@ -291,8 +291,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     cx.pipelines();
     // Budgets need everything above.
     cx.budgets();
-    // sm90a: gemms become warpgroup MMAs when every one of them fits (shared layouts change
-    // swizzle only, so the budgets above still hold).
+    // sm90a: gemms become warpgroup MMAs when every one of them fits (shared tiles keep
+    // their rows, swizzle and bytes, so the budgets above still hold).
     if target == Target::Sm90a && cx.errors.is_empty() {
         cx.plan_wgmma();
     }

@@ -5,8 +5,9 @@
 //! 16 rows and the same m16n8 value pattern as a 4x1 mma.sync arrangement, so row
 //! statistics, element-wise blocks, masks and stores keep their meaning; what changes is
 //! the MMA (64xNx16 per warpgroup, operands read from shared memory through descriptors or
-//! A from registers) and the shared tiles' swizzle (the 128-byte GMMA swizzle). Either
-//! every gemm of the program fits, or none changes and `Plan::mma_sync_reason` says why.
+//! A from registers) and how the shared tiles' layout atoms are spelled (CuTe's GMMA atoms:
+//! the same rows and 128-byte swizzle, in a form descriptors can be made from). Either every
+//! gemm of the program fits, or none changes and `Plan::mma_sync_reason` says why.
 
 use super::{FragmentLayout, Infer, Wgmma};
 use crate::ast::*;
@@ -28,6 +29,10 @@ impl Infer<'_> {
                         w.major.1);
                     m.warps = (4 * w.warpgroups, 1);
                     m.wgmma = Some(w);
+                }
+                // The k-blocks are read by the tensor cores straight from shared memory now.
+                for p in self.plan.pipelines.values_mut() {
+                    p.why = p.why.replace("; ldmatrix loads of k-block b+1 overlap the MMAs of b", "; the warpgroup MMAs read the current stage through descriptors");
                 }
                 for (b, atom) in tiles {
                     let l = self.plan.shared.get_mut(&b).expect("planned tile");
