@@ -287,15 +287,15 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     cx.dequants();
     // Copy atoms need shared and fragment layouts.
     cx.copy_plans();
+    // sm90a: gemms become warpgroup MMAs when every one of them fits (shared tiles keep
+    // their rows, swizzle and bytes); needs the gemms, fragments and shared layouts.
+    if target == Target::Sm90a && cx.errors.is_empty() {
+        cx.plan_wgmma();
+    }
     // Pipelines need the copy plans to tell producers from consumers.
     cx.pipelines();
     // Budgets need everything above.
     cx.budgets();
-    // sm90a: gemms become warpgroup MMAs when every one of them fits (shared tiles keep
-    // their rows, swizzle and bytes, so the budgets above still hold).
-    if target == Target::Sm90a && cx.errors.is_empty() {
-        cx.plan_wgmma();
-    }
     if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) }
 }
 

@@ -110,8 +110,13 @@ impl Infer<'_> {
             let mode = if stages >= 2 { PipelineMode::Multistage } else { PipelineMode::Synchronous };
             let why = match mode {
                 PipelineMode::Multistage => format!(
-                    "cp.async multistage: {} in flight in {stages} shared stages while the current one feeds the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b",
-                    if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) }),
+                    "cp.async multistage: {} in flight in {stages} shared stages while the current one feeds the MMAs; {}",
+                    if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) },
+                    if self.plan.mmas.values().any(|m| m.wgmma.is_some()) {
+                        "the warpgroup MMAs read the current stage through descriptors"
+                    } else {
+                        "ldmatrix loads of k-block b+1 overlap the MMAs of b"
+                    }),
                 PipelineMode::Synchronous => "one stage: each k-tile is loaded, waited for and consumed in turn (no overlap)".into(),
             };
             self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, covers: Vec::new(), why });

@@ -30,10 +30,6 @@ impl Infer<'_> {
                     m.warps = (4 * w.warpgroups, 1);
                     m.wgmma = Some(w);
                 }
-                // The k-blocks are read by the tensor cores straight from shared memory now.
-                for p in self.plan.pipelines.values_mut() {
-                    p.why = p.why.replace("; ldmatrix loads of k-block b+1 overlap the MMAs of b", "; the warpgroup MMAs read the current stage through descriptors");
-                }
                 for (b, atom) in tiles {
                     let l = self.plan.shared.get_mut(&b).expect("planned tile");
                     l.gmma_atom = Some(atom);

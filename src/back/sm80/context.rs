@@ -77,6 +77,8 @@ pub struct SmemLayoutCtx {
     /// sm90a WGMMA path: the GMMA atom type the tile is built from (empty: the swizzle and
     /// atom above).
     pub gmma_atom: String,
+    /// The atom's extents as text, e.g. `8x64`.
+    pub atom_extent: String,
 }
 
 #[derive(Serialize)]
@@ -438,6 +440,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             tile_shape: tile.join(", "),
             modes: modes.clone(),
             gmma_atom: l.gmma_atom.map_or(String::new(), |a| format!("{a}<{}>", element_alias(&buf.name.name))),
+            atom_extent: format!("{}x{}", l.atom_shape.0, l.atom_shape.1),
         });
         pipeline_storage.push(MemberCtx { elem: element_alias(&buf.name.name), layout: name.clone(), member: buf.name.name.clone() });
         let storage = "smem.mainloop";
