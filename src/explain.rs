@@ -199,6 +199,9 @@ pub fn explain(c: &Compiled) -> String {
     }
 
     let _ = writeln!(o, "\nCopies");
+    if let Some(why) = &plan.cp_async_reason {
+        let _ = writeln!(o, "  cp.async, not TMA loads: {why}");
+    }
     for (id, cp) in &plan.copies {
         let _ = writeln!(o, "  {}", heading(*id));
         let kind = match cp.kind {
@@ -206,8 +209,16 @@ pub fn explain(c: &Compiled) -> String {
             CopyKind::AccumulatorToGlobal => "accumulator -> shared staging -> global",
             CopyKind::AccumulatorToShared => "accumulator -> shared (converted in registers)",
         };
-        let _ = writeln!(o, "    {kind}; atom {}; {} elements ({} bits) per vector; threads {}x{}",
-            cp.atom, cp.vector_elems, cp.vector_bits, cp.threads.shape.0, cp.threads.shape.1);
+        match &cp.tma {
+            Some(t) => {
+                let _ = writeln!(o, "    {kind}; TMA (SM90_TMA_LOAD): {} box(es) of {}x{} elements (contiguous extent first), {} bytes per tile, on an mbarrier; tensor map modes in tensor dims {}",
+                    t.boxes, t.box_shape.0, t.box_shape.1, t.bytes, t.tensor_modes.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "));
+            }
+            None => {
+                let _ = writeln!(o, "    {kind}; atom {}; {} elements ({} bits) per vector; threads {}x{}",
+                    cp.atom, cp.vector_elems, cp.vector_bits, cp.threads.shape.0, cp.threads.shape.1);
+            }
+        }
         if let (false, Some(t)) = (cp.fixed.is_empty(), cp.tensor) {
             let t = &spec.tensors[t];
             let _ = writeln!(o, "    a {}-D tile of the {}-D `{}`: dims {} fixed at {}", cp.cute_shape.len(), t.shape.len(), t.name.name,
@@ -226,7 +237,11 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "    {:?}, {} stage(s); producers at spec {}; consumers at spec {}", p.mode, p.stages,
             p.producers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "),
             p.consumers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "));
-        if !p.covers.is_empty() {
+        let tma = p.producers.iter().any(|i| plan.copies.get(i).is_some_and(|cp| cp.tma.is_some()));
+        if tma && !p.covers.is_empty() {
+            let _ = writeln!(o, "    it waits for the copy at spec {} issued just before it after issuing its first stages, so that their loads overlap",
+                p.covers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "));
+        } else if !p.covers.is_empty() {
             let _ = writeln!(o, "    its first wait also covers the copy at spec {} issued just before it (cp.async groups complete in order), so that copy does not wait on its own",
                 p.covers.iter().map(|i| line_of_stmt(*i).to_string()).collect::<Vec<_>>().join(", "));
         }
@@ -234,9 +249,10 @@ pub fn explain(c: &Compiled) -> String {
     }
 
     let _ = writeln!(o, "\nResources");
-    let _ = writeln!(o, "  shared memory: {} bytes of buffers, {} bytes of epilogue staging ({}) -> {} of {} bytes allowed",
+    let _ = writeln!(o, "  shared memory: {} bytes of buffers, {} bytes of epilogue staging ({}){} -> {} of {} bytes allowed",
         plan.smem.buffers, plan.smem.staging,
         if plan.smem.staging_reuses_buffers { "reusing them" } else { "its own space: a store inside a loop" },
+        if plan.smem.barriers > 0 { format!(", {} bytes of TMA mbarriers", plan.smem.barriers) } else { String::new() },
         plan.smem.total, plan.smem.budget);
     let _ = writeln!(o, "  registers: about {} per thread (accumulators, double-buffered MMA operands, addressing)", plan.regs_per_thread);
     if !plan.alignment.is_empty() {

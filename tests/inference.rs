@@ -413,3 +413,39 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
     assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().is_some_and(|w| w.warpgroups == 2 && w.m_steps == 1) && m.warps == (8, 1)));
     assert!(reason(attention().replace("D: 128", "D: 32")).contains("multiples of 64 elements"), "32-wide rows");
 }
+
+#[test]
+fn sm90a_loads_warpgroup_mma_operands_with_tma_or_says_why_not() {
+    let c = compile_for(attention(), Target::Sm90a).unwrap();
+    assert_eq!(c.plan.cp_async_reason, None);
+    let load = |n: &str| {
+        let b = c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
+        c.plan.copies.values().find(|cp| cp.buffer == b && cp.tensor.is_some()).and_then(|cp| cp.tma.clone()).expect("a TMA load")
+    };
+    // Q [B, S, H, D]: a [block_M, D] tile in two 64-element-wide boxes (128 bytes, the swizzle
+    // span), the tensor map listing (S, D) then the fixed (B, H).
+    let q = load("Q_s");
+    assert_eq!((q.box_shape, q.boxes, q.bytes, q.tensor_modes.clone()), ((64, 128), 2, 128 * 128 * 2, vec![1, 3, 0, 2]));
+    let k = load("K_s");
+    assert_eq!((k.box_shape, k.boxes, k.bytes), ((64, 64), 2, 64 * 128 * 2));
+    // V_s is read MN-major: its tile is (D, block_N) in CuTe order, D contiguous.
+    assert_eq!(load("V_s").tensor_modes, [3, 1, 0, 2]);
+    // One mbarrier per stage plus Q's, padded to 128 bytes, counted in the budget.
+    assert_eq!(c.plan.smem.barriers, 128);
+    assert_eq!(c.plan.smem.total, c.plan.smem.buffers.max(c.plan.smem.staging) + 128);
+    let pipeline = c.plan.pipelines.values().next().unwrap();
+    assert!(pipeline.why.starts_with("TMA multistage"), "{}", pipeline.why);
+
+    // sm80, and sm90a programs on mma.sync, keep cp.async without a reason to give.
+    let c80 = compile(attention()).unwrap();
+    assert!(c80.plan.copies.values().all(|cp| cp.tma.is_none()) && c80.plan.smem.barriers == 0);
+    let w = compile_for(w4a16(), Target::Sm90a).unwrap();
+    assert!(w.plan.copies.values().all(|cp| cp.tma.is_none()) && w.plan.cp_async_reason.is_none());
+
+    // A 512-row Q tile is over a TMA box's 256 rows: every copy stays cp.async, with the reason.
+    let c = compile_for(attention().replace("block_M: 128 ", "block_M: 512 "), Target::Sm90a).unwrap();
+    assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()));
+    assert!(c.plan.copies.values().all(|cp| cp.tma.is_none()) && c.plan.smem.barriers == 0);
+    let why = c.plan.cp_async_reason.expect("a reason");
+    assert!(why.contains("copy(Q, Q_s)") && why.contains("at most 256 rows"), "{why}");
+}

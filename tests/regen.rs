@@ -80,7 +80,7 @@ fn check_and_explain_work_on_the_bundled_specs() {
     // sm90a: attention's gemms as warpgroup MMAs; w4a16 stays on mma.sync, with the reason.
     let (code, text) = tilegen(root, &["explain", "specs/flash_attention_fwd_bf16.yaml", "--target", "sm90a"]);
     assert_eq!(code, 0, "{text}");
-    for needle in ["1 warpgroup(s)", "warpgroup MMA SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>", "_RS<GMMA::Major::K, GMMA::Major::MN>", "GMMA::Layout_MN_SW128_Atom"] {
+    for needle in ["1 warpgroup(s)", "warpgroup MMA SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>", "_RS<GMMA::Major::K, GMMA::Major::MN>", "GMMA::Layout_MN_SW128_Atom", "TMA (SM90_TMA_LOAD): 2 box(es) of 64x64 elements", "TMA multistage", "bytes of TMA mbarriers"] {
         assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
     }
     let (code, text) = tilegen(root, &["explain", "specs/w4a16_gemm_bf16.yaml", "--target", "sm90a"]);

@@ -24,11 +24,14 @@ extern "C" {
 //   O      [B, S, H, D] bf16 (output)
 // Sizes: B, S, H >= 1, any value: tiles at ragged edges are predicated.
 // Alignment:
-//   Q must be 16-byte aligned and D a multiple of 8 (cp.async moves 16-byte vectors of `Q`).
-//   K must be 16-byte aligned and D a multiple of 8 (cp.async moves 16-byte vectors of `K`).
-//   V must be 16-byte aligned and D a multiple of 8 (cp.async moves 16-byte vectors of `V`).
+//   Q must be 16-byte aligned and D a multiple of 8 (TMA needs the base address and row strides of
+//   `Q` 16-byte aligned).
+//   K must be 16-byte aligned and D a multiple of 8 (TMA needs the base address and row strides of
+//   `K` 16-byte aligned).
+//   V must be 16-byte aligned and D a multiple of 8 (TMA needs the base address and row strides of
+//   `V` 16-byte aligned).
 //   O must be 16-byte aligned and D a multiple of 8 (the epilogue stores 16-byte vectors of `O`).
-// Launch: grid (D / block_V, H, B), 128 threads, 106496 bytes of dynamic shared memory (the limit
+// Launch: grid (D / block_V, H, B), 128 threads, 106624 bytes of dynamic shared memory (the limit
 // is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:

@@ -61,6 +61,8 @@ pub struct CopyPlan {
     pub staging_bytes: u64,
     /// The staging tile's swizzle and atom (epilogues).
     pub staging_swizzle: Option<(Swizzle, (i64, i64))>,
+    /// sm90a: issued as TMA loads instead of cp.async (global → shared only).
+    pub tma: Option<super::TmaLoad>,
     /// Why.
     pub why: String,
 }
@@ -412,6 +414,7 @@ impl Infer<'_> {
             threads,
             staging_bytes: 0,
             staging_swizzle: None,
+            tma: None,
             why,
         });
     }
@@ -453,6 +456,7 @@ impl Infer<'_> {
             threads: ThreadLayout { shape: (self.spec.threads.0, 1), contiguous_first: false },
             staging_bytes: 0,
             staging_swizzle: None,
+            tma: None,
             why,
         });
     }
@@ -498,6 +502,7 @@ impl Infer<'_> {
             threads,
             staging_bytes: elems as u64 * out_bytes,
             staging_swizzle: Some((swz, atom)),
+            tma: None,
             why,
         });
     }

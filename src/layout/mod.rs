@@ -20,6 +20,7 @@ mod copy;
 mod mma;
 mod pipeline;
 mod sm90;
+mod tma;
 mod wgmma;
 
 use crate::ast::*;
@@ -31,6 +32,7 @@ use std::collections::BTreeMap;
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use mma::{MmaPlan, Wgmma};
 pub use pipeline::{PipelineMode, PipelinePlan};
+pub use tma::TmaLoad;
 pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
@@ -159,7 +161,11 @@ pub struct SmemUse {
     /// runs after the loops, once the buffers are dead. A store inside a loop gets space
     /// of its own, since later iterations still need the buffers (and tiles in flight).
     pub staging_reuses_buffers: bool,
-    /// What the kernel requests: the larger of the two, or their sum.
+    /// Bytes of the mbarriers TMA loads complete on (after the buffers, padded to their
+    /// 128-byte alignment), 0 without TMA.
+    pub barriers: u64,
+    /// What the kernel requests: the larger of buffers and staging, or their sum, plus
+    /// the barriers.
     pub total: u64,
     /// The target's limit.
     pub budget: u64,
@@ -195,6 +201,9 @@ pub struct Plan {
     /// sm90a, fused programs: why the gemms stay on mma.sync (`None`: they are warpgroup
     /// MMAs, see `MmaPlan::wgmma`, or the target is not sm90a).
     pub mma_sync_reason: Option<String>,
+    /// sm90a WGMMA path: why the global → shared copies stay cp.async (`None`: they are TMA
+    /// loads, see `CopyPlan::tma`, or the program is not on the WGMMA path).
+    pub cp_async_reason: Option<String>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -231,11 +240,12 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             pipelines: BTreeMap::new(),
             dequants: BTreeMap::new(),
             alignment: Vec::new(),
-            smem: SmemUse { buffers: 0, staging: 0, staging_reuses_buffers: true, total: 0, budget: target.smem_budget() },
+            smem: SmemUse { buffers: 0, staging: 0, staging_reuses_buffers: true, barriers: 0, total: 0, budget: target.smem_budget() },
             regs_per_thread: 0,
             collective: None,
             attention: None,
             mma_sync_reason: None,
+            cp_async_reason: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -291,6 +301,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     // their rows, swizzle and bytes); needs the gemms, fragments and shared layouts.
     if target == Target::Sm90a && cx.errors.is_empty() {
         cx.plan_wgmma();
+        // Copies into GMMA-laid-out tiles become TMA loads (all of them or none).
+        cx.plan_tma();
     }
     // Pipelines need the copy plans to tell producers from consumers.
     cx.pipelines();
@@ -642,8 +654,16 @@ impl<'a> Infer<'a> {
         } else {
             self.plan.copies.values().map(|c| c.staging_bytes).sum()
         };
-        let total = if reuse { buffers.max(staging) } else { buffers + staging };
-        self.plan.smem = SmemUse { buffers, staging, staging_reuses_buffers: reuse, total, budget: self.target.smem_budget() };
+        // One mbarrier (8 bytes) per stage of a pipeline of TMA loads, and per TMA copy
+        // outside pipelines; the block of them is padded to the storage's 128-byte alignment.
+        let tma_pipelines: i64 = self.plan.pipelines.values()
+            .filter(|p| p.producers.iter().any(|id| self.plan.copies.get(id).is_some_and(|c| c.tma.is_some())))
+            .map(|p| p.stages.max(1)).sum();
+        let pipelined: Vec<StmtId> = self.plan.pipelines.values().flat_map(|p| p.producers.clone()).collect();
+        let single = self.plan.copies.iter().filter(|(id, c)| c.tma.is_some() && !pipelined.contains(id)).count() as i64;
+        let barriers = (8 * (tma_pipelines + single) as u64).div_ceil(128) * 128;
+        let total = if reuse { buffers.max(staging) } else { buffers + staging } + barriers;
+        self.plan.smem = SmemUse { buffers, staging, staging_reuses_buffers: reuse, barriers, total, budget: self.target.smem_budget() };
         if total > self.target.smem_budget() {
             let detail = self.plan.shared.iter()
                 .map(|(b, l)| format!("`{}` {} B{}", self.spec.buffers[*b].name.name, l.bytes, if l.stages > 1 { format!(" ({} stages)", l.stages) } else { String::new() }))

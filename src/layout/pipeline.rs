@@ -108,7 +108,11 @@ impl Infer<'_> {
                 }
             }
             let mode = if stages >= 2 { PipelineMode::Multistage } else { PipelineMode::Synchronous };
+            let tma = producers.iter().any(|id| self.plan.copies.get(id).is_some_and(|c| c.tma.is_some()));
             let why = match mode {
+                PipelineMode::Multistage if tma => format!(
+                    "TMA multistage: {} in flight in {stages} shared stages while the current one feeds the MMAs; one thread issues each tile's TMA loads into the stage the block finished with (after a block barrier), and every thread waits on the stage's mbarrier before reading it; the warpgroup MMAs read the current stage through descriptors",
+                    if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) }),
                 PipelineMode::Multistage => format!(
                     "cp.async multistage: {} in flight in {stages} shared stages while the current one feeds the MMAs; {}",
                     if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) },
@@ -117,6 +121,7 @@ impl Infer<'_> {
                     } else {
                         "ldmatrix loads of k-block b+1 overlap the MMAs of b"
                     }),
+                PipelineMode::Synchronous if tma => "one stage: each k-tile's TMA loads are issued, waited for (on the stage's mbarrier) and consumed in turn (no overlap)".into(),
                 PipelineMode::Synchronous => "one stage: each k-tile is loaded, waited for and consumed in turn (no overlap)".into(),
             };
             self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, covers: Vec::new(), why });

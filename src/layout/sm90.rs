@@ -313,7 +313,7 @@ impl<'a> Infer<'a> {
         // The TMA epilogue stages 128x64 (or smaller) subtiles of D through shared memory, twice.
         let epi_bytes = 2 * (bm.min(128) * bn.min(64)) as u64 * bytes(spec.tensors[td].dtype.0) + 4 * bn as u64;
         let smem_bytes = stages as u64 * stage_bytes + epi_bytes + 1024;
-        self.plan.smem = super::SmemUse { buffers: stages as u64 * stage_bytes, staging: epi_bytes, staging_reuses_buffers: false, total: smem_bytes, budget: self.target.smem_budget() };
+        self.plan.smem = super::SmemUse { buffers: stages as u64 * stage_bytes, staging: epi_bytes, staging_reuses_buffers: false, barriers: 0, total: smem_bytes, budget: self.target.smem_budget() };
         if smem_bytes > self.target.smem_budget() {
             let span = match &shape.pipeline.kind {
                 StmtKind::Loop { stages: Some(st), .. } => st.span,
@@ -397,7 +397,7 @@ impl<'a> Infer<'a> {
         let (bm, bn, bk) = (128, 128, 64);
         let bytes = self.spec.tensors[a].dtype.0.bytes();
         let lds = (bm * bk + bn * bk) as u64 * bytes;
-        self.plan.smem = super::SmemUse { buffers: lds, staging: 0, staging_reuses_buffers: false, total: lds, budget: self.target.smem_budget() };
+        self.plan.smem = super::SmemUse { buffers: lds, staging: 0, staging_reuses_buffers: false, barriers: 0, total: lds, budget: self.target.smem_budget() };
         if lds > self.target.smem_budget() {
             self.err(Diagnostic::error(self.spec.kernel.span, format!(
                 "LDS over budget: the {bm}x{bn}x{bk} tiles need {lds} bytes but {} allows {} bytes per workgroup", self.target, self.target.smem_budget())));

@@ -20,7 +20,7 @@ pub enum BodyItem {
     Else { pad: String },
     Close { pad: String },
     PipelineOpen(Box<PipelineCtx>),
-    PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool },
+    PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool, tma: bool },
     /// `deferred`: the wait is left to the multistage pipeline that follows (cp.async
     /// groups complete in order, so its first wait covers this copy too).
     CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool },
@@ -54,6 +54,14 @@ pub struct PipelineCtx {
     pub stages: String,
     pub multistage: bool,
     pub producers: Vec<ProducerCtx>,
+    /// The producers are TMA loads completing on the mbarriers `barrier[stage]`, which
+    /// expect `tma_bytes` per tile.
+    pub tma: bool,
+    pub barrier: String,
+    pub tma_bytes: String,
+    /// Waits for TMA copies before the loop that left their wait to it (after its
+    /// prologue, so that their loads overlap the first stages').
+    pub tma_waits: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -79,6 +87,18 @@ pub struct ProducerCtx {
     pub active: i64,
     /// Extra indentation of the copy code inside the `tid < active` guard.
     pub ind: String,
+    /// TMA loads: the tensor map's kernel parameter, the coordinate tensor it reads
+    /// (`tma_view`, declared by `tma_view_decl`), sliced at the copy's fixed indices
+    /// (`tma_slice`), this block's slice of the copy, the barrier of a copy outside
+    /// pipelines and the tile's bytes.
+    pub tma: bool,
+    pub tma_var: String,
+    pub tma_view: String,
+    pub tma_view_decl: String,
+    pub tma_slice: String,
+    pub tma_thr: String,
+    pub barrier: String,
+    pub tma_bytes: String,
 }
 
 #[derive(Serialize)]
@@ -420,6 +440,17 @@ impl Lower<'_> {
         }).collect();
         let layout = &c.plan.shared[&cp.buffer];
         let active = cp.active_threads();
+        let b = &buf.name.name;
+        let (tma_view_decl, tma_slice) = match &cp.tma {
+            Some(load) => {
+                let modes: Vec<String> = load.tensor_modes.iter().map(|m| m.to_string()).collect();
+                let mut idx = vec!["_".to_string(), "_".to_string()];
+                idx.extend(cp.fixed.iter().map(|(_, e)| self.conv.expr(e, &PlainEnv)));
+                (format!("tma_{b}.get_tma_tensor(shape(select<{}>(m{}.layout())))", modes.join(", "), t.name.name),
+                 if cp.fixed.is_empty() { format!("m{key}_tma") } else { format!("m{key}_tma({})", idx.join(", ")) })
+            }
+            None => (String::new(), String::new()),
+        };
         Some(ProducerCtx {
             line: c.line(s.span),
             text: c.file.snippet(s.span).to_string(),
@@ -438,8 +469,16 @@ impl Lower<'_> {
             tc: format!("t{key}c{key}"),
             smem: format!("s{}", buf.name.name),
             pipelined: layout.staged,
-            active: if active < c.spec.threads.0 { active } else { 0 },
-            ind: if active < c.spec.threads.0 { "  ".into() } else { String::new() },
+            active: if active < c.spec.threads.0 && cp.tma.is_none() { active } else { 0 },
+            ind: if active < c.spec.threads.0 && cp.tma.is_none() { "  ".into() } else { String::new() },
+            tma: cp.tma.is_some(),
+            tma_var: format!("tma_{b}"),
+            tma_view: format!("m{key}_tma"),
+            tma_view_decl,
+            tma_slice,
+            tma_thr: format!("tma_thr_{key}"),
+            barrier: format!("smem.full_{b}"),
+            tma_bytes: format!("kTmaBytes{}", upper_first(b)),
         })
     }
 
@@ -508,6 +547,18 @@ impl Lower<'_> {
         }
         let stages_text = stages.as_ref().map(|e| self.c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
         let multistage = plan.mode == PipelineMode::Multistage;
+        let tma = producers.iter().any(|p| p.tma);
+        let tma_bytes = producers.iter().map(|p| p.tma_bytes.clone()).collect::<Vec<_>>().join(" + ");
+        let tma_waits = if tma {
+            plan.covers.iter().filter_map(|id| {
+                let cp = self.c.plan.copies.get(id)?;
+                let b = &self.c.spec.buffers[cp.buffer].name.name;
+                let line = self.c.spec.stmt(*id).map(|s| self.c.line(s.span)).unwrap_or(0);
+                Some(format!("wait_barrier(smem.full_{b}, 0);  // `{b}` (spec {line}, issued before the loop) has landed"))
+            }).collect()
+        } else {
+            Vec::new()
+        };
         self.items.push(BodyItem::PipelineOpen(Box::new(PipelineCtx {
             pad: pad(depth),
             line: self.c.line(s.span),
@@ -518,6 +569,10 @@ impl Lower<'_> {
             stages: stages_text.clone(),
             multistage,
             producers,
+            tma,
+            barrier: format!("smem.full_{}", var.name),
+            tma_bytes,
+            tma_waits,
         })));
         // The loop body: every statement but the producers, on the stage just landed.
         let outer = self.stage.replace("read_stage");
@@ -527,8 +582,9 @@ impl Lower<'_> {
             }
         }
         self.stage = outer;
+        let tma = plan.producers.iter().any(|p| self.c.plan.copies.get(p).is_some_and(|cp| cp.tma.is_some()));
         let sync_after = !plan.covers.is_empty();
-        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after });
+        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma });
     }
 
     fn reduce(&mut self, s: &Stmt, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool, depth: usize) {

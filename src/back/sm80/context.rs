@@ -19,6 +19,13 @@ pub struct Context {
     pub threads: i64,
     /// sm90a: the gemms are warpgroup MMAs reading shared memory through descriptors.
     pub wgmma: bool,
+    /// sm90a: global → shared copies are TMA loads completing on mbarriers.
+    pub tma: bool,
+    /// TMA loads: their host-side construction and kernel parameter types.
+    pub tma_loads: Vec<TmaCtx>,
+    /// The mbarriers in shared memory (after the buffers), and their initialisation.
+    pub barriers: Vec<LineCtx>,
+    pub barrier_inits: Vec<String>,
     pub target_banner: String,
     pub gencode: String,
     pub helpers: Vec<String>,
@@ -79,6 +86,31 @@ pub struct SmemLayoutCtx {
     pub gmma_atom: String,
     /// The atom's extents as text, e.g. `8x64`.
     pub atom_extent: String,
+    /// A staged tile that TMA loads write: the extents of one stage (empty otherwise), for
+    /// the `...Tile` layout the tensor map's boxes are built from.
+    pub tma_tile: String,
+}
+
+/// One global → shared copy lowered to TMA loads: the tensor map is built on the host by
+/// `make_fn` and reaches the kernel as a `__grid_constant__` parameter of type `name`.
+#[derive(Serialize)]
+pub struct TmaCtx {
+    pub line: usize,
+    pub why: String,
+    pub name: String,
+    pub make_fn: String,
+    pub var: String,
+    pub fn_params: String,
+    pub null_args: String,
+    pub args: String,
+    pub tensor_code: String,
+    pub tensor: String,
+    pub tensor_doc: String,
+    pub modes: String,
+    pub modes_doc: String,
+    pub smem_tile: String,
+    pub bytes_name: String,
+    pub elem: String,
 }
 
 #[derive(Serialize)]
@@ -441,6 +473,11 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             modes: modes.clone(),
             gmma_atom: l.gmma_atom.map_or(String::new(), |a| format!("{a}<{}>", element_alias(&buf.name.name))),
             atom_extent: format!("{}x{}", l.atom_shape.0, l.atom_shape.1),
+            tma_tile: if l.staged && plan.copies.values().any(|cp| cp.buffer == b && cp.tma.is_some()) {
+                static_extents(c, b, &l.cute_dims).join(", ")
+            } else {
+                String::new()
+            },
         });
         pipeline_storage.push(MemberCtx { elem: element_alias(&buf.name.name), layout: name.clone(), member: buf.name.name.clone() });
         let storage = "smem.mainloop";
@@ -605,6 +642,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     for (&sid, cp) in &plan.copies {
         let line = spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0);
         match cp.kind {
+            CopyKind::GlobalToShared if cp.tma.is_some() => {}
             CopyKind::GlobalToShared => {
                 let buf = &spec.buffers[cp.buffer];
                 let (ts, tst) = thread_layout_text(cp.threads.shape, cp.threads.contiguous_first);
@@ -656,6 +694,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let mut kernel_params = Vec::new();
     let mut kernel_args = Vec::new();
     let mut global_tensors = Vec::new();
+    let mut tensor_codes = std::collections::BTreeMap::new();
     for (ti, t) in spec.tensors.iter().enumerate() {
         let n = &t.name.name;
         let alias = element_alias(n);
@@ -690,16 +729,24 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             }
         };
         if plan.copies.values().any(|cp| cp.tensor == Some(ti)) {
-            global_tensors.push(LineCtx {
+            let line = LineCtx {
                 code: format!("Tensor m{n} = make_tensor(make_gmem_ptr({n}), make_shape({shape}), make_stride({stride}));"),
                 comment: format!("{n} [{}]{order}", dims.join(", ")),
-            });
+            };
+            tensor_codes.insert(ti, (line.code.clone(), line.comment.clone(), dims.clone()));
+            global_tensors.push(line);
         }
     }
     for d in &info.runtime_dims {
         kernel_params.push(format!("int {d}"));
         kernel_args.push(d.clone());
     }
+    let tma_loads = tma_contexts(c, &tensor_codes);
+    for t in &tma_loads {
+        kernel_params.push(format!("CUTE_GRID_CONSTANT {} const {}", t.name, t.var));
+        kernel_args.push(t.var.clone());
+    }
+    let (barriers, barrier_inits) = tma_barriers(c, &tma_loads);
     let grid_dims = ["x", "y", "z"];
     let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx {
         name: g.var.name.clone(),
@@ -743,7 +790,10 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if plan.mmas.values().any(|m| m.a_in_registers) {
         helpers.push(if wgmma { ACC_AS_OPERAND_A_GMMA } else { ACC_AS_OPERAND_A }.into());
     }
-    if wgmma {
+    // The proxy fence publishes generic-proxy writes (cp.async, zero fills, accumulator
+    // stores) to warpgroup MMAs; TMA loads need none.
+    let generic_writes = plan.copies.values().any(|cp| cp.kind == CopyKind::AccumulatorToShared || (cp.kind == CopyKind::GlobalToShared && cp.tma.is_none()));
+    if wgmma && generic_writes {
         helpers.push(FENCE_VIEW_ASYNC_SHARED.into());
     }
     if plan.dequants.values().any(|d| d.fused_into.is_none()) {
@@ -760,10 +810,16 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         header: header(c),
         threads: spec.threads.0,
         wgmma,
+        tma: !tma_loads.is_empty(),
+        tma_loads,
+        barriers,
+        barrier_inits,
         target_banner: match plan.target {
             crate::target::Target::Sm80 => "Target sm80: cp.async multistage pipeline, ldmatrix, mma.sync (runs on sm_80 and later).".into(),
             crate::target::Target::Gfx942 | crate::target::Target::Gfx90a => String::new(),
-            crate::target::Target::Sm90a if wgmma => "Target sm90a, WGMMA path: cp.async multistage pipeline (TMA and warp specialization are not used yet), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.".into(),
+            crate::target::Target::Sm90a if wgmma && plan.cp_async_reason.is_none() => "Target sm90a, WGMMA path: TMA loads completing on mbarriers (no warp specialization yet: every thread computes, one issues the loads), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.".into(),
+            crate::target::Target::Sm90a if wgmma => format!("Target sm90a, WGMMA path: cp.async multistage pipeline (not TMA: {}), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.",
+                plan.cp_async_reason.as_deref().unwrap_or("no reason recorded")),
             crate::target::Target::Sm90a => format!("Target sm90a, mma.sync path: this spec is not GEMM-shaped and its gemms do not fit warpgroup MMAs ({}), so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.",
                 plan.mma_sync_reason.as_deref().unwrap_or("no reason recorded")),
         },
@@ -821,4 +877,89 @@ fn stage_count_text(c: &Compiled, b: usize) -> String {
     let name = &c.spec.buffers[b].name.name;
     let fills = |body: &[Stmt]| body.iter().any(|x| matches!(&x.kind, StmtKind::Copy { dst, .. } if dst.name.name == *name));
     c.spec.pipelined_stages(fills).map(|st| c.file.snippet(st.span).to_string()).unwrap_or_else(|| c.plan.shared[&b].stages.to_string())
+}
+
+/// The TMA loads' host-side pieces: one per global → shared copy lowered to TMA.
+fn tma_contexts(c: &Compiled, tensor_codes: &std::collections::BTreeMap<usize, (String, String, Vec<String>)>) -> Vec<TmaCtx> {
+    let (spec, info, plan) = (&c.spec, &c.info, &c.plan);
+    let mut out = Vec::new();
+    for (&sid, cp) in &plan.copies {
+        let (Some(load), Some(ti)) = (&cp.tma, cp.tensor) else { continue };
+        let Some((code, _, dims)) = tensor_codes.get(&ti) else { continue };
+        let t = &spec.tensors[ti];
+        let buf = &spec.buffers[cp.buffer];
+        let (n, b) = (&t.name.name, &buf.name.name);
+        // The runtime sizes the tensor's shape names, in the kernel's parameter order.
+        let sizes: Vec<&String> = info.runtime_dims.iter().filter(|d| dims.iter().any(|x| x.split(|ch: char| !(ch.is_alphanumeric() || ch == '_')).any(|w| w == d.as_str()))).collect();
+        let alias = element_alias(n);
+        let mut fn_params = vec![format!("{alias} const* {n}")];
+        fn_params.extend(sizes.iter().map(|d| format!("int {d}")));
+        let mut null_args = vec!["nullptr".to_string()];
+        null_args.extend(sizes.iter().map(|_| "0".to_string()));
+        let mut args = vec![format!("static_cast<{alias} const*>({n})")];
+        args.extend(sizes.iter().map(|d| d.to_string()));
+        let layout = &plan.shared[&cp.buffer];
+        let smem = format!("SmemLayout{}", upper_first(b));
+        out.push(TmaCtx {
+            line: spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0),
+            why: cp.why.clone(),
+            name: format!("Tma{}", upper_first(b)),
+            make_fn: format!("make_tma_{b}"),
+            var: format!("tma_{b}"),
+            fn_params: fn_params.join(", "),
+            null_args: null_args.join(", "),
+            args: args.join(", "),
+            tensor_code: code.clone(),
+            tensor: format!("m{n}"),
+            tensor_doc: format!("`{n}` [{}]", dims.join(", ")),
+            modes: load.tensor_modes.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
+            modes_doc: load.tensor_modes.iter().map(|m| dims[*m].clone()).collect::<Vec<_>>().join(", "),
+            smem_tile: if layout.staged { format!("{smem}Tile") } else { smem },
+            bytes_name: format!("kTmaBytes{}", upper_first(b)),
+            elem: element_alias(b),
+        });
+    }
+    out
+}
+
+/// The mbarriers TMA loads complete on: one per stage of each pipeline whose tiles are
+/// TMA loads, one per TMA copy outside pipelines. Returns the shared-storage members and
+/// the lines of their one-thread initialisation.
+fn tma_barriers(c: &Compiled, loads: &[TmaCtx]) -> (Vec<LineCtx>, Vec<String>) {
+    let (spec, plan) = (&c.spec, &c.plan);
+    let mut members = Vec::new();
+    let mut inits = Vec::new();
+    if loads.is_empty() {
+        return (members, inits);
+    }
+    let mut pipelined = Vec::new();
+    for (&sid, p) in &plan.pipelines {
+        if !p.producers.iter().any(|id| plan.copies.get(id).is_some_and(|cp| cp.tma.is_some())) {
+            continue;
+        }
+        pipelined.extend(p.producers.iter().copied());
+        let Some(s) = spec.stmt(sid) else { continue };
+        let StmtKind::Loop { var, stages, .. } = &s.kind else { continue };
+        let stages_text = stages.as_ref().map(|e| c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
+        let tiles: Vec<String> = p.producers.iter().filter_map(|id| plan.copies.get(id)).map(|cp| format!("`{}`", spec.buffers[cp.buffer].name.name)).collect();
+        members.push(LineCtx {
+            code: format!("uint64_t full_{}[{stages_text}];", var.name),
+            comment: format!("pipeline over `{}` (spec {}): stage i's {} tiles have landed", var.name, c.line(s.span), tiles.join(" and ")),
+        });
+        inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{
+      initialize_barrier(smem.full_{}[stage], 1);  // one arrival: the issuing thread's
+    }}", var.name));
+    }
+    for (&sid, cp) in plan.copies.iter().filter(|(id, cp)| cp.tma.is_some() && !pipelined.contains(id)) {
+        let b = &spec.buffers[cp.buffer].name.name;
+        members.push(LineCtx {
+            code: format!("uint64_t full_{b};"),
+            comment: format!("`{b}`'s tile has landed (spec {})", spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0)),
+        });
+        inits.push(format!("initialize_barrier(smem.full_{b}, 1);"));
+    }
+    for l in loads {
+        inits.push(format!("prefetch_tma_descriptor({}.get_tma_descriptor());", l.var));
+    }
+    (members, inits)
 }
