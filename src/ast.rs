@@ -547,6 +547,8 @@ pub struct TargetOverride {
     pub target: Ident,
     /// Constants to replace for that target.
     pub constants: Vec<Constant>,
+    /// `threads: N`: the block's threads for that target.
+    pub threads: Option<(i64, crate::diag::Span)>,
     /// `cluster: [x, y]` (sm90a).
     pub cluster: Option<(Vec<i64>, crate::diag::Span)>,
 }

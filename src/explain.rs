@@ -248,6 +248,19 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "    why: {}", p.why);
     }
 
+    if let Some(w) = &plan.warp_specialization {
+        let threads = spec.threads.0;
+        let _ = writeln!(o, "\nWarp roles");
+        let _ = writeln!(o, "  consumers: threads 0..{} ({} warpgroups), setmaxnreg {} registers: every statement of the spec; barriers among them are named barrier 1 (consumer_sync), never __syncthreads",
+            threads - 1, threads / 128, w.consumer_regs);
+        let _ = writeln!(o, "  producer: threads {}..{} (one warpgroup), setmaxnreg {} registers: one thread issues every TMA load, in program order",
+            threads, threads + w.producer_threads - 1, w.producer_regs);
+        let _ = writeln!(o, "  why: {}", w.why);
+    } else if let Some(why) = &plan.ws_reason {
+        let _ = writeln!(o, "\nWarp roles");
+        let _ = writeln!(o, "  every thread computes, one issues the TMA loads (no producer warpgroup: {why})");
+    }
+
     let _ = writeln!(o, "\nResources");
     let _ = writeln!(o, "  shared memory: {} bytes of buffers, {} bytes of epilogue staging ({}){} -> {} of {} bytes allowed",
         plan.smem.buffers, plan.smem.staging,

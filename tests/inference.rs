@@ -139,6 +139,14 @@ fn attention() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_bf16.yaml")).unwrap()
 }
 
+/// The spec without its `targets:` overrides (on sm90a: one warpgroup, 64-key tiles).
+fn without_targets(text: String) -> String {
+    match text.find("\ntargets:") {
+        Some(at) => text[..at + 1].to_string(),
+        None => text,
+    }
+}
+
 #[test]
 fn attention_keeps_rows_in_warps_and_feeds_p_from_registers() {
     let c = compile(attention()).unwrap();
@@ -380,7 +388,7 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
 
 #[test]
 fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mma_sync() {
-    let c = compile_for(attention(), Target::Sm90a).unwrap();
+    let c = compile_for(without_targets(attention()), Target::Sm90a).unwrap();
     assert_eq!(c.plan.mma_sync_reason, None);
     let ops: Vec<_> = c.plan.mmas.values().map(|m| m.wgmma.as_ref().expect("a warpgroup MMA").op.clone()).collect();
     assert_eq!(ops, [
@@ -408,15 +416,17 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
     let c = compile_for(linear_attention(), Target::Sm90a).unwrap();
     let majors: Vec<_> = c.plan.mmas.values().map(|m| m.wgmma.as_ref().expect("a warpgroup MMA").major).collect();
     assert_eq!(majors, [("K", "K"), ("K", "MN"), ("K", "MN"), ("MN", "MN")]);
-    // Two warpgroups stack along M, 64 rows each.
-    let c = compile_for(attention().replace("threads: 128", "threads: 256"), Target::Sm90a).unwrap();
+    // Two warpgroups stack along M, 64 rows each: the bundled spec's sm90a override.
+    let c = compile_for(attention(), Target::Sm90a).unwrap();
+    assert_eq!(c.spec.threads.0, 256);
     assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().is_some_and(|w| w.warpgroups == 2 && w.m_steps == 1) && m.warps == (8, 1)));
+    assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().unwrap().op.starts_with("SM90_64x128x16_")), "128-key tiles");
     assert!(reason(attention().replace("D: 128", "D: 32")).contains("multiples of 64 elements"), "32-wide rows");
 }
 
 #[test]
 fn sm90a_loads_warpgroup_mma_operands_with_tma_or_says_why_not() {
-    let c = compile_for(attention(), Target::Sm90a).unwrap();
+    let c = compile_for(without_targets(attention()), Target::Sm90a).unwrap();
     assert_eq!(c.plan.cp_async_reason, None);
     let load = |n: &str| {
         let b = c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
@@ -434,7 +444,10 @@ fn sm90a_loads_warpgroup_mma_operands_with_tma_or_says_why_not() {
     assert_eq!(c.plan.smem.barriers, 128);
     assert_eq!(c.plan.smem.total, c.plan.smem.buffers.max(c.plan.smem.staging) + 128);
     let pipeline = c.plan.pipelines.values().next().unwrap();
-    assert!(pipeline.why.starts_with("TMA multistage"), "{}", pipeline.why);
+    assert!(pipeline.why.starts_with("TMA multistage:"), "{}", pipeline.why);
+    // One warpgroup: no producer warpgroup, and the reason.
+    assert!(c.plan.warp_specialization.is_none());
+    assert!(c.plan.ws_reason.as_deref().is_some_and(|w| w.contains("one warpgroup")), "{:?}", c.plan.ws_reason);
 
     // sm80, and sm90a programs on mma.sync, keep cp.async without a reason to give.
     let c80 = compile(attention()).unwrap();
@@ -443,9 +456,44 @@ fn sm90a_loads_warpgroup_mma_operands_with_tma_or_says_why_not() {
     assert!(w.plan.copies.values().all(|cp| cp.tma.is_none()) && w.plan.cp_async_reason.is_none());
 
     // A 512-row Q tile is over a TMA box's 256 rows: every copy stays cp.async, with the reason.
-    let c = compile_for(attention().replace("block_M: 128 ", "block_M: 512 "), Target::Sm90a).unwrap();
+    let c = compile_for(without_targets(attention()).replace("block_M: 128 ", "block_M: 512 "), Target::Sm90a).unwrap();
     assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()));
     assert!(c.plan.copies.values().all(|cp| cp.tma.is_none()) && c.plan.smem.barriers == 0);
     let why = c.plan.cp_async_reason.expect("a reason");
     assert!(why.contains("copy(Q, Q_s)") && why.contains("at most 256 rows"), "{why}");
+}
+
+#[test]
+fn sm90a_adds_a_producer_warpgroup_to_two_consumer_warpgroups() {
+    // The bundled attention spec on sm90a: 256 threads (two consumer warpgroups).
+    let c = compile_for(attention(), Target::Sm90a).unwrap();
+    let ws = c.plan.warp_specialization.clone().expect("a producer warpgroup");
+    assert_eq!((ws.producer_threads, ws.producer_regs, ws.consumer_regs), (128, 40, 232));
+    // The registers setmaxnreg hands out fit the SM: 128 x 40 + 256 x 232 <= 65536.
+    assert!(ws.producer_threads * ws.producer_regs + 256 * ws.consumer_regs <= 65536);
+    assert_eq!(c.plan.ws_reason, None);
+    assert!(c.plan.pipelines.values().all(|p| p.why.starts_with("TMA multistage, warp-specialised")));
+    // Full and empty barriers per stage (2 + 2) and Q's: 40 bytes, padded to 128.
+    assert_eq!(c.plan.smem.barriers, 128);
+    // The kernel launches the producer too, and its barriers among consumers are named.
+    let files = tilegen::back::sm80::render(&c).unwrap();
+    let text = |ext: &str| files.iter().find(|f| f.name.ends_with(ext)).unwrap().contents.replace("\n// ", " ");
+    let cu = text(".cu");
+    for needle in ["<<<grid, kThreads + kProducerThreads,", "__launch_bounds__(kThreads + kProducerThreads, 1)",
+                   "warpgroup_reg_dealloc<40>()", "warpgroup_reg_alloc<232>()", "arrive_barrier(smem.empty_t[read_stage])",
+                   "wait_barrier(smem.empty_t[stage], (t / stages - 1) % 2)", "consumer_sync();  // the shared buffers are free"] {
+        assert!(cu.contains(needle), "the kernel lacks {needle}");
+    }
+    // Only the barrier that publishes the mbarriers' initialisation spans the whole block.
+    assert_eq!(cu.matches("__syncthreads();").count(), 1);
+    assert!(text(".h").contains("384 (the spec's 256 and a producer warpgroup of 128) threads"));
+    // A copy inside an `if` would need the consumers' control flow in the producer: no
+    // producer warpgroup, with the reason, and the loads stay TMA issued by one consumer.
+    let nested = attention().replace("  - copy(Q[bz, bx*block_M:, by, :], Q_s)\n", "  - if bx >= 0:\n      - copy(Q[bz, bx*block_M:, by, :], Q_s)\n");
+    let c = compile_for(nested, Target::Sm90a).unwrap();
+    assert!(c.plan.copies.values().any(|cp| cp.tma.is_some()) && c.plan.warp_specialization.is_none());
+    assert!(c.plan.ws_reason.as_deref().is_some_and(|w| w.contains("`Q_s` is nested in a block")), "{:?}", c.plan.ws_reason);
+    // Linear attention (128 threads) keeps every thread computing.
+    let c = compile_for(linear_attention(), Target::Sm90a).unwrap();
+    assert!(c.plan.copies.values().any(|cp| cp.tma.is_some()) && c.plan.warp_specialization.is_none());
 }

@@ -77,10 +77,13 @@ fn check_and_explain_work_on_the_bundled_specs() {
     for needle in ["SM80_16x8x16_F32BF16BF16F32_TN", "Swizzle<", "SM80_CP_ASYNC_CACHEGLOBAL", "Multistage, 4 stage(s)", "warps 2x2", "shared memory:", "registers: about"] {
         assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
     }
-    // sm90a: attention's gemms as warpgroup MMAs; w4a16 stays on mma.sync, with the reason.
+    // sm90a: attention's gemms as warpgroup MMAs fed by a producer warpgroup's TMA loads; w4a16
+    // stays on mma.sync, with the reason.
     let (code, text) = tilegen(root, &["explain", "specs/flash_attention_fwd_bf16.yaml", "--target", "sm90a"]);
     assert_eq!(code, 0, "{text}");
-    for needle in ["1 warpgroup(s)", "warpgroup MMA SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>", "_RS<GMMA::Major::K, GMMA::Major::MN>", "GMMA::Layout_MN_SW128_Atom", "TMA (SM90_TMA_LOAD): 2 box(es) of 64x64 elements", "TMA multistage", "bytes of TMA mbarriers"] {
+    for needle in ["2 warpgroup(s)", "warpgroup MMA SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>", "_RS<GMMA::Major::K, GMMA::Major::MN>", "GMMA::Layout_MN_SW128_Atom",
+                   "TMA (SM90_TMA_LOAD): 2 box(es) of 64x128 elements", "TMA multistage, warp-specialised", "bytes of TMA mbarriers",
+                   "Warp roles", "producer: threads 256..383 (one warpgroup), setmaxnreg 40 registers"] {
         assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
     }
     let (code, text) = tilegen(root, &["explain", "specs/w4a16_gemm_bf16.yaml", "--target", "sm90a"]);

@@ -29,8 +29,8 @@ extern "C" {
 //   V must be 16-byte aligned and D a multiple of 8 (TMA needs the base address and row strides of
 //   `V` 16-byte aligned).
 //   O must be 16-byte aligned and D a multiple of 8 (the epilogue stores 16-byte vectors of `O`).
-// Launch: grid (ceildiv(S, block_M), H, B), 128 threads, 49280 bytes of dynamic shared memory (the
-// limit is raised when over 48 KB).
+// Launch: grid (ceildiv(S, block_M), H, B), 384 (the spec's 256 and a producer warpgroup of 128)
+// threads, 82048 bytes of dynamic shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

@@ -10,7 +10,7 @@ pub const STATEMENTS: [&str; 7] = ["copy", "gemm", "clear", "fill", "reduce_max"
 /// The block keywords, for suggestions.
 pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
 const TOP_KEYS: [&str; 9] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body", "targets"];
-const TARGET_KEYS: [&str; 2] = ["constants", "cluster"];
+const TARGET_KEYS: [&str; 3] = ["constants", "threads", "cluster"];
 const TENSOR_KEYS: [&str; 4] = ["dtype", "shape", "order", "output"];
 const BUFFER_KEYS: [&str; 3] = ["scope", "dtype", "shape"];
 
@@ -156,16 +156,7 @@ impl Cx {
         let tensors = get("tensors").map(|n| self.tensors(n)).unwrap_or_default();
         let constants = get("constants").map(|n| self.constants(n)).unwrap_or_default();
         let grid = get("grid").map(|n| self.grid(n)).unwrap_or_default();
-        let threads = get("threads").and_then(|n| {
-            let e = self.expr(n, "threads")?;
-            match e.kind {
-                ExprKind::Int(v) => Some((v, e.span)),
-                _ => {
-                    self.err(Diagnostic::error(e.span, "threads must be an integer literal").hint("for example `threads: 128`"));
-                    None
-                }
-            }
-        });
+        let threads = get("threads").and_then(|n| self.threads(n));
         let buffers = get("buffers").map(|n| self.buffers(n)).unwrap_or_default();
         let targets = get("targets").map(|n| self.targets(n)).unwrap_or_default();
         let before = self.errors.len();
@@ -302,6 +293,17 @@ impl Cx {
         out
     }
 
+    fn threads(&mut self, node: &Node) -> Option<(i64, Span)> {
+        let e = self.expr(node, "threads")?;
+        match e.kind {
+            ExprKind::Int(v) => Some((v, e.span)),
+            _ => {
+                self.err(Diagnostic::error(e.span, "threads must be an integer literal").hint("for example `threads: 128`"));
+                None
+            }
+        }
+    }
+
     fn targets(&mut self, node: &Node) -> Vec<TargetOverride> {
         let mut out = Vec::new();
         for (_, k, v) in self.entries(node, "targets", &[]) {
@@ -309,9 +311,11 @@ impl Cx {
             let fields = self.entries(v, &format!("target `{}`", target.name), &TARGET_KEYS);
             let mut constants = Vec::new();
             let mut cluster = None;
+            let mut threads = None;
             for (key, _, value) in fields {
                 match key {
                     "constants" => constants = self.constants(value),
+                    "threads" => threads = self.threads(value),
                     _ => {
                         let items = self.list(value, "a cluster shape");
                         let dims: Vec<i64> = items.unwrap_or_default().iter().filter_map(|i| i.as_str()?.parse().ok()).collect();
@@ -323,7 +327,7 @@ impl Cx {
                     }
                 }
             }
-            out.push(TargetOverride { target, constants, cluster });
+            out.push(TargetOverride { target, constants, threads, cluster });
         }
         out
     }
@@ -714,8 +718,8 @@ pub fn is_identifier(s: &str) -> bool {
     chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Applies the `targets:` settings for `target`: replaces the constants it overrides and
-/// sets the cluster shape. Reports unknown targets and constants.
+/// Applies the `targets:` settings for `target`: replaces the constants and the thread
+/// count it overrides and sets the cluster shape. Reports unknown targets and constants.
 pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     let names: Vec<&str> = crate::target::Target::ALL.iter().map(|t| t.name()).collect();
@@ -740,6 +744,9 @@ pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagn
             if let Some(k) = spec.constants.iter_mut().find(|k| k.name.name == c.name.name) {
                 k.value = c.value.clone();
             }
+        }
+        if let Some(t) = o.threads {
+            spec.threads = t;
         }
         if let Some((dims, span)) = &o.cluster {
             if target != crate::target::Target::Sm90a {

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use mma::{MmaPlan, Wgmma};
 pub use pipeline::{PipelineMode, PipelinePlan};
-pub use tma::TmaLoad;
+pub use tma::{TmaLoad, WarpSpecialization};
 pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
@@ -204,6 +204,10 @@ pub struct Plan {
     /// sm90a WGMMA path: why the global → shared copies stay cp.async (`None`: they are TMA
     /// loads, see `CopyPlan::tma`, or the program is not on the WGMMA path).
     pub cp_async_reason: Option<String>,
+    /// sm90a TMA path: the producer warpgroup, if any.
+    pub warp_specialization: Option<WarpSpecialization>,
+    /// sm90a TMA path: why there is no producer warpgroup.
+    pub ws_reason: Option<String>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -246,6 +250,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             attention: None,
             mma_sync_reason: None,
             cp_async_reason: None,
+            warp_specialization: None,
+            ws_reason: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -658,7 +664,9 @@ impl<'a> Infer<'a> {
         // outside pipelines; the block of them is padded to the storage's 128-byte alignment.
         let tma_pipelines: i64 = self.plan.pipelines.values()
             .filter(|p| p.producers.iter().any(|id| self.plan.copies.get(id).is_some_and(|c| c.tma.is_some())))
-            .map(|p| p.stages.max(1)).sum();
+            .map(|p| p.stages.max(1)).sum::<i64>()
+            // Warp-specialised: an "empty" barrier per stage too.
+            * if self.plan.warp_specialization.is_some() { 2 } else { 1 };
         let pipelined: Vec<StmtId> = self.plan.pipelines.values().flat_map(|p| p.producers.clone()).collect();
         let single = self.plan.copies.iter().filter(|(id, c)| c.tma.is_some() && !pipelined.contains(id)).count() as i64;
         let barriers = (8 * (tma_pipelines + single) as u64).div_ceil(128) * 128;

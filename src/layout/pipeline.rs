@@ -110,6 +110,9 @@ impl Infer<'_> {
             let mode = if stages >= 2 { PipelineMode::Multistage } else { PipelineMode::Synchronous };
             let tma = producers.iter().any(|id| self.plan.copies.get(id).is_some_and(|c| c.tma.is_some()));
             let why = match mode {
+                PipelineMode::Multistage if tma && self.plan.warp_specialization.is_some() => format!(
+                    "TMA multistage, warp-specialised: {} in flight in {stages} shared stages while the current one feeds the MMAs; the producer warpgroup refills a stage once every consumer thread has released it (its \"empty\" mbarrier), and the consumers wait on the stage's \"full\" mbarrier before reading it; the warpgroup MMAs read the current stage through descriptors",
+                    if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) }),
                 PipelineMode::Multistage if tma => format!(
                     "TMA multistage: {} in flight in {stages} shared stages while the current one feeds the MMAs; one thread issues each tile's TMA loads into the stage the block finished with (after a block barrier), and every thread waits on the stage's mbarrier before reading it; the warpgroup MMAs read the current stage through descriptors",
                     if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) }),

@@ -25,6 +25,25 @@ pub struct TmaLoad {
     pub bytes: i64,
 }
 
+/// Warp specialisation: a producer warpgroup issues the TMA loads while the spec's threads
+/// (two or more consumer warpgroups) compute; registers move from the producer to them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WarpSpecialization {
+    /// Threads of the producer warpgroup (launched after the consumers).
+    pub producer_threads: i64,
+    /// `setmaxnreg` target of the producer, which gives registers up.
+    pub producer_regs: i64,
+    /// `setmaxnreg` target of the consumers, which take them.
+    pub consumer_regs: i64,
+    /// Why.
+    pub why: String,
+}
+
+/// Registers of an SM (and the most one block can hold).
+const SM_REGISTERS: i64 = 65536;
+/// The producer warpgroup's registers per thread after `setmaxnreg.dec`.
+const PRODUCER_REGS: i64 = 40;
+
 /// Most elements a TMA box spans along one dimension.
 const MAX_BOX: i64 = 256;
 
@@ -55,8 +74,52 @@ impl Infer<'_> {
                     }
                 }
             }
-            Err(why) => self.plan.cp_async_reason = Some(why),
+            Err(why) => {
+                self.plan.cp_async_reason = Some(why);
+                return;
+            }
         }
+        match self.warp_specialization_fit() {
+            Ok(ws) => self.plan.warp_specialization = Some(ws),
+            Err(why) => self.plan.ws_reason = Some(why),
+        }
+    }
+
+    /// A producer warpgroup for the TMA loads, or why not.
+    fn warp_specialization_fit(&self) -> Result<WarpSpecialization, String> {
+        let threads = self.spec.threads.0;
+        if threads < 256 {
+            return Err(format!("{threads} threads are one warpgroup, and two such blocks share an SM, overlapping each other's work; a producer warpgroup would leave registers for one"));
+        }
+        // The producer runs the loads in program order by itself: copies and pipelines at
+        // the top level of the body, where both roles see the same control flow.
+        let top: Vec<StmtId> = self.spec.body.iter().map(|s| s.id).collect();
+        let tma: Vec<(&StmtId, &super::CopyPlan)> = self.plan.copies.iter().filter(|(_, c)| c.tma.is_some()).collect();
+        for (id, cp) in &tma {
+            let name = &self.spec.buffers[cp.buffer].name.name;
+            let in_top_pipeline = self.spec.body.iter()
+                .any(|s| matches!(&s.kind, StmtKind::Loop { kind: LoopKind::Pipelined, body, .. } if body.iter().any(|b| b.id == **id)));
+            if !top.contains(id) && !in_top_pipeline {
+                return Err(format!("the copy into `{name}` is nested in a block, where a producer warpgroup would need the consumers' control flow"));
+            }
+            // The producer runs ahead of the consumers: a tile it fills once must not be
+            // filled again while they may still read it.
+            if top.contains(id) && tma.iter().filter(|(_, c)| c.buffer == cp.buffer).count() > 1 {
+                return Err(format!("`{name}` is filled by more than one copy outside pipelines, which a producer running ahead of the consumers could overwrite while they read it"));
+            }
+        }
+        if threads + 128 > 1024 {
+            return Err(format!("{threads} threads leave no room for a producer warpgroup in a 1024-thread block"));
+        }
+        let consumer_regs = ((SM_REGISTERS - 128 * PRODUCER_REGS) / threads / 8 * 8).min(240);
+        Ok(WarpSpecialization {
+            producer_threads: 128,
+            producer_regs: PRODUCER_REGS,
+            consumer_regs,
+            why: format!(
+                "a producer warpgroup (threads {threads}..{}) issues every TMA load, one thread of it, waiting on each stage's \"empty\" mbarrier before refilling it; the {} consumer warpgroups only compute, waiting on \"full\" barriers and releasing stages, so no block-wide barrier ties them together; setmaxnreg moves registers: {PRODUCER_REGS} per producer thread, {consumer_regs} per consumer thread",
+                threads + 127, threads / 128),
+        })
     }
 
     /// Every global → shared copy as TMA loads, or why not.

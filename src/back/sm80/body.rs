@@ -20,7 +20,7 @@ pub enum BodyItem {
     Else { pad: String },
     Close { pad: String },
     PipelineOpen(Box<PipelineCtx>),
-    PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool, tma: bool },
+    PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool, tma: bool, empty: String },
     /// `deferred`: the wait is left to the multistage pipeline that follows (cp.async
     /// groups complete in order, so its first wait covers this copy too).
     CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool },
@@ -58,6 +58,8 @@ pub struct PipelineCtx {
     /// expect `tma_bytes` per tile.
     pub tma: bool,
     pub barrier: String,
+    /// Warp-specialised: the "empty" mbarriers the consumers release stages on.
+    pub empty: String,
     pub tma_bytes: String,
     /// Waits for TMA copies before the loop that left their wait to it (after its
     /// prologue, so that their loads overlap the first stages').
@@ -571,6 +573,7 @@ impl Lower<'_> {
             producers,
             tma,
             barrier: format!("smem.full_{}", var.name),
+            empty: format!("smem.empty_{}", var.name),
             tma_bytes,
             tma_waits,
         })));
@@ -584,7 +587,7 @@ impl Lower<'_> {
         self.stage = outer;
         let tma = plan.producers.iter().any(|p| self.c.plan.copies.get(p).is_some_and(|cp| cp.tma.is_some()));
         let sync_after = !plan.covers.is_empty();
-        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma });
+        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma, empty: format!("smem.empty_{}", var.name) });
     }
 
     fn reduce(&mut self, s: &Stmt, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool, depth: usize) {

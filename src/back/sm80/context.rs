@@ -26,6 +26,14 @@ pub struct Context {
     /// The mbarriers in shared memory (after the buffers), and their initialisation.
     pub barriers: Vec<LineCtx>,
     pub barrier_inits: Vec<String>,
+    /// sm90a: a producer warpgroup issues the TMA loads (`kProducerThreads` more threads,
+    /// `setmaxnreg` targets for both roles), and the consumers' barriers are `sync`.
+    pub ws: bool,
+    pub ws_why: String,
+    pub producer_regs: i64,
+    pub consumer_regs: i64,
+    /// The C++ of a barrier over the threads that run the spec's statements.
+    pub sync: String,
     pub target_banner: String,
     pub gencode: String,
     pub helpers: Vec<String>,
@@ -339,6 +347,13 @@ CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
 }";
 
 /// The proxy fence between cp.async's shared-memory writes and WGMMA's reads.
+const CONSUMER_SYNC: &str = "\
+// A barrier over the consumer warpgroups only (named barrier 1, kThreads threads): the
+// producer warpgroup never reaches the consumers' barriers, so __syncthreads would hang.
+CUTE_DEVICE void consumer_sync() {
+  asm volatile(\"bar.sync 1, %0;\" :: \"n\"(kThreads) : \"memory\");
+}";
+
 const FENCE_VIEW_ASYNC_SHARED: &str = "\
 // Makes this thread's shared-memory writes (cp.async, zero fills: the generic proxy) visible
 // to the async proxy that warpgroup MMAs read through; a barrier then publishes them.
@@ -768,7 +783,12 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let grid_doc: Vec<String> = spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect();
     let doc_launch = format!(
         "grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
-        grid_doc.join(", "), spec.threads.0, plan.smem.total);
+        grid_doc.join(", "),
+        match &plan.warp_specialization {
+            Some(w) => format!("{} (the spec's {} and a producer warpgroup of {})", spec.threads.0 + w.producer_threads, spec.threads.0, w.producer_threads),
+            None => spec.threads.0.to_string(),
+        },
+        plan.smem.total);
 
     let body = body::build(c, &mut errors);
     if !errors.is_empty() {
@@ -805,19 +825,30 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if !transposed_views.is_empty() {
         helpers.push(SWAP_MN.into());
     }
+    let ws = plan.warp_specialization.as_ref();
+    if ws.is_some() {
+        helpers.push(CONSUMER_SYNC.into());
+    }
     Ok(Context {
         helpers,
         header: header(c),
         threads: spec.threads.0,
         wgmma,
         tma: !tma_loads.is_empty(),
+        ws: ws.is_some(),
+        ws_why: ws.map_or(String::new(), |w| w.why.clone()),
+        producer_regs: ws.map_or(0, |w| w.producer_regs),
+        consumer_regs: ws.map_or(0, |w| w.consumer_regs),
+        sync: if ws.is_some() { "consumer_sync()".into() } else { "__syncthreads()".into() },
         tma_loads,
         barriers,
         barrier_inits,
         target_banner: match plan.target {
             crate::target::Target::Sm80 => "Target sm80: cp.async multistage pipeline, ldmatrix, mma.sync (runs on sm_80 and later).".into(),
             crate::target::Target::Gfx942 | crate::target::Target::Gfx90a => String::new(),
-            crate::target::Target::Sm90a if wgmma && plan.cp_async_reason.is_none() => "Target sm90a, WGMMA path: TMA loads completing on mbarriers (no warp specialization yet: every thread computes, one issues the loads), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.".into(),
+            crate::target::Target::Sm90a if wgmma && plan.warp_specialization.is_some() => "Target sm90a, WGMMA path, warp-specialised: a producer warpgroup issues TMA loads completing on mbarriers, the consumer warpgroups run every gemm as warpgroup MMAs (wgmma.mma_async) reading shared memory through descriptors.".into(),
+            crate::target::Target::Sm90a if wgmma && plan.cp_async_reason.is_none() => format!("Target sm90a, WGMMA path: TMA loads completing on mbarriers (one thread issues them, every thread computes: no producer warpgroup, since {}), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.",
+                plan.ws_reason.as_deref().unwrap_or("no reason recorded")),
             crate::target::Target::Sm90a if wgmma => format!("Target sm90a, WGMMA path: cp.async multistage pipeline (not TMA: {}), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.",
                 plan.cp_async_reason.as_deref().unwrap_or("no reason recorded")),
             crate::target::Target::Sm90a => format!("Target sm90a, mma.sync path: this spec is not GEMM-shaped and its gemms do not fit warpgroup MMAs ({}), so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.",
@@ -946,9 +977,15 @@ fn tma_barriers(c: &Compiled, loads: &[TmaCtx]) -> (Vec<LineCtx>, Vec<String>) {
             code: format!("uint64_t full_{}[{stages_text}];", var.name),
             comment: format!("pipeline over `{}` (spec {}): stage i's {} tiles have landed", var.name, c.line(s.span), tiles.join(" and ")),
         });
-        inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{
-      initialize_barrier(smem.full_{}[stage], 1);  // one arrival: the issuing thread's
-    }}", var.name));
+        let ws = plan.warp_specialization.is_some();
+        if ws {
+            members.push(LineCtx {
+                code: format!("uint64_t empty_{}[{stages_text}];", var.name),
+                comment: "every consumer thread is done with stage i: the producer may refill it".into(),
+            });
+        }
+        let empty = if ws { format!("\n      initialize_barrier(smem.empty_{}[stage], kThreads);  // every consumer thread arrives", var.name) } else { String::new() };
+        inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{\n      initialize_barrier(smem.full_{}[stage], 1);  // one arrival: the issuing thread's{empty}\n    }}", var.name));
     }
     for (&sid, cp) in plan.copies.iter().filter(|(id, cp)| cp.tma.is_some() && !pipelined.contains(id)) {
         let b = &spec.buffers[cp.buffer].name.name;
