@@ -131,7 +131,7 @@ pub fn explain(c: &Compiled) -> String {
                 FragmentLayout::RowStats { gemm } => {
                     let m = &plan.mmas[gemm];
                     let _ = writeln!(o, "row statistics of the gemm at spec {}: {} rows per thread (2 per 16-row MMA tile), each value held by the 4 lanes of a quad",
-                        line_of_stmt(*gemm), 2 * m.mnk.0 / (16 * m.warps.0));
+                        line_of_stmt(*gemm), m.rows_per_thread());
                 }
             }
         } else {
@@ -148,7 +148,7 @@ pub fn explain(c: &Compiled) -> String {
     spec.walk(&mut |s| match &s.kind {
         crate::ast::StmtKind::Reduce { src, dst, clear, .. } => {
             let rows = match plan.fragments.get(&buffer(&dst.name).unwrap_or(usize::MAX)) {
-                Some(FragmentLayout::RowStats { gemm }) => 2 * plan.mmas[gemm].mnk.0 / (16 * plan.mmas[gemm].warps.0),
+                Some(FragmentLayout::RowStats { gemm }) => plan.mmas[gemm].rows_per_thread(),
                 _ => 0,
             };
             let per_row = buffer(&src.name).map(|b| c.info.buffer_shapes[b][1] / 4).unwrap_or(0);

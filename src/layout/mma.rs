@@ -55,6 +55,12 @@ pub struct Wgmma {
 }
 
 impl MmaPlan {
+    /// Accumulator rows each thread holds: every warp owns 16-row slices of the tile (one
+    /// per 16 x warps_M rows, on mma.sync and on warpgroup MMAs alike), two rows of each.
+    pub fn rows_per_thread(&self) -> i64 {
+        2 * self.mnk.0 / (16 * self.warps.0)
+    }
+
     /// Whether this gemm reads its A (`a`) or B operand K-major from `layout`: the
     /// contiguous dim is this gemm's K dim. One tile can be K-major for one gemm and
     /// MN-major for another (K in Q·Kᵀ, then in Kᵀ·V).

@@ -696,7 +696,7 @@ impl<'a> Infer<'a> {
                 FragmentLayout::Striped { per_thread } => *per_thread as u64,
                 FragmentLayout::RowStats { gemm } => {
                     let m = &self.plan.mmas[gemm];
-                    (2 * m.mnk.0 / (16 * m.warps.0)) as u64
+                    m.rows_per_thread() as u64
                 }
             };
             regs += (per_thread * self.spec.buffers[*b].dtype.0.bytes()).div_ceil(4);

@@ -641,7 +641,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             FragmentLayout::MmaAccumulator { .. } => {}
             FragmentLayout::RowStats { gemm } => {
                 let m = &plan.mmas[gemm];
-                let rows = 2 * m.mnk.0 / (16 * m.warps.0);
+                let rows = m.rows_per_thread();
                 fragments.push(LineCtx {
                     code: format!("Tensor {n} = make_tensor<{}>(Shape<Int<{rows}>>{{}});", element_alias(n)),
                     comment: format!("fragment `{n}` (spec line {}): one value per accumulator row this thread holds (2 per 16-row MMA tile)", c.line(buf.span)),
