@@ -112,11 +112,11 @@ pub fn explain(c: &Compiled) -> String {
         let shape = &c.info.buffer_shapes[i];
         let _ = write!(o, "  {} ({}, {}, {:?}, spec {}): ", b.name.name, b.scope.0.name(), b.dtype.0, shape, line(b.span));
         if let Some(l) = plan.shared.get(&i).filter(|l| l.registers_only) {
-            let _ = writeln!(o, "not materialised, 0 bytes\n    why: {}", l.why);
+            let _ = writeln!(o, "not materialised, 0 bytes\n    why: {}", l.why());
         } else if let Some(l) = plan.shared.get(&i) {
             let _ = writeln!(o, "Swizzle<{},{},{}> over a {}x{} atom, dim {} contiguous, {} stage(s), {} bytes",
                 l.swizzle.bits, l.swizzle.base, l.swizzle.shift, l.atom_shape.0, l.atom_shape.1, l.contiguous_dim, l.stages, l.bytes);
-            let _ = writeln!(o, "    why: {}", l.why);
+            let _ = writeln!(o, "    why: {}", l.why());
         } else if let Some(f) = plan.fragments.get(&i) {
             match f {
                 FragmentLayout::MmaAccumulator { gemm } => {

@@ -164,7 +164,7 @@ impl Infer<'_> {
                 }
                 _ => None,
             });
-            let (cute_dims, mut why) = match &role {
+            let (cute_dims, why_role) = match &role {
                 Some((r, dims)) => (dims.clone(), format!("gemm operand {r}, viewed as ({}, K)", if *r == "A" { "M" } else { "N" })),
                 None => ((0..shape.len()).collect(), "not a gemm operand".to_string()),
             };
@@ -176,10 +176,9 @@ impl Infer<'_> {
                     .map(|b| self.spec.buffers[b].name.name.clone()),
                 _ => None,
             });
-            let contiguous_dim = match (fill, from_registers) {
+            let (contiguous_dim, why_contiguous) = match (fill, from_registers) {
                 (None, Some(acc)) if shape.len() == 2 => {
-                    why.push_str(&format!("; written from `{acc}`'s registers, whose threads hold pairs of neighbouring columns, so dim 1 is contiguous (one 32-bit store per pair)"));
-                    1
+                    (1, format!("written from `{acc}`'s registers, whose threads hold pairs of neighbouring columns, so dim 1 is contiguous (one 32-bit store per pair)"))
                 }
                 (Some((s, t, op)), _) => {
                     let Some(d) = self.tile_contiguous(op, t) else {
@@ -188,15 +187,13 @@ impl Infer<'_> {
                         continue;
                     };
                     let vector = (shape[d] as u64 * bytes).min(16);
-                    why.push_str(&format!("; dim {d} contiguous to match `{}` so cp.async moves {vector}-byte vectors", self.spec.tensors[t].name.name));
-                    d
+                    (d, format!("dim {d} contiguous to match `{}` so cp.async moves {vector}-byte vectors", self.spec.tensors[t].name.name))
                 }
                 (None, _) => {
-                    let d = cute_dims.last().copied().unwrap_or(0);
-                    why.push_str("; not filled from global memory, so K (or the last dim) is contiguous");
-                    d
+                    (cute_dims.last().copied().unwrap_or(0), "not filled from global memory, so K (or the last dim) is contiguous".to_string())
                 }
             };
+            let mut why_swizzle = String::new();
             let cute_shape: Vec<i64> = cute_dims.iter().map(|d| shape[*d]).collect();
             let k_major = role.as_ref().map(|(_, dims)| dims[1] == contiguous_dim);
             // A dequant fused into its gemm: the unpacked tile is never stored, and the packed
@@ -209,7 +206,7 @@ impl Infer<'_> {
                 // tiles are written by cp.async and read along their rows, conflict-free as
                 // they are, and plain strides keep their addressing cheap.
                 swizzle.bits = 0;
-                why.push_str("; no swizzle: it is only read along rows, which plain strides keep conflict-free");
+                why_swizzle = "no swizzle: it is only read along rows, which plain strides keep conflict-free".into();
             }
             let atom_first_contiguous = cute_dims.len() == 2 && cute_dims[0] == contiguous_dim;
             let atom_shape = if cute_dims.len() < 2 {
@@ -220,10 +217,10 @@ impl Infer<'_> {
                 (8, atom_elems)
             };
             if swizzle.bits > 0 {
-                why.push_str(&format!(
-                    "; Swizzle<{},{},{}> on a {}x{} atom spreads each 128-byte line's 16-byte chunks over all banks for both the {} writes and the {}",
+                why_swizzle = format!(
+                    "Swizzle<{},{},{}> on a {}x{} atom spreads each 128-byte line's 16-byte chunks over all banks for both the {} writes and the {}",
                     swizzle.bits, swizzle.base, swizzle.shift, atom_shape.0, atom_shape.1, if fill.is_some() { "cp.async" } else { "register" },
-                    if fused_src { "fused gemm's reads (a 16-byte chunk from each of eight rows at a time)" } else { "ldmatrix reads" }));
+                    if fused_src { "fused gemm's reads (a 16-byte chunk from each of eight rows at a time)" } else { "ldmatrix reads" });
             }
             for (d, ext) in cute_shape.iter().enumerate() {
                 let a = if d == 0 { atom_shape.0 } else { atom_shape.1 };
@@ -250,11 +247,14 @@ impl Infer<'_> {
                 bytes: if fused_dst { 0 } else { elems as u64 * bytes * stages as u64 },
                 registers_only: fused_dst,
                 gmma_atom: None,
-                why: if fused_dst {
+                // A fused dequant's destination is never stored: one clause says so.
+                why_role: if fused_dst {
                     "gemm operand B, never written: the dequant that fills it is fused into its only reader, the gemm, which unpacks its B fragments in registers from the packed words".to_string()
                 } else {
-                    why
+                    why_role
                 },
+                why_contiguous: if fused_dst { String::new() } else { why_contiguous },
+                why_swizzle: if fused_dst { String::new() } else { why_swizzle },
             });
         }
     }

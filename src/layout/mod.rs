@@ -77,11 +77,23 @@ pub struct SharedLayout {
     /// (`GMMA::Layout_K_SW128_Atom` or `GMMA::Layout_MN_SW128_Atom`), so that warpgroup MMAs
     /// can read it through shared-memory descriptors.
     pub gmma_atom: Option<&'static str>,
-    /// Why inference chose this.
-    pub why: String,
+    /// Why inference chose this, clause by clause (see [`SharedLayout::why`]), so that a
+    /// later step rewrites the clause its decision changes: the role in the program,
+    /// ...
+    pub why_role: String,
+    /// ... the contiguous dimension (and what fills the tile that way), ...
+    pub why_contiguous: String,
+    /// ... and the swizzle and atom (empty when there is nothing to say).
+    pub why_swizzle: String,
 }
 
 impl SharedLayout {
+    /// Why inference chose this layout: the clauses joined.
+    pub fn why(&self) -> String {
+        [&self.why_role, &self.why_contiguous, &self.why_swizzle].iter()
+            .filter(|c| !c.is_empty()).map(|c| c.as_str()).collect::<Vec<_>>().join("; ")
+    }
+
     /// Whether the layout's CuTe modes are the spec dims swapped (a gemm operand stored
     /// (MN, K) with MN as spec dim 1): code that indexes it in spec order goes through a
     /// view with the modes swapped.

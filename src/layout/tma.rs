@@ -70,7 +70,7 @@ impl Infer<'_> {
                     // The shared layout's contiguous dim was chosen for cp.async's vectors; it
                     // is the same one TMA boxes need (their first extent runs along it).
                     if let Some(l) = self.plan.shared.get_mut(&buffer) {
-                        l.why = l.why.replace("so cp.async moves 16-byte vectors", "so TMA boxes run along it");
+                        l.why_contiguous = format!("dim {} contiguous to match `{tensor}` so TMA boxes run along it", l.contiguous_dim);
                     }
                 }
             }

@@ -38,8 +38,7 @@ impl Infer<'_> {
                     // as CuTe's GMMA atom so that descriptors can be made from it. The sm80
                     // reason for the swizzle (ldmatrix's reads) no longer applies.
                     debug_assert_eq!(l.swizzle, SW128);
-                    let base = l.why.split("; Swizzle<").next().unwrap_or_default().to_string();
-                    l.why = format!("{base}; {atom}: 8 rows of 64 elements with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors");
+                    l.why_swizzle = format!("{atom}: 8 rows of 64 elements with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors");
                 }
             }
             Err(why) => self.plan.mma_sync_reason = Some(why),

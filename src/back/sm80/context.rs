@@ -480,7 +480,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             name: name.clone(),
             buffer: buf.name.name.clone(),
             line: c.line(buf.span),
-            why: l.why.clone(),
+            why: l.why(),
             swizzle: swizzle_text(l.swizzle),
             atom_shape,
             atom_stride,
