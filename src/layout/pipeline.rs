@@ -30,7 +30,8 @@ pub struct PipelinePlan {
     /// Global → shared copies just before the loop (with only register work between)
     /// whose wait this loop takes over: cp.async groups complete in order, so its first
     /// wait covers them too, and their loads overlap its prologue's. The loop then waits
-    /// for everything when it ends, in case it ran no tile.
+    /// for everything when it ends, in case it ran no tile. With TMA loads the loop waits
+    /// on their mbarriers right after its prologue instead.
     pub covers: Vec<StmtId>,
     /// Why.
     pub why: String,

@@ -1,6 +1,6 @@
 //! Lowers the spec body to a flat list of template items, one per emitted block of code.
 
-use super::context::{element_alias, mma_suffix, operand_key, static_extents, PlainEnv};
+use super::context::{element_alias, empty_barrier, full_barrier, mma_suffix, operand_key, static_extents, PlainEnv};
 use crate::ast::*;
 use crate::back::conv::{Conv, Env};
 use crate::check::Symbol;
@@ -479,7 +479,7 @@ impl Lower<'_> {
             tma_view_decl,
             tma_slice,
             tma_thr: format!("tma_thr_{key}"),
-            barrier: format!("smem.full_{b}"),
+            barrier: full_barrier(b),
             tma_bytes: format!("kTmaBytes{}", upper_first(b)),
         })
     }
@@ -556,7 +556,7 @@ impl Lower<'_> {
                 let cp = self.c.plan.copies.get(id)?;
                 let b = &self.c.spec.buffers[cp.buffer].name.name;
                 let line = self.c.spec.stmt(*id).map(|s| self.c.line(s.span)).unwrap_or(0);
-                Some(format!("wait_barrier(smem.full_{b}, 0);  // `{b}` (spec {line}, issued before the loop) has landed"))
+                Some(format!("wait_barrier({}, 0);  // `{b}` (spec {line}, issued before the loop) has landed", full_barrier(b)))
             }).collect()
         } else {
             Vec::new()
@@ -572,8 +572,8 @@ impl Lower<'_> {
             multistage,
             producers,
             tma,
-            barrier: format!("smem.full_{}", var.name),
-            empty: format!("smem.empty_{}", var.name),
+            barrier: full_barrier(&var.name),
+            empty: empty_barrier(&var.name),
             tma_bytes,
             tma_waits,
         })));
@@ -587,7 +587,7 @@ impl Lower<'_> {
         self.stage = outer;
         let tma = plan.producers.iter().any(|p| self.c.plan.copies.get(p).is_some_and(|cp| cp.tma.is_some()));
         let sync_after = !plan.covers.is_empty();
-        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma, empty: format!("smem.empty_{}", var.name) });
+        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma, empty: empty_barrier(&var.name) });
     }
 
     fn reduce(&mut self, s: &Stmt, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool, depth: usize) {

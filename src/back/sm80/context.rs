@@ -346,7 +346,7 @@ CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
   return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
 }";
 
-/// The proxy fence between cp.async's shared-memory writes and WGMMA's reads.
+/// A barrier over the consumers only, for warp-specialised kernels.
 const CONSUMER_SYNC: &str = "\
 // A barrier over the consumer warpgroups only (named barrier 1, kThreads threads): the
 // producer warpgroup never reaches the consumers' barriers, so __syncthreads would hang.
@@ -354,6 +354,7 @@ CUTE_DEVICE void consumer_sync() {
   asm volatile(\"bar.sync 1, %0;\" :: \"n\"(kThreads) : \"memory\");
 }";
 
+/// The proxy fence between cp.async's shared-memory writes and WGMMA's reads.
 const FENCE_VIEW_ASYNC_SHARED: &str = "\
 // Makes this thread's shared-memory writes (cp.async, zero fills: the generic proxy) visible
 // to the async proxy that warpgroup MMAs read through; a barrier then publishes them.
@@ -748,7 +749,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 code: format!("Tensor m{n} = make_tensor(make_gmem_ptr({n}), make_shape({shape}), make_stride({stride}));"),
                 comment: format!("{n} [{}]{order}", dims.join(", ")),
             };
-            tensor_codes.insert(ti, (line.code.clone(), line.comment.clone(), dims.clone()));
+            tensor_codes.insert(ti, (line.code.clone(), dims.clone()));
             global_tensors.push(line);
         }
     }
@@ -910,13 +911,24 @@ fn stage_count_text(c: &Compiled, b: usize) -> String {
     c.spec.pipelined_stages(fills).map(|st| c.file.snippet(st.span).to_string()).unwrap_or_else(|| c.plan.shared[&b].stages.to_string())
 }
 
+/// The "full" mbarrier(s) of a pipeline (named by its loop variable) or of a single TMA
+/// copy (named by its buffer): the tile has landed.
+pub fn full_barrier(name: &str) -> String {
+    format!("smem.full_{name}")
+}
+
+/// The "empty" mbarriers of a warp-specialised pipeline: the consumers released the stage.
+pub fn empty_barrier(name: &str) -> String {
+    format!("smem.empty_{name}")
+}
+
 /// The TMA loads' host-side pieces: one per global → shared copy lowered to TMA.
-fn tma_contexts(c: &Compiled, tensor_codes: &std::collections::BTreeMap<usize, (String, String, Vec<String>)>) -> Vec<TmaCtx> {
+fn tma_contexts(c: &Compiled, tensor_codes: &std::collections::BTreeMap<usize, (String, Vec<String>)>) -> Vec<TmaCtx> {
     let (spec, info, plan) = (&c.spec, &c.info, &c.plan);
     let mut out = Vec::new();
     for (&sid, cp) in &plan.copies {
         let (Some(load), Some(ti)) = (&cp.tma, cp.tensor) else { continue };
-        let Some((code, _, dims)) = tensor_codes.get(&ti) else { continue };
+        let Some((code, dims)) = tensor_codes.get(&ti) else { continue };
         let t = &spec.tensors[ti];
         let buf = &spec.buffers[cp.buffer];
         let (n, b) = (&t.name.name, &buf.name.name);
@@ -984,8 +996,8 @@ fn tma_barriers(c: &Compiled, loads: &[TmaCtx]) -> (Vec<LineCtx>, Vec<String>) {
                 comment: "every consumer thread is done with stage i: the producer may refill it".into(),
             });
         }
-        let empty = if ws { format!("\n      initialize_barrier(smem.empty_{}[stage], kThreads);  // every consumer thread arrives", var.name) } else { String::new() };
-        inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{\n      initialize_barrier(smem.full_{}[stage], 1);  // one arrival: the issuing thread's{empty}\n    }}", var.name));
+        let empty = if ws { format!("\n      initialize_barrier({}[stage], kThreads);  // every consumer thread arrives", empty_barrier(&var.name)) } else { String::new() };
+        inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{\n      initialize_barrier({}[stage], 1);  // one arrival: the issuing thread's{empty}\n    }}", full_barrier(&var.name)));
     }
     for (&sid, cp) in plan.copies.iter().filter(|(id, cp)| cp.tma.is_some() && !pipelined.contains(id)) {
         let b = &spec.buffers[cp.buffer].name.name;
@@ -993,7 +1005,7 @@ fn tma_barriers(c: &Compiled, loads: &[TmaCtx]) -> (Vec<LineCtx>, Vec<String>) {
             code: format!("uint64_t full_{b};"),
             comment: format!("`{b}`'s tile has landed (spec {})", spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0)),
         });
-        inits.push(format!("initialize_barrier(smem.full_{b}, 1);"));
+        inits.push(format!("initialize_barrier({}, 1);", full_barrier(b)));
     }
     for l in loads {
         inits.push(format!("prefetch_tma_descriptor({}.get_tma_descriptor());", l.var));
