@@ -260,6 +260,18 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "\nWarp roles");
         let _ = writeln!(o, "  every thread computes, one issues the TMA loads (no producer warpgroup: {why})");
     }
+    if let Some(ov) = &plan.overlap {
+        let lines = |ids: &[crate::ast::StmtId]| ids.iter().map(|i| format!("spec {}", line_of_stmt(*i))).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(o, "\nSoftware pipelining");
+        let _ = writeln!(o, "  {}: tile t's gemm at spec {} and tile t-1's gemm at spec {} are issued together; the first k-block's MMAs zero the accumulator (for spec {})",
+            heading(ov.pipeline), line_of_stmt(ov.first), line_of_stmt(ov.deferred), line_of_stmt(ov.clear));
+        let _ = writeln!(o, "    while tile t-1's gemm runs: {}", lines(&ov.during));
+        let _ = writeln!(o, "    after it (they use what it reads or writes): {}{}", lines(&ov.after),
+            if ov.moved.is_empty() { String::new() } else { format!(", and the assignment at {} (moved out of its block: the gemm in flight reads its registers)", lines(&ov.moved)) });
+    } else if let Some((at, why)) = &plan.overlap_reason {
+        let _ = writeln!(o, "\nSoftware pipelining");
+        let _ = writeln!(o, "  none: {}{why}", at.map_or(String::new(), |i| format!("{}: ", heading(i))));
+    }
 
     let _ = writeln!(o, "\nResources");
     let _ = writeln!(o, "  shared memory: {} bytes of buffers, {} bytes of epilogue staging ({}){} -> {} of {} bytes allowed",

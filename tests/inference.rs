@@ -1,5 +1,6 @@
 //! Unit tests of layout-inference decisions, through the library API.
 
+use tilegen::ast::StmtKind;
 use tilegen::diag::SourceFile;
 use tilegen::layout::{CopyKind, EpilogueOp, FragmentLayout, GemmSchedule, PipelineMode};
 use tilegen::target::Target;
@@ -480,7 +481,7 @@ fn sm90a_adds_a_producer_warpgroup_to_two_consumer_warpgroups() {
     let text = |ext: &str| files.iter().find(|f| f.name.ends_with(ext)).unwrap().contents.replace("\n// ", " ");
     let cu = text(".cu");
     for needle in ["<<<grid, kThreads + kProducerThreads,", "__launch_bounds__(kThreads + kProducerThreads, 1)",
-                   "warpgroup_reg_dealloc<40>()", "warpgroup_reg_alloc<232>()", "arrive_barrier(smem.empty_t[read_stage])",
+                   "warpgroup_reg_dealloc<40>()", "warpgroup_reg_alloc<232>()", "arrive_barrier(smem.empty_t[prev_stage])",
                    "wait_barrier(smem.empty_t[stage], (t / stages - 1) % 2)", "consumer_sync();  // the shared buffers are free"] {
         assert!(cu.contains(needle), "the kernel lacks {needle}");
     }
@@ -496,4 +497,55 @@ fn sm90a_adds_a_producer_warpgroup_to_two_consumer_warpgroups() {
     // Linear attention (128 threads) keeps every thread computing.
     let c = compile_for(linear_attention(), Target::Sm90a).unwrap();
     assert!(c.plan.copies.values().any(|cp| cp.tma.is_some()) && c.plan.warp_specialization.is_none());
+}
+
+#[test]
+fn sm90a_overlaps_each_tiles_second_gemm_with_the_next_tiles_softmax_or_says_why_not() {
+    // The bundled attention spec on sm90a: two consumer warpgroups, TMA, 3 stages.
+    let c = compile_for(attention(), Target::Sm90a).unwrap();
+    let o = c.plan.overlap.clone().expect("an overlapped loop");
+    assert_eq!(c.plan.overlap_reason, None);
+    let kind = |id| c.spec.stmt(id).map(|s| s.kind.clone()).unwrap();
+    assert!(matches!(kind(o.clear), StmtKind::Clear { buf } if buf.name == "S_f"));
+    assert!(matches!(kind(o.first), StmtKind::Gemm { c, .. } if c.name == "S_f"));
+    assert!(matches!(kind(o.deferred), StmtKind::Gemm { a, c, .. } if a.name == "P_f" && c.name == "O_f"));
+    // Between the gemms: the mask, m_prev, reduce_max, alpha and l, exp, reduce_sum run while
+    // the previous P·V is in flight; the rescale of O_f and the assignment to P_f wait for it.
+    assert_eq!((o.during.len(), o.after.len(), o.moved.len()), (6, 1, 1));
+    assert!(matches!(kind(o.after[0]), StmtKind::Parallel { body, .. } if matches!(&body[0].kind, StmtKind::Assign { target, .. } if target.name == "O_f")));
+    assert!(matches!(kind(o.moved[0]), StmtKind::Assign { target, .. } if target.name == "P_f"));
+    assert!(!o.after_reads_var);
+    assert!(c.plan.pipelines.values().all(|p| p.why.contains("software-pipelined")));
+    let files = tilegen::back::sm80::render(&c).unwrap();
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    for needle in ["tiled_mma0.accumulate_ = GMMA::ScaleOut::Zero;", "issue_S_f(read_stage);\n      issue_O_f(prev_stage);",
+                   "warpgroup_wait<1>();", "during_mma(t);\n      warpgroup_wait<0>();", "arrive_barrier(smem.empty_t[prev_stage]);"] {
+        assert!(cu.contains(needle), "the kernel lacks {needle}");
+    }
+    // The conversion to P_f left the softmax's block for the lambda after the wait.
+    let after_comment = cu[..cu.find("auto after_mma").unwrap()].rfind("\n\n").unwrap();
+    let during = &cu[cu.find("auto during_mma").unwrap()..after_comment];
+    let after = &cu[cu.find("auto after_mma").unwrap()..cu.find("// Tile 0").unwrap()];
+    assert!(!during.contains("P_f") && !during.contains("O_f"));
+    assert!(after.contains("P_f(e) = static_cast<ElementP_f>(S_f(e));") && after.contains("O_f_rc(r, c) *= alpha(r);"));
+    // No `clear(S_f)` call: the first MMAs zero the accumulator.
+    assert!(!cu.contains("clear(S_f);"));
+
+    let refused = |text: String| {
+        let c = compile_for(text, Target::Sm90a).unwrap();
+        assert!(c.plan.overlap.is_none() && c.plan.warp_specialization.is_some());
+        c.plan.overlap_reason.clone().expect("a reason").1
+    };
+    // Two stages leave the producer nothing to load ahead once a stage is held a tile longer.
+    let why = refused(attention().replace("stages: 3}", "stages: 2}"));
+    assert!(why.starts_with("2 stages"), "{why}");
+    // A statement after the second gemm would wait for it.
+    let why = refused(attention().replace("      - gemm(P_f, V_s, O_f)\n", "      - gemm(P_f, V_s, O_f)\n      - parallel(i):\n          - m_prev[i] = m[i]\n"));
+    assert!(why.contains("overlapping needs it last"), "{why}");
+    // Moving `P_f = S_f` after the wait would read S_f after a later block rewrote it.
+    let why = refused(attention().replace("          - P_f[i, j] = S_f[i, j]\n", "          - P_f[i, j] = S_f[i, j]\n      - parallel(i, j):\n          - S_f[i, j] = S_f[i, j] * 2.0\n"));
+    assert!(why.contains("writes `S_f`, which it reads"), "{why}");
+    // Without two consumer warpgroups there is no producer warpgroup, and nothing to overlap.
+    let c = compile_for(without_targets(attention()), Target::Sm90a).unwrap();
+    assert!(c.plan.overlap.is_none() && c.plan.overlap_reason.is_none());
 }

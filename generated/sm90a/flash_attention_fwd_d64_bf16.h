@@ -30,7 +30,7 @@ extern "C" {
 //   `V` 16-byte aligned).
 //   O must be 16-byte aligned and D a multiple of 8 (the epilogue stores 16-byte vectors of `O`).
 // Launch: grid (ceildiv(S, block_M), H, B), 384 (the spec's 256 and a producer warpgroup of 128)
-// threads, 82048 bytes of dynamic shared memory (the limit is raised when over 48 KB).
+// threads, 114816 bytes of dynamic shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

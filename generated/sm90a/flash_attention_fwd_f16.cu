@@ -30,7 +30,7 @@ using namespace cute;
 constexpr int D = 128;
 constexpr int block_M = 128;
 constexpr int block_N = 128;
-constexpr int stages = 2;
+constexpr int stages = 3;
 constexpr float scale_log2 = 0.12751743082459868f;
 
 constexpr int kThreads = 256;  // the consumer warpgroups, which run the spec's statements
@@ -324,32 +324,51 @@ flash_attention_fwd_f16_kernel(ElementQ const* __restrict__ Q,
   clear(l);
 
   // spec 38: pipelined(t, ceildiv(S, block_N), stages)
-  // TMA multistage, warp-specialised: the next k-tile in flight in 2 shared stages while the
-  // current one feeds the MMAs; the producer warpgroup refills a stage once every consumer thread
-  // has released it (its "empty" mbarrier), and the consumers wait on the stage's "full" mbarrier
-  // before reading it; the warpgroup MMAs read the current stage through descriptors.
+  // TMA multistage, warp-specialised: 2 k-tiles in flight in 3 shared stages while the current one
+  // feeds the MMAs; the producer warpgroup refills a stage once every consumer thread has released
+  // it (its "empty" mbarrier), and the consumers wait on the stage's "full" mbarrier before reading
+  // it; the warpgroup MMAs read the current stage through descriptors; software-pipelined: each
+  // tile's second gemm is issued after the next tile's first and runs during that tile's work
+  // between the gemms, so each stage is released one tile later.
   {
     int const num_tiles = ((S + block_N - 1) / block_N);
     int read_stage = 0;
     uint32_t phase = 0;  // the parity of read_stage's current mbarrier phase
-    for (int t = 0; t < num_tiles; ++t) {
-      wait_barrier(smem.full_t[read_stage], phase);  // tile t has landed
+    int prev_stage = 0;  // the previous tile's stage: its second gemm may still read it
 
-      // spec 41: clear(S_f)
-      clear(S_f);
-
-      // spec 42: gemm(Q_s, K_s, S_f, transpose_b=true)
-      // One batch of warpgroup MMAs over the k-blocks (each reads its shared operands through
-      // descriptors), committed and waited for before the accumulator is used.
+    // spec 42: gemm(Q_s, K_s, S_f, transpose_b=true)
+    // Issues one batch of warpgroup MMAs over the k-blocks on shared stage `stage` (each reads its
+    // shared operands through descriptors) and commits it, without waiting.
+    // The first k-block's MMAs zero the accumulator (spec 41: clear(S_f)).
+    auto issue_S_f = [&](int stage) {
+      tiled_mma0.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(S_f);
       warpgroup_arrive();
       CUTE_UNROLL
       for (int k_block = 0; k_block < 8; ++k_block) {
-        gemm(tiled_mma0, tCrQ_s(_, _, k_block), tCrK_s(_, _, k_block, read_stage), S_f);
+        gemm(tiled_mma0, tCrQ_s(_, _, k_block), tCrK_s(_, _, k_block, stage), S_f);
+        tiled_mma0.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(S_f);
+    };
+
+    // spec 58: gemm(P_f, V_s, O_f)
+    // Issues one batch of warpgroup MMAs over the k-blocks on shared stage `stage` (each reads its
+    // shared operands through descriptors, A from registers) and commits it, without waiting.
+    auto issue_O_f = [&](int stage) {
+      warpgroup_fence_operand(O_f);
+      warpgroup_fence_operand(tCrP_f);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int k_block = 0; k_block < 8; ++k_block) {
+        gemm(tiled_mma1, tCrP_f(_, _, k_block), tCrV_s(_, _, k_block, stage), O_f);
+      }
+      warpgroup_commit_batch();
+    };
+
+    // spec 43-55: tile t's work on `S_f`, which runs while tile t - 1's gemm (spec 58) is in
+    // flight.
+    auto during_mma = [&](int t) {
 
       // spec 43: if (t + 1) * block_N > S
       if ((t + 1) * block_N > S) {
@@ -404,13 +423,11 @@ flash_attention_fwd_f16_kernel(ElementQ const* __restrict__ Q,
       // that row statistics are read once per row.
       {
         Tensor S_f_rc = make_tensor(S_f.data(), acc_rows_cols(S_f.layout()));
-        Tensor P_f_rc = make_tensor(P_f.data(), acc_rows_cols(P_f.layout()));
         CUTE_UNROLL
         for (int r = 0; r < size<0>(S_f_rc); ++r) {
           CUTE_UNROLL
           for (int c = 0; c < size<1>(S_f_rc); ++c) {
             S_f_rc(r, c) = fast_exp2(S_f_rc(r, c) * scale_log2 - m(r) * scale_log2);  // spec 53
-            P_f_rc(r, c) = static_cast<ElementP_f>(S_f_rc(r, c));  // spec 54
           }
         }
       }
@@ -434,6 +451,12 @@ flash_attention_fwd_f16_kernel(ElementQ const* __restrict__ Q,
         }
       }
 
+    };
+
+    // spec 56, then the assignment to `P_f` at spec 54, moved here: what waits for tile t - 1's
+    // gemm (spec 58), which reads `P_f` and accumulates into `O_f`.
+    auto after_mma = [&]() {
+
       // spec 56: parallel(i, j)
       // Element-wise over `O_f` by (row, col) of the values each thread holds, so
       // that row statistics are read once per row.
@@ -448,25 +471,55 @@ flash_attention_fwd_f16_kernel(ElementQ const* __restrict__ Q,
         }
       }
 
-      // spec 58: gemm(P_f, V_s, O_f)
-      // One batch of warpgroup MMAs over the k-blocks (each reads its shared operands through
-      // descriptors, A from registers), committed and waited for before the accumulator is used.
-      warpgroup_fence_operand(O_f);
-      warpgroup_fence_operand(tCrP_f);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int k_block = 0; k_block < 8; ++k_block) {
-        gemm(tiled_mma1, tCrP_f(_, _, k_block), tCrV_s(_, _, k_block, read_stage), O_f);
+      // spec 52: parallel(i, j)
+      // Element-wise over `S_f` in registers: each thread visits the elements it owns.
+      {
+        CUTE_UNROLL
+        for (int e = 0; e < size(S_f); ++e) {
+          P_f(e) = static_cast<ElementP_f>(S_f(e));  // spec 54
+        }
       }
-      warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(O_f);
 
-      arrive_barrier(smem.empty_t[read_stage]);  // this thread is done with the stage: the producer may refill it
+    };
+
+    // Tile 0: nothing is in flight yet.
+    if (num_tiles > 0) {
+      wait_barrier(smem.full_t[read_stage], phase);  // tile 0 has landed
+      issue_S_f(read_stage);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(S_f);
+      during_mma(0);
+      after_mma();
+      prev_stage = read_stage;
       if (++read_stage == stages) {
         read_stage = 0;
         phase ^= 1;
       }
+    }
+    // Tile t's first gemm (spec 42) and tile t - 1's second (spec 58) are issued
+    // together; this tile's work runs while the second is in flight.
+    for (int t = 1; t < num_tiles; ++t) {
+      wait_barrier(smem.full_t[read_stage], phase);  // tile t has landed
+      issue_S_f(read_stage);
+      issue_O_f(prev_stage);
+      warpgroup_wait<1>();  // the first gemm is done; the second may still run
+      warpgroup_fence_operand(S_f);
+      during_mma(t);
+      warpgroup_wait<0>();  // tile t - 1's second gemm is done
+      warpgroup_fence_operand(O_f);
+      arrive_barrier(smem.empty_t[prev_stage]);  // this thread is done with tile t - 1's stage: the producer may refill it
+      after_mma();
+      prev_stage = read_stage;
+      if (++read_stage == stages) {
+        read_stage = 0;
+        phase ^= 1;
+      }
+    }
+    if (num_tiles > 0) {  // the last tile's second gemm
+      issue_O_f(prev_stage);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(O_f);
+      arrive_barrier(smem.empty_t[prev_stage]);
     }
   }
 

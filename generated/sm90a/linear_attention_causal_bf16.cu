@@ -419,7 +419,6 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 46: parallel(i, j)
       // Element-wise over `O_f` in registers: each thread visits the elements it owns.
       {
-        Tensor tCcO_f = thr_mma1.partition_C(make_identity_tensor(make_shape(Int<chunk>{}, Int<block_V>{})));  // -> (row, col)
         CUTE_UNROLL
         for (int e = 0; e < size(O_f); ++e) {
           O_f(e) *= scale;  // spec 47

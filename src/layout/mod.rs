@@ -20,6 +20,7 @@ mod copy;
 mod mma;
 mod pipeline;
 mod sm90;
+mod overlap;
 mod tma;
 mod wgmma;
 
@@ -31,6 +32,7 @@ use std::collections::BTreeMap;
 
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use mma::{MmaPlan, Wgmma};
+pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
 pub use tma::{TmaLoad, WarpSpecialization};
 pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
@@ -220,6 +222,10 @@ pub struct Plan {
     pub warp_specialization: Option<WarpSpecialization>,
     /// sm90a TMA path: why there is no producer warpgroup.
     pub ws_reason: Option<String>,
+    /// sm90a, warp-specialised: a pipelined loop whose second gemm overlaps the next tile.
+    pub overlap: Option<MmaOverlap>,
+    /// sm90a, warp-specialised: why no loop is overlapped.
+    pub overlap_reason: Option<OverlapRefusal>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -264,6 +270,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             cp_async_reason: None,
             warp_specialization: None,
             ws_reason: None,
+            overlap: None,
+            overlap_reason: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -324,6 +332,11 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     }
     // Pipelines need the copy plans to tell producers from consumers.
     cx.pipelines();
+    // sm90a, warp-specialised: a loop's second gemm overlapped with the next tile's work;
+    // needs the pipelines' consumers and the warpgroup MMAs.
+    if target == Target::Sm90a && cx.errors.is_empty() {
+        cx.plan_overlap();
+    }
     // Budgets need everything above.
     cx.budgets();
     if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) }

@@ -21,6 +21,15 @@ pub enum BodyItem {
     Close { pad: String },
     PipelineOpen(Box<PipelineCtx>),
     PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool, tma: bool, empty: String },
+    /// An overlapped loop's gemm as a lambda that issues and commits its MMAs on `stage`
+    /// without waiting (`layout::MmaOverlap`); `zero`: the first k-block zeroes the
+    /// accumulator, for the `clear` at spec `zero_line`.
+    GemmIssue { pad: String, line: usize, text: String, name: String, step: GemmCtx, zero: bool, zero_line: usize, zero_text: String },
+    /// `auto name = [&](int param) {`, with a comment; closed by `LambdaClose`.
+    LambdaOpen { pad: String, name: String, param: String, comment: Vec<String> },
+    LambdaClose { pad: String },
+    /// The overlapped loop itself, calling the lambdas above; closes the pipeline's block.
+    OverlapLoop(Box<OverlapCtx>),
     /// `deferred`: the wait is left to the multistage pipeline that follows (cp.async
     /// groups complete in order, so its first wait covers this copy too).
     CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool },
@@ -64,6 +73,30 @@ pub struct PipelineCtx {
     /// Waits for TMA copies before the loop that left their wait to it (after its
     /// prologue, so that their loads overlap the first stages').
     pub tma_waits: Vec<String>,
+    /// The loop's second gemm overlaps the next tile: `OverlapLoop` follows the lambdas.
+    pub overlap: bool,
+}
+
+/// The loop of a pipeline whose second gemm overlaps the next tile (`layout::MmaOverlap`).
+#[derive(Serialize)]
+pub struct OverlapCtx {
+    pub pad: String,
+    pub var: String,
+    pub stages: String,
+    pub barrier: String,
+    pub empty: String,
+    /// The lambdas: the first gemm's, the second's, the work between, the work after.
+    pub issue_first: String,
+    pub issue_deferred: String,
+    pub during: String,
+    pub after: String,
+    /// `after` takes the loop variable.
+    pub after_arg: bool,
+    pub first_line: usize,
+    pub deferred_line: usize,
+    /// The first gemm's accumulator and the second's.
+    pub s_acc: String,
+    pub o_acc: String,
 }
 
 #[derive(Serialize)]
@@ -549,6 +582,7 @@ impl Lower<'_> {
         }
         let stages_text = stages.as_ref().map(|e| self.c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
         let multistage = plan.mode == PipelineMode::Multistage;
+        let overlap = self.c.plan.overlap.as_ref().filter(|o| o.pipeline == s.id);
         let tma = producers.iter().any(|p| p.tma);
         let tma_bytes = producers.iter().map(|p| p.tma_bytes.clone()).collect::<Vec<_>>().join(" + ");
         let tma_waits = if tma {
@@ -576,7 +610,12 @@ impl Lower<'_> {
             empty: empty_barrier(&var.name),
             tma_bytes,
             tma_waits,
+            overlap: overlap.is_some(),
         })));
+        if let Some(o) = overlap {
+            self.overlapped(s, o, depth);
+            return;
+        }
         // The loop body: every statement but the producers, on the stage just landed.
         let outer = self.stage.replace("read_stage");
         for st in body {
@@ -588,6 +627,88 @@ impl Lower<'_> {
         let tma = plan.producers.iter().any(|p| self.c.plan.copies.get(p).is_some_and(|cp| cp.tma.is_some()));
         let sync_after = !plan.covers.is_empty();
         self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma, empty: empty_barrier(&var.name) });
+    }
+
+    /// The body of an overlapped pipeline (`layout::MmaOverlap`): the two gemms as issuing
+    /// lambdas, the statements between them as two lambdas (while the previous tile's second
+    /// gemm runs, and after it), then the loop that calls them.
+    fn overlapped(&mut self, s: &Stmt, o: &crate::layout::MmaOverlap, depth: usize) {
+        let c = self.c;
+        let StmtKind::Loop { var, body, stages, .. } = &s.kind else { return };
+        let line = |id: StmtId| c.spec.stmt(id).map_or(0, |s| c.line(s.span));
+        let text = |id: StmtId| c.spec.stmt(id).map_or(String::new(), |s| c.file.snippet(s.span).to_string());
+        let acc = |id: StmtId| c.plan.mmas.get(&id).map_or(String::new(), |m| c.spec.buffers[m.c].name.name.clone());
+        let (s_acc, o_acc) = (acc(o.first), acc(o.deferred));
+        let inner = depth + 1;
+        for (id, zero) in [(o.first, true), (o.deferred, false)] {
+            let Some(g) = c.spec.stmt(id) else { return };
+            if let Some(step) = self.gemm_step(g, Some("stage")) {
+                self.items.push(BodyItem::GemmIssue {
+                    pad: pad(inner), line: line(id), text: text(id), name: format!("issue_{}", step.acc), step, zero,
+                    zero_line: line(o.clear), zero_text: text(o.clear),
+                });
+            }
+        }
+        let span = |ids: &[StmtId]| match (ids.first(), ids.last()) {
+            (Some(a), Some(b)) if a != b => format!("spec {}-{}", line(*a), line(*b)),
+            (Some(a), _) => format!("spec {}", line(*a)),
+            _ => String::new(),
+        };
+        let outer = self.stage.replace("read_stage");
+        let v = var.name.clone();
+        self.items.push(BodyItem::LambdaOpen {
+            pad: pad(inner), name: "during_mma".into(), param: v.clone(),
+            comment: vec![format!("{}: tile {v}'s work on `{s_acc}`, which runs while tile {v} - 1's gemm (spec {}) is in flight.", span(&o.during), line(o.deferred))],
+        });
+        for st in body.iter().filter(|b| o.during.contains(&b.id)) {
+            match &st.kind {
+                StmtKind::Parallel { vars, body: assigns } if assigns.iter().any(|a| o.moved.contains(&a.id)) => {
+                    let kept: Vec<Stmt> = assigns.iter().filter(|a| !o.moved.contains(&a.id)).cloned().collect();
+                    if !kept.is_empty() {
+                        self.parallel(st, vars, &kept, inner + 1);
+                    }
+                }
+                _ => self.stmt(st, inner + 1),
+            }
+        }
+        self.items.push(BodyItem::LambdaClose { pad: pad(inner) });
+        let lines = |ids: &[StmtId]| ids.iter().map(|i| format!("spec {}", line(*i))).collect::<Vec<_>>().join(", ");
+        let operand = c.plan.mmas.get(&o.deferred).map_or(String::new(), |m| c.spec.buffers[m.a].name.name.clone());
+        let moved = if o.moved.is_empty() { String::new() } else { format!(", then the assignment to `{operand}` at {}, moved here", lines(&o.moved)) };
+        self.items.push(BodyItem::LambdaOpen {
+            pad: pad(inner), name: "after_mma".into(), param: if o.after_reads_var { v.clone() } else { String::new() },
+            comment: vec![format!("{}{moved}: what waits for tile {v} - 1's gemm (spec {}), which reads `{operand}` and accumulates into `{o_acc}`.",
+                lines(&o.after), line(o.deferred))],
+        });
+        for st in body.iter().filter(|b| o.after.contains(&b.id)) {
+            self.stmt(st, inner + 1);
+        }
+        for st in body.iter().filter(|b| o.during.contains(&b.id)) {
+            if let StmtKind::Parallel { vars, body: assigns } = &st.kind {
+                let moved: Vec<Stmt> = assigns.iter().filter(|a| o.moved.contains(&a.id)).cloned().collect();
+                if !moved.is_empty() {
+                    self.parallel(st, vars, &moved, inner + 1);
+                }
+            }
+        }
+        self.items.push(BodyItem::LambdaClose { pad: pad(inner) });
+        self.stage = outer;
+        self.items.push(BodyItem::OverlapLoop(Box::new(OverlapCtx {
+            pad: pad(depth),
+            var: v.clone(),
+            stages: stages.as_ref().map(|e| c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into()),
+            barrier: full_barrier(&v),
+            empty: empty_barrier(&v),
+            issue_first: format!("issue_{s_acc}"),
+            issue_deferred: format!("issue_{o_acc}"),
+            during: "during_mma".into(),
+            after: "after_mma".into(),
+            after_arg: o.after_reads_var,
+            first_line: line(o.first),
+            deferred_line: line(o.deferred),
+            s_acc,
+            o_acc,
+        })));
     }
 
     fn reduce(&mut self, s: &Stmt, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool, depth: usize) {

@@ -235,7 +235,6 @@ gemm_scaled_sync_kernel(ElementA const* __restrict__ A,
   // spec 22: parallel(i, j)
   // Element-wise over `acc` in registers: each thread visits the elements it owns.
   {
-    Tensor tCcacc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));  // -> (row, col)
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
       acc(e) = static_cast<ElementAcc>(static_cast<float>(acc(e)) * alpha);  // spec 23
