@@ -2,7 +2,7 @@
 
 use tilegen::ast::StmtKind;
 use tilegen::diag::SourceFile;
-use tilegen::layout::{CopyKind, EpilogueOp, FragmentLayout, GemmSchedule, PipelineMode};
+use tilegen::layout::{CopyKind, EpilogueOp, FragmentLayout, GemmSchedule, MbarrierRole, PipelineMode};
 use tilegen::target::Target;
 
 fn spec(tiles: (i64, i64, i64), stages: i64, threads: i64, a_order: &str, transpose_b: bool) -> String {
@@ -474,7 +474,9 @@ fn sm90a_adds_a_producer_warpgroup_to_two_consumer_warpgroups() {
     assert!(ws.producer_threads * ws.producer_regs + 256 * ws.consumer_regs <= 65536);
     assert_eq!(c.plan.ws_reason, None);
     assert!(c.plan.pipelines.values().all(|p| p.why.starts_with("TMA multistage, warp-specialised")));
-    // Full and empty barriers per stage (2 + 2) and Q's: 40 bytes, padded to 128.
+    // Full and empty barriers per stage (3 + 3) and Q's: 56 bytes, padded to 128.
+    let roles: Vec<(MbarrierRole, i64)> = c.plan.mbarriers.iter().map(|m| (m.role, m.count)).collect();
+    assert_eq!(roles, [(MbarrierRole::Full, 3), (MbarrierRole::Empty, 3), (MbarrierRole::Full, 1)]);
     assert_eq!(c.plan.smem.barriers, 128);
     // The kernel launches the producer too, and its barriers among consumers are named.
     let files = tilegen::back::sm80::render(&c).unwrap();

@@ -34,7 +34,7 @@ pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
-pub use tma::{TmaLoad, WarpSpecialization};
+pub use tma::{MbarrierRole, Mbarriers, TmaLoad, WarpSpecialization};
 pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
@@ -226,6 +226,8 @@ pub struct Plan {
     pub overlap: Option<MmaOverlap>,
     /// sm90a, warp-specialised: why no loop is overlapped.
     pub overlap_reason: Option<OverlapRefusal>,
+    /// sm90a TMA path: the mbarriers the loads complete on (and stages are released on).
+    pub mbarriers: Vec<Mbarriers>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -272,6 +274,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             ws_reason: None,
             overlap: None,
             overlap_reason: None,
+            mbarriers: Vec::new(),
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -685,16 +688,9 @@ impl<'a> Infer<'a> {
         } else {
             self.plan.copies.values().map(|c| c.staging_bytes).sum()
         };
-        // One mbarrier (8 bytes) per stage of a pipeline of TMA loads, and per TMA copy
-        // outside pipelines; the block of them is padded to the storage's 128-byte alignment.
-        let tma_pipelines: i64 = self.plan.pipelines.values()
-            .filter(|p| p.producers.iter().any(|id| self.plan.copies.get(id).is_some_and(|c| c.tma.is_some())))
-            .map(|p| p.stages.max(1)).sum::<i64>()
-            // Warp-specialised: an "empty" barrier per stage too.
-            * if self.plan.warp_specialization.is_some() { 2 } else { 1 };
-        let pipelined: Vec<StmtId> = self.plan.pipelines.values().flat_map(|p| p.producers.clone()).collect();
-        let single = self.plan.copies.iter().filter(|(id, c)| c.tma.is_some() && !pipelined.contains(id)).count() as i64;
-        let barriers = (8 * (tma_pipelines + single) as u64).div_ceil(128) * 128;
+        // 8 bytes per mbarrier; the block of them is padded to the storage's 128-byte alignment.
+        self.plan_mbarriers();
+        let barriers = (8 * self.plan.mbarriers.iter().map(|m| m.count).sum::<i64>() as u64).div_ceil(128) * 128;
         let total = if reuse { buffers.max(staging) } else { buffers + staging } + barriers;
         self.plan.smem = SmemUse { buffers, staging, staging_reuses_buffers: reuse, barriers, total, budget: self.target.smem_budget() };
         if total > self.target.smem_budget() {

@@ -25,6 +25,29 @@ pub struct TmaLoad {
     pub bytes: i64,
 }
 
+/// The mbarriers TMA loads complete on, in shared memory after the buffers (`Plan::mbarriers`):
+/// the one list the budget counts and the kernel declares and initialises.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mbarriers {
+    /// The pipelined loop whose stages they belong to, or the TMA copy outside pipelines.
+    pub owner: StmtId,
+    /// What they signal.
+    pub role: MbarrierRole,
+    /// One per stage of the loop, or 1 for a copy.
+    pub count: i64,
+}
+
+/// What a set of mbarriers signals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MbarrierRole {
+    /// A stage's tiles (or a single copy's tile) have landed: the issuing thread arrives and
+    /// the TMA unit completes the transaction bytes.
+    Full,
+    /// Warp-specialised: every consumer thread is done with a stage, so the producer may
+    /// refill it.
+    Empty,
+}
+
 /// Warp specialisation: a producer warpgroup issues the TMA loads while the spec's threads
 /// (two or more consumer warpgroups) compute; registers move from the producer to them.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,6 +143,30 @@ impl Infer<'_> {
                 "a producer warpgroup (threads {threads}..{}) issues every TMA load, one thread of it, waiting on each stage's \"empty\" mbarrier before refilling it; the {} consumer warpgroups only compute, waiting on \"full\" barriers and releasing stages, so no block-wide barrier ties them together; setmaxnreg moves registers: {PRODUCER_REGS} per producer thread, {consumer_regs} per consumer thread",
                 threads + 127, threads / 128),
         })
+    }
+
+    /// The mbarriers of the TMA loads: per stage of each pipeline of TMA loads a "full" one
+    /// (and, warp-specialised, an "empty" one), then one per TMA copy outside pipelines.
+    pub(super) fn plan_mbarriers(&mut self) {
+        let ws = self.plan.warp_specialization.is_some();
+        let tma = |id: &StmtId| self.plan.copies.get(id).is_some_and(|c| c.tma.is_some());
+        let mut out = Vec::new();
+        let mut pipelined = Vec::new();
+        for (&id, p) in &self.plan.pipelines {
+            if !p.producers.iter().any(tma) {
+                continue;
+            }
+            pipelined.extend(p.producers.iter().copied());
+            let count = p.stages.max(1);
+            out.push(Mbarriers { owner: id, role: MbarrierRole::Full, count });
+            if ws {
+                out.push(Mbarriers { owner: id, role: MbarrierRole::Empty, count });
+            }
+        }
+        for id in self.plan.copies.keys().filter(|id| tma(id) && !pipelined.contains(id)) {
+            out.push(Mbarriers { owner: *id, role: MbarrierRole::Full, count: 1 });
+        }
+        self.plan.mbarriers = out;
     }
 
     /// Every global → shared copy as TMA loads, or why not.

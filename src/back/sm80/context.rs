@@ -6,7 +6,7 @@ use crate::back::conv::{cpp_type, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::check::{ConstValue, Symbol};
 use crate::diag::Diagnostic;
-use crate::layout::{CopyKind, FragmentLayout, Swizzle};
+use crate::layout::{CopyKind, FragmentLayout, MbarrierRole, Swizzle};
 use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
@@ -975,37 +975,42 @@ fn tma_barriers(c: &Compiled, loads: &[TmaCtx]) -> (Vec<LineCtx>, Vec<String>) {
     if loads.is_empty() {
         return (members, inits);
     }
-    let mut pipelined = Vec::new();
-    for (&sid, p) in &plan.pipelines {
-        if !p.producers.iter().any(|id| plan.copies.get(id).is_some_and(|cp| cp.tma.is_some())) {
-            continue;
+    for m in &plan.mbarriers {
+        let Some(s) = spec.stmt(m.owner) else { continue };
+        match &s.kind {
+            StmtKind::Loop { var, stages, .. } => {
+                let stages_text = stages.as_ref().map(|e| c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
+                if m.role == MbarrierRole::Empty {
+                    members.push(LineCtx {
+                        code: format!("uint64_t empty_{}[{stages_text}];", var.name),
+                        comment: "every consumer thread is done with stage i: the producer may refill it".into(),
+                    });
+                    continue;
+                }
+                let p = &plan.pipelines[&m.owner];
+                let tiles: Vec<String> = p.producers.iter().filter_map(|id| plan.copies.get(id)).map(|cp| format!("`{}`", spec.buffers[cp.buffer].name.name)).collect();
+                members.push(LineCtx {
+                    code: format!("uint64_t full_{}[{stages_text}];", var.name),
+                    comment: format!("pipeline over `{}` (spec {}): stage i's {} tiles have landed", var.name, c.line(s.span), tiles.join(" and ")),
+                });
+                // The stage's "empty" barrier, if any, is initialised in the same loop.
+                let empty = if plan.mbarriers.iter().any(|e| e.owner == m.owner && e.role == MbarrierRole::Empty) {
+                    format!("\n      initialize_barrier({}[stage], kThreads);  // every consumer thread arrives", empty_barrier(&var.name))
+                } else {
+                    String::new()
+                };
+                inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{\n      initialize_barrier({}[stage], 1);  // one arrival: the issuing thread's{empty}\n    }}", full_barrier(&var.name)));
+            }
+            _ => {
+                let Some(cp) = plan.copies.get(&m.owner) else { continue };
+                let b = &spec.buffers[cp.buffer].name.name;
+                members.push(LineCtx {
+                    code: format!("uint64_t full_{b};"),
+                    comment: format!("`{b}`'s tile has landed (spec {})", c.line(s.span)),
+                });
+                inits.push(format!("initialize_barrier({}, 1);", full_barrier(b)));
+            }
         }
-        pipelined.extend(p.producers.iter().copied());
-        let Some(s) = spec.stmt(sid) else { continue };
-        let StmtKind::Loop { var, stages, .. } = &s.kind else { continue };
-        let stages_text = stages.as_ref().map(|e| c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
-        let tiles: Vec<String> = p.producers.iter().filter_map(|id| plan.copies.get(id)).map(|cp| format!("`{}`", spec.buffers[cp.buffer].name.name)).collect();
-        members.push(LineCtx {
-            code: format!("uint64_t full_{}[{stages_text}];", var.name),
-            comment: format!("pipeline over `{}` (spec {}): stage i's {} tiles have landed", var.name, c.line(s.span), tiles.join(" and ")),
-        });
-        let ws = plan.warp_specialization.is_some();
-        if ws {
-            members.push(LineCtx {
-                code: format!("uint64_t empty_{}[{stages_text}];", var.name),
-                comment: "every consumer thread is done with stage i: the producer may refill it".into(),
-            });
-        }
-        let empty = if ws { format!("\n      initialize_barrier({}[stage], kThreads);  // every consumer thread arrives", empty_barrier(&var.name)) } else { String::new() };
-        inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{\n      initialize_barrier({}[stage], 1);  // one arrival: the issuing thread's{empty}\n    }}", full_barrier(&var.name)));
-    }
-    for (&sid, cp) in plan.copies.iter().filter(|(id, cp)| cp.tma.is_some() && !pipelined.contains(id)) {
-        let b = &spec.buffers[cp.buffer].name.name;
-        members.push(LineCtx {
-            code: format!("uint64_t full_{b};"),
-            comment: format!("`{b}`'s tile has landed (spec {})", spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0)),
-        });
-        inits.push(format!("initialize_barrier({}, 1);", full_barrier(b)));
     }
     for l in loads {
         inits.push(format!("prefetch_tma_descriptor({}.get_tma_descriptor());", l.var));
