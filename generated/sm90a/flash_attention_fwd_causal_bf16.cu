@@ -253,7 +253,7 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     if (tid == kThreads) {
       // spec 36: copy(Q[bz, bx*block_M:, by, :], Q_s)
       {
-        Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));
+        Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));  // `mQ_tma`'s coordinates, in the tensor map's mode order
         Tensor gQ = local_tile(mQ_tma(_, _, bz, by), make_shape(Int<block_M>{}, Int<D>{}), make_coord(bx, 0));
         auto tma_thr_Q = tma_Q_s.get_slice(0);
         set_barrier_transaction_bytes(smem.full_Q_s, kTmaBytesQ_s);
@@ -262,12 +262,12 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 41: the loads of pipelined(t, min(ceildiv(S, block_N), ceildiv((bx + 1) * block_M,
       // block_N)), stages)
       {
-        Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));
+        Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));  // `mK_tma`'s coordinates, in the tensor map's mode order
         Tensor gK = local_tile(mK_tma(_, _, bz, by), make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
         auto tma_thr_K = tma_K_s.get_slice(0);
         Tensor tKgK = tma_thr_K.partition_S(gK);  // (TMA, TMA_0, TMA_1, t)
         Tensor tKsK = tma_thr_K.partition_D(sK_s);  // (TMA, TMA_0, TMA_1, stage)
-        Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));
+        Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));  // `mV_tma`'s coordinates, in the tensor map's mode order
         Tensor gV = local_tile(mV_tma(_, _, bz, by), make_shape(Int<D>{}, Int<block_N>{}), make_coord(0, _));  // (tile, tile, t)
         auto tma_thr_V = tma_V_s.get_slice(0);
         Tensor tVgV = tma_thr_V.partition_S(gV);  // (TMA, TMA_0, TMA_1, t)

@@ -140,11 +140,15 @@ pub(crate) fn template_error(c: &Compiled, e: &dyn std::error::Error) -> Vec<Dia
 /// The launcher header template, shared by the NVIDIA targets.
 pub(crate) const HEADER_TEMPLATE: &str = include_str!("../../templates/launcher.h.tera");
 
+/// Tera components the sm80 kernel template calls (a tile's TMA view, stages and issue).
+const TMA_COMPONENTS: &str = include_str!("../../templates/sm80/tma.cu.tera");
+
 /// Renders a kernel template and the shared header template with one context into
 /// `<kernel>.cu` and `<kernel>.h`.
 pub(crate) fn render_pair(c: &Compiled, kernel_template: &str, ctx: &impl serde::Serialize) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     let mut tera = tera::Tera::new();
     tera.autoescape_on(Vec::<&str>::new());
+    tera.add_raw_template("tma.cu", TMA_COMPONENTS).map_err(|e| template_error(c, &e))?;
     tera.add_raw_template("kernel.cu", kernel_template).map_err(|e| template_error(c, &e))?;
     tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
     let context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
