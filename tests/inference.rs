@@ -382,9 +382,12 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     let files = tilegen::back::render(&c).unwrap();
     let hip = &files.iter().find(|f| f.name.ends_with(".hip")).unwrap().contents;
     assert!(hip.contains("constexpr ck::index_t kHeadDim = 64;") && hip.contains("q_lengths{ B, H, S, kHeadDim }"), "{hip}");
-    // Other fused programs say why they are not attention.
-    let errs = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap_err().join("\n");
+    // Other fused programs say why they are not attention; a dequant says why CK's 4-bit
+    // GEMMs do not take its weights, at the dequant's line.
+    let errs = compile_for(linear_attention(), Target::Gfx942).unwrap_err().join("\n");
     assert!(errs.contains("this spec is not attention"), "{errs}");
+    let errs = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("t.yaml:27:9: error: the gfx942 target has no lowering for dequant_int4") && errs.contains("element 2j in the low nibble"), "{errs}");
 }
 
 #[test]

@@ -288,9 +288,18 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         if let Some(shape) = cx.gemm_shape() {
             cx.plan_collective(shape);
         } else {
-            match attention::recognize(spec, info) {
-                Ok(a) => cx.plan_attention(a),
-                Err(why) => cx.err(Diagnostic::error(spec.kernel.span, format!(
+            let mut dequant = None;
+            spec.walk(&mut |s| if matches!(s.kind, StmtKind::Dequant { .. }) && dequant.is_none() { dequant = Some(s.span) });
+            match (attention::recognize(spec, info), dequant) {
+                (Ok(a), _) => cx.plan_attention(a),
+                // composable_kernel's int4 GEMMs (pk_i4_t B operands) read each byte's high
+                // nibble as the first element (type_convert<bhalf2_t, pk_i4_t>), and with
+                // CK_USE_PK4_LAYOUT_SHUFFLE (ck.hpp sets it) an interleave of 8 nibbles.
+                (Err(_), Some(at)) => cx.err(Diagnostic::error(at, format!(
+                    "the {target} target has no lowering for dequant_int4: composable_kernel's 4-bit GEMMs take their own nibble order (the first element of each byte in its high nibble, interleaved over 8 nibbles by its fast converter), while dequant_int4 puts element 2j in the low nibble of byte j, so they would need the weights repacked, which tilegen does not generate"))
+                    .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
+                    .unsupported_on_target()),
+                (Err(why), None) => cx.err(Diagnostic::error(spec.kernel.span, format!(
                     "the {target} target has no lowering for this fused program: it lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) and softmax attention, and this spec is not attention: {why}"))
                     .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
                     .unsupported_on_target()),
