@@ -267,7 +267,7 @@ CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
 ";
 
 /// Unpacks one pair of 4-bit values into a pair of 16-bit floats (fused dequant_int4).
-const DEQUANT_INT4X2: &str = "\
+pub(super) const DEQUANT_INT4X2: &str = "\
 // Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
 // 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - Zero) * scale in f16 or bf16, as one
 // 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
@@ -437,26 +437,10 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
     let info = &c.info;
     let plan = &c.plan;
-    let conv = Conv { spec, info };
     let mut errors = Vec::new();
 
-    let constants = spec.constants.iter().map(|k| {
-        let (cpp_type, value) = match info.symbols.get(&k.name.name) {
-            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
-            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", crate::back::conv::float_literal(s)),
-            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
-            _ => ("int", "0".into()),
-        };
-        ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value }
-    }).collect();
-
-    let mut elements = Vec::new();
-    for t in &spec.tensors {
-        elements.push(ElementCtx { alias: element_alias(&t.name.name), cpp_type: cpp_type(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) });
-    }
-    for b in &spec.buffers {
-        elements.push(ElementCtx { alias: element_alias(&b.name.name), cpp_type: cpp_type(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) });
-    }
+    let constants = constants_ctx(c);
+    let elements = elements_ctx(c);
 
     // Shared layouts and tensors.
     let mut smem_layouts = Vec::new();
@@ -707,16 +691,11 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     }
 
     // Kernel parameters and global tensors.
-    let mut kernel_params = Vec::new();
-    let mut kernel_args = Vec::new();
+    let (mut kernel_params, mut kernel_args) = kernel_signature(c);
     let mut global_tensors = Vec::new();
     let mut tensor_codes = std::collections::BTreeMap::new();
     for (ti, t) in spec.tensors.iter().enumerate() {
         let n = &t.name.name;
-        let alias = element_alias(n);
-        let cst = if t.output { "" } else { " const" };
-        kernel_params.push(format!("{alias}{cst}* __restrict__ {n}"));
-        kernel_args.push(format!("static_cast<{alias}{cst}*>({n})"));
         let dims: Vec<String> = t.shape.iter().map(Dim::text).collect();
         // Constant extents are static in the shape (and cannot bind to make_shape's
         // references in device code anyway).
@@ -753,35 +732,14 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             global_tensors.push(line);
         }
     }
-    for d in &info.runtime_dims {
-        kernel_params.push(format!("int {d}"));
-        kernel_args.push(d.clone());
-    }
     let tma_loads = tma_contexts(c, &tensor_codes);
     for t in &tma_loads {
         kernel_params.push(format!("CUTE_GRID_CONSTANT {} const {}", t.name, t.var));
         kernel_args.push(t.var.clone());
     }
     let (barriers, barrier_inits) = tma_barriers(c, &tma_loads);
-    let grid_dims = ["x", "y", "z"];
-    let block_indices = spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx {
-        name: g.var.name.clone(),
-        value: if g.descending {
-            format!("gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", d = grid_dims[i])
-        } else {
-            format!("blockIdx.{};", grid_dims[i])
-        },
-    }).collect();
-    let mut grid: Vec<String> = spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
-    while grid.len() < 3 {
-        grid.push("1".into());
-    }
-    let grid_limits = vec![
-        "grid_x < 1 || grid_x > 2147483647".to_string(),
-        "grid_y < 1 || grid_y > 65535".to_string(),
-        "grid_z < 1 || grid_z > 65535".to_string(),
-    ];
-    let grid_doc: Vec<String> = spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect();
+    let block_indices = block_indices_ctx(c);
+    let (grid, grid_limits, grid_doc) = grid_ctx(c);
     let doc_launch = format!(
         "grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
         grid_doc.join(", "),
@@ -795,8 +753,6 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut seen = BTreeSet::new();
-    elements.retain(|e: &ElementCtx| seen.insert(e.alias.clone()));
     let mut used = std::collections::BTreeMap::new();
     spec.walk(&mut |s| {
         if let StmtKind::Assign { value, .. } = &s.kind {
@@ -883,6 +839,80 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         doc_invalid: "the grid exceeds CUDA's limits".into(),
         doc_errors: "cudaFuncSetAttribute or the launch".into(),
     })
+}
+
+/// The spec's constants as C++ declarations.
+pub(super) fn constants_ctx(c: &Compiled) -> Vec<ConstantCtx> {
+    c.spec.constants.iter().map(|k| {
+        let (cpp_type, value) = match c.info.symbols.get(&k.name.name) {
+            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
+            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", crate::back::conv::float_literal(s)),
+            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
+            _ => ("int", "0".into()),
+        };
+        ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value }
+    }).collect()
+}
+
+/// One element-type alias per tensor and buffer (`ElementA`), each spelled once.
+pub(super) fn elements_ctx(c: &Compiled) -> Vec<ElementCtx> {
+    let mut elements = Vec::new();
+    for t in &c.spec.tensors {
+        elements.push(ElementCtx { alias: element_alias(&t.name.name), cpp_type: cpp_type(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) });
+    }
+    for b in &c.spec.buffers {
+        elements.push(ElementCtx { alias: element_alias(&b.name.name), cpp_type: cpp_type(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) });
+    }
+    let mut seen = BTreeSet::new();
+    elements.retain(|e| seen.insert(e.alias.clone()));
+    elements
+}
+
+/// The kernel's parameters (tensors, then runtime sizes) and the launcher's arguments for them.
+pub(super) fn kernel_signature(c: &Compiled) -> (Vec<String>, Vec<String>) {
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    for t in &c.spec.tensors {
+        let (n, alias) = (&t.name.name, element_alias(&t.name.name));
+        let cst = if t.output { "" } else { " const" };
+        params.push(format!("{alias}{cst}* __restrict__ {n}"));
+        args.push(format!("static_cast<{alias}{cst}*>({n})"));
+    }
+    for d in &c.info.runtime_dims {
+        params.push(format!("int {d}"));
+        args.push(d.clone());
+    }
+    (params, args)
+}
+
+/// The spec's block indices as kernel locals.
+pub(super) fn block_indices_ctx(c: &Compiled) -> Vec<BlockIndexCtx> {
+    let grid_dims = ["x", "y", "z"];
+    c.spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx {
+        name: g.var.name.clone(),
+        value: if g.descending {
+            format!("gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", d = grid_dims[i])
+        } else {
+            format!("blockIdx.{};", grid_dims[i])
+        },
+    }).collect()
+}
+
+/// The launch grid: its three extents as C++, the checks against CUDA's limits, and the
+/// extents as the spec wrote them (for the header).
+pub(super) fn grid_ctx(c: &Compiled) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let conv = Conv { spec: &c.spec, info: &c.info };
+    let mut grid: Vec<String> = c.spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
+    while grid.len() < 3 {
+        grid.push("1".into());
+    }
+    let limits = vec![
+        "grid_x < 1 || grid_x > 2147483647".to_string(),
+        "grid_y < 1 || grid_y > 65535".to_string(),
+        "grid_z < 1 || grid_z > 65535".to_string(),
+    ];
+    let doc = c.spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect();
+    (grid, limits, doc)
 }
 
 fn ldsm(k_major: bool, which: &str) -> (String, String) {
