@@ -58,6 +58,10 @@ pub fn explain(c: &Compiled) -> String {
         explain_collective(&mut o, c, p);
         return o;
     }
+    if let Some(p) = &plan.dequant_gemm {
+        explain_dequant_gemm(&mut o, c, p);
+        return o;
+    }
     let _ = writeln!(o, "\nMMA");
     if plan.mmas.is_empty() {
         let _ = writeln!(o, "  (no gemm)");
@@ -187,6 +191,9 @@ pub fn explain(c: &Compiled) -> String {
 
     if !plan.dequants.is_empty() {
         let _ = writeln!(o, "\nUnpacking");
+        if let Some(why) = &plan.dequant_gemm_reason {
+            let _ = writeln!(o, "  not the thin-tile dequant GEMM lowering: {why}");
+        }
         for (id, d) in &plan.dequants {
             if let Some(g) = d.fused_into {
                 let _ = writeln!(o, "  {}\n    fused into the gemm at spec {}\n    why: {}", heading(*id), line_of_stmt(g), d.why);
@@ -315,6 +322,47 @@ fn amd_resources(o: &mut String, c: &Compiled, lds: &str, extra_checks: &[String
         let _ = writeln!(o, "    {x}");
     }
     let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+}
+
+fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::DequantGemmPlan) {
+    let spec = &c.spec;
+    let heading = |id: crate::ast::StmtId| spec.stmt(id).map_or_else(String::new, |s| format!("spec {}: {}", c.line(s.span), c.file.snippet(s.span)));
+    let (bm, bn, bk) = p.block;
+    let name = |b: usize| &spec.buffers[b].name.name;
+    let [a_s, wq_s, s_s, w_s, acc] = p.buffers;
+    let _ = writeln!(o, "\nThin-tile dequant GEMM (weights as the MMA's A operand)");
+    if let Some(why) = &c.plan.mma_sync_reason {
+        let _ = writeln!(o, "  mma.sync, not warpgroup MMAs: {why}");
+    }
+    let _ = writeln!(o, "  {}\n  {}", heading(p.dequant), heading(p.gemm));
+    let _ = writeln!(o, "    MMA SM80_16x8x16 (mma.sync), Cᵀ = W · Aᵀ: 16 weight rows x {} rows of A per MMA; `{}` is never stored: each thread unpacks its A registers from whole packed words (one scale per {} values, zero {})",
+        bm.min(8), name(w_s), p.group, p.zero);
+    let _ = writeln!(o, "    why: {}", p.why);
+    let _ = writeln!(o, "  row tiles: {} of 8 rows per block{}", p.m_tiles, if p.small_m { "; the launcher runs a one-tile instantiation when M <= 8" } else { "" });
+    let _ = writeln!(o, "\nWarps ({} threads)", spec.threads.0);
+    let _ = writeln!(o, "  {} row group(s) of 16 weight rows x {} k share(s): each warp takes {} of the {} 128-deep step(s) of every {bn}x{bk} tile",
+        p.row_groups, p.k_split, p.k_steps / p.k_split, p.k_steps);
+    let _ = writeln!(o, "  the k shares' partial sums of `{}` meet in shared memory ({} bytes, in the stages' place) before the store", name(acc), p.partial_bytes);
+    let _ = writeln!(o, "\nShared layouts");
+    for (b, l, why) in [(a_s, p.a_layout, &p.why_a), (wq_s, p.w_layout, &p.why_w)] {
+        let cols = spec.buffers[b].shape.get(1).map_or(String::new(), |e| c.file.snippet(e.span).to_string());
+        let pad = if l.pad > 0 { format!(" + {} (padding)", l.pad) } else { String::new() };
+        let _ = writeln!(o, "  `{}`: rows of {cols}{pad} elements, Swizzle<{},{},{}>\n    why: {why}", name(b), l.swizzle.bits, l.swizzle.base, l.swizzle.shift);
+    }
+    let _ = writeln!(o, "  `{}`: row-major, {} scale(s) per weight row per tile", name(s_s), bk / p.group);
+    let _ = writeln!(o, "\nCopies (cp.async, 16-byte chunks zero-filled past the tensors; the scales 4 bytes at a time)");
+    for (id, per) in [(p.copies[0], format!("{} chunk(s) per thread{}", p.a_chunks, if p.small_m { format!(" ({} with one row tile)", p.a_chunks * 8 / bm) } else { String::new() })), (p.copies[1], format!("{} chunk(s) per thread", p.w_chunks)), (p.copies[2], format!("the first {} threads, a pair each", p.scale_pairs))] {
+        let _ = writeln!(o, "  {}: {per}", heading(id));
+    }
+    let _ = writeln!(o, "\nPipeline");
+    let _ = writeln!(o, "  {}: cp.async multistage, {} stages ({} k-tiles in flight), the ring unrolled so that stage offsets are constants", heading(p.pipeline), p.stages, p.stages - 1);
+    let _ = writeln!(o, "\nResources");
+    let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {} + {}) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.stage_bytes[2], c.plan.smem.budget);
+    let _ = writeln!(o, "  registers: about {} per thread (estimate)", c.plan.regs_per_thread);
+    let _ = writeln!(o, "  launcher checks:");
+    for a in &c.plan.alignment {
+        let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+    }
 }
 
 fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::CollectivePlan) {

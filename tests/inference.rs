@@ -200,9 +200,57 @@ fn w4a16() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_gemm_bf16.yaml")).unwrap()
 }
 
+/// The bundled w4a16 spec with a 32-row tile of A (prefill-sized), which the thin-tile
+/// lowering does not take: the dequant is fused into mma.sync's B fragments instead.
+fn w4a16_wide() -> String {
+    w4a16().replace("constants: {block_M: 16, block_N: 32, block_K: 512, stages: 4}", "constants: {block_M: 32, block_N: 64, block_K: 256, stages: 4}")
+        .replace("threads: 256", "threads: 128")
+}
+
+#[test]
+fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
+    let c = compile(w4a16()).unwrap();
+    let p = c.plan.dequant_gemm.as_ref().expect("the thin-tile plan");
+    // 16 rows of A: two 8-row tiles (the MMA's N), one when M <= 8; 32 weight rows as two
+    // 16-row groups, each split over 4 warps taking one of the four 128-deep steps of a tile.
+    assert_eq!((p.block, p.m_tiles, p.small_m, p.row_groups, p.k_split, p.k_steps, p.group, p.zero), ((16, 32, 512), 2, true, 2, 4, 4, 128, 8));
+    // [16, 512] A rows need 32 bytes of padding and Swizzle<1,3,3>; the words Swizzle<1,4,2>.
+    assert_eq!((p.a_layout.pad, p.a_layout.swizzle.bits, p.a_layout.swizzle.base, p.a_layout.swizzle.shift), (16, 1, 3, 3));
+    assert_eq!((p.w_layout.pad, p.w_layout.swizzle.bits, p.w_layout.swizzle.base, p.w_layout.swizzle.shift), (0, 1, 4, 2));
+    assert_eq!((p.a_chunks, p.w_chunks, p.scale_pairs), (4, 2, 64));
+    assert_eq!(c.plan.smem.total, 4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 4 * 2));
+    // The general tables stay empty: nothing else plans this program.
+    assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty());
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<8, ElementS_s>(lo, 0x0400u, scale_lo)",
+                   "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "M <= 8 ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
+                   "(K / 128) % 2 != 0", "smem.partials[wk][row][w_row]"] {
+        assert!(cu.contains(needle), "the kernel lacks {needle}");
+    }
+    // sm90a takes the same lowering (mma.sync), and says why not warpgroup MMAs.
+    let c9 = compile_for(w4a16(), Target::Sm90a).unwrap();
+    assert!(c9.plan.dequant_gemm.is_some() && c9.plan.mma_sync_reason.as_deref().is_some_and(|r| r.contains("64 rows per warpgroup")));
+
+    // What the lowering does not take runs the general one, with the reason kept for explain.
+    let reason = |text: String| {
+        let c = compile(text).unwrap();
+        assert!(c.plan.dequant_gemm.is_none() && !c.plan.dequants.is_empty());
+        c.plan.dequant_gemm_reason.expect("a reason")
+    };
+    assert!(reason(w4a16_wide()).contains("its M tile is 32 rows"));
+    // The earlier bundled tiles (16x64x256 over 4 warps) with a scale per 64 values, or over
+    // 2 warps (fewer than its four 16-row groups):
+    let earlier = w4a16().replace("constants: {block_M: 16, block_N: 32, block_K: 512, stages: 4}", "constants: {block_M: 16, block_N: 64, block_K: 256, stages: 4}")
+        .replace("threads: 256", "threads: 128");
+    assert!(compile(earlier.clone()).unwrap().plan.dequant_gemm.is_some(), "those tiles take it as they are");
+    assert!(reason(earlier.replace("K/128", "K/64")).contains("groups of a multiple of 128 values"));
+    assert!(reason(earlier.replace("threads: 128", "threads: 64")).contains("2 warps cannot split a 64-row weight tile"));
+}
+
 #[test]
 fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_threads() {
-    let c = compile(w4a16()).unwrap();
+    let c = compile(w4a16_wide()).unwrap();
     let d = c.plan.dequants.values().next().expect("a dequant plan");
     // [64, 256] values = 2048 words over 128 threads; one scale per 128 values.
     assert_eq!((d.words, d.words_per_row, d.per_thread, d.group, d.guarded), (2048, 32, 16, 128, false));
@@ -387,7 +435,7 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     let errs = compile_for(linear_attention(), Target::Gfx942).unwrap_err().join("\n");
     assert!(errs.contains("this spec is not attention"), "{errs}");
     let errs = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap_err().join("\n");
-    assert!(errs.contains("t.yaml:27:9: error: the gfx942 target has no lowering for dequant_int4") && errs.contains("element 2j in the low nibble"), "{errs}");
+    assert!(errs.contains("t.yaml:28:9: error: the gfx942 target has no lowering for dequant_int4") && errs.contains("element 2j in the low nibble"), "{errs}");
 }
 
 #[test]

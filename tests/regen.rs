@@ -90,7 +90,9 @@ fn check_and_explain_work_on_the_bundled_specs() {
     }
     let (code, text) = tilegen(root, &["explain", "specs/w4a16_gemm_bf16.yaml", "--target", "sm90a"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("mma.sync (the sm80 lowering built for sm_90a), not warpgroup MMAs: its dequant_int4"), "{text}");
+    for needle in ["Thin-tile dequant GEMM", "mma.sync, not warpgroup MMAs: its dequant_int4", "2 row group(s) of 16 weight rows x 4 k share(s)", "`A_s`: rows of block_K + 16 (padding) elements, Swizzle<1,3,3>"] {
+        assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
+    }
     let (code, _) = tilegen(root, &["gen", "--target", "sm99"]);
     assert_eq!(code, 2);
 }

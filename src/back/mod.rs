@@ -37,6 +37,13 @@ const RESERVED_CUTE: [&str; 28] = [
     "smem", "smem_buf", "tiled_mma", "thr_mma", "load_tile", "read_stage", "write_stage", "num_tiles", "k_block", "fast_exp2",
     "GMMA", "fence_view_async_shared", "warpgroup_arrive", "warpgroup_commit_batch", "warpgroup_wait", "warpgroup_fence_operand",
 ];
+/// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
+const RESERVED_THIN: [&str; 44] = [
+    "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "load_tile", "mma_tile", "tile", "stage",
+    "kernel", "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_col", "scale_copier",
+    "words_lo", "words_hi", "scale_lo", "scale_hi", "lo", "hi", "x", "d", "mt", "s", "h", "i", "in_k", "k_left", "accum",
+    "Mma", "partials", "SharedStorage",
+];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
 const RESERVED_SM90A: [&str; 9] = ["cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes"];
 /// Names the composable_kernel code declares.
@@ -51,7 +58,9 @@ const RESERVED_CK_ATTENTION: [&str; 20] = [
 /// Spec names that would collide with names the target's generated C++ declares: one
 /// error each, at the declaration.
 fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
+    let thin: Vec<&str> = if c.plan.dequant_gemm.is_some() { RESERVED_CUTE.iter().chain(&RESERVED_THIN).copied().collect() } else { Vec::new() };
     let extra: &[&str] = match c.plan.target {
+        _ if c.plan.dequant_gemm.is_some() => &thin,
         Target::Sm80 => &RESERVED_CUTE,
         Target::Sm90a if c.plan.collective.is_some() => &RESERVED_SM90A,
         Target::Sm90a => &RESERVED_CUTE,

@@ -17,6 +17,7 @@
 
 pub mod attention;
 mod copy;
+mod dequant_gemm;
 mod mma;
 mod pipeline;
 mod sm90;
@@ -31,6 +32,7 @@ use crate::target::Target;
 use std::collections::BTreeMap;
 
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
+pub use dequant_gemm::{DequantGemmPlan, PaddedLayout};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
@@ -228,6 +230,11 @@ pub struct Plan {
     pub overlap_reason: Option<OverlapRefusal>,
     /// sm90a TMA path: the mbarriers the loads complete on (and stages are released on).
     pub mbarriers: Vec<Mbarriers>,
+    /// A thin-tile 4-bit-weight GEMM: its own lowering, with the weights as the MMA's A
+    /// operand (see [`DequantGemmPlan`]); the general tables above stay empty.
+    pub dequant_gemm: Option<DequantGemmPlan>,
+    /// A program with a `dequant_int4` that does not take that lowering: why not.
+    pub dequant_gemm_reason: Option<String>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -275,6 +282,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             overlap: None,
             overlap_reason: None,
             mbarriers: Vec::new(),
+            dequant_gemm: None,
+            dequant_gemm_reason: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -312,6 +321,19 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
             cx.plan_collective(shape);
             return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+        }
+    }
+    // A thin-tile dequant GEMM (decode shapes) has a lowering of its own: the weights are the
+    // MMA's A operand and each thread unpacks whole packed words. Other programs with a
+    // dequant take the general lowering below, and `explain` says why.
+    let has_dequant = cx.statements().iter().any(|s| matches!(s.kind, StmtKind::Dequant { .. }));
+    if has_dequant {
+        match cx.dequant_gemm_shape().and_then(|shape| cx.plan_dequant_gemm(&shape)) {
+            Ok(p) => {
+                cx.adopt_dequant_gemm(p);
+                return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+            }
+            Err(why) => cx.plan.dequant_gemm_reason = Some(why),
         }
     }
     // Other programs (and every program on sm80) lower to CuTe with cp.async multistage

@@ -443,7 +443,8 @@ impl<'a> Infer<'a> {
         });
     }
 
-    fn coords(&self, origin: &[Expr], extents: &[i64]) -> Option<Vec<String>> {
+    /// `[<index> * <extent>, ...]` tile origins as the index names, if every one has that form.
+    pub(super) fn coords(&self, origin: &[Expr], extents: &[i64]) -> Option<Vec<String>> {
         if origin.len() != extents.len() {
             return None;
         }

@@ -9,15 +9,20 @@
 
 mod body;
 mod context;
+mod dequant_gemm;
 
 use super::OutputFile;
 use crate::diag::Diagnostic;
 use crate::Compiled;
 
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/sm80/kernel.cu.tera");
+const DEQUANT_GEMM_TEMPLATE: &str = include_str!("../../../templates/sm80/dequant_gemm.cu.tera");
 
 /// Renders the `.cu` and `.h` for a spec planned for sm80.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    if let Some(p) = &c.plan.dequant_gemm {
+        return super::render_pair(c, DEQUANT_GEMM_TEMPLATE, &dequant_gemm::build(c, p));
+    }
     let ctx = context::build(c)?;
     super::render_pair(c, KERNEL_TEMPLATE, &ctx)
 }

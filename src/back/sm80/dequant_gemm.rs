@@ -1,0 +1,251 @@
+//! The template context of the thin-tile 4-bit-weight GEMM ([`DequantGemmPlan`]): the spec's
+//! names, the plan's numbers and layouts, and the comments tying them to spec lines.
+
+use super::context::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, grid_ctx, kernel_signature, ConstantCtx, ElementCtx, BlockIndexCtx, PlainEnv, DEQUANT_INT4X2};
+use crate::back::conv::Conv;
+use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
+use crate::layout::{DequantGemmPlan, PaddedLayout};
+use crate::Compiled;
+use serde::Serialize;
+
+/// 16- and 2-byte loads from shared memory at 32-bit shared addresses.
+const LD_SHARED: &str = "\
+// Loads from shared memory at a 32-bit shared-window address (ld.shared): the addresses below
+// are computed once per thread, so each load is one instruction with a constant offset.
+CUTE_DEVICE uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile(\"ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"r\"(addr));
+  return v;
+}
+CUTE_DEVICE uint32_t ld_shared_u16(uint32_t addr) {
+  uint16_t v;
+  asm volatile(\"ld.shared.u16 %0, [%1];\" : \"=h\"(v) : \"r\"(addr));
+  return v;
+}
+
+// cp.async of 16 or 4 bytes to a 32-bit shared-window address, zero-filled when `valid` is
+// false: CuTe's SM80_CP_ASYNC_CACHEGLOBAL_ZFILL and SM80_CP_ASYNC_CACHEALWAYS_ZFILL, addressed
+// so that each of a thread's shared offsets takes one register.
+CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
+  asm volatile(\"cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\" :: \"r\"(smem), \"l\"(gmem), \"r\"(valid ? 16 : 0));
+}
+CUTE_DEVICE void cp_async_4(uint32_t smem, void const* gmem, bool valid) {
+  asm volatile(\"cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;\" :: \"r\"(smem), \"l\"(gmem), \"r\"(valid ? 4 : 0));
+}";
+
+#[derive(Serialize)]
+pub struct Context {
+    #[serde(flatten)]
+    pub header: HeaderCtx,
+    #[serde(flatten)]
+    pub launcher_ctx: LauncherCtx,
+    pub target_banner: String,
+    pub gencode: String,
+    pub threads: i64,
+    pub helpers: Vec<String>,
+    pub constants: Vec<ConstantCtx>,
+    pub elements: Vec<ElementCtx>,
+    pub block_indices: Vec<BlockIndexCtx>,
+    pub kernel_params: Vec<String>,
+    pub kernel_args: Vec<String>,
+    pub grid: Vec<String>,
+    pub grid_limits: Vec<String>,
+    pub doc_launch: String,
+    pub doc_invalid: String,
+    pub doc_errors: String,
+    pub why: String,
+    pub why_a: String,
+    pub why_w: String,
+    pub mma_atom: String,
+    pub row_groups: i64,
+    pub k_split: i64,
+    pub m_tiles: i64,
+    pub small_m: bool,
+    pub group: i64,
+    pub zero: i64,
+    /// Tensor names: A, Wq, scales, C.
+    pub a: String,
+    pub wq: String,
+    pub sc: String,
+    pub c: String,
+    /// Row strides (leading dimensions) of Wq, scales and C.
+    pub wq_ld: String,
+    pub sc_ld: String,
+    pub c_ld: String,
+    /// Element type aliases of the tensors and buffers above.
+    pub a_elem: String,
+    pub wq_elem: String,
+    pub sc_elem: String,
+    pub c_elem: String,
+    pub a_s_elem: String,
+    pub wq_s_elem: String,
+    pub s_s_elem: String,
+    /// Buffer names.
+    pub a_s: String,
+    pub wq_s: String,
+    pub s_s: String,
+    pub acc: String,
+    /// Tile extents as the spec names them (`block_M`, `(block_K / 8)`, ...).
+    pub m_rows: String,
+    pub k_cols: String,
+    pub n_rows: String,
+    pub w_cols: String,
+    pub s_cols: String,
+    pub stages: String,
+    /// Shared layouts: padding, `Swizzle<..>` arguments and the swizzle's period (elements).
+    pub a_pad: i64,
+    pub a_swizzle: String,
+    pub a_period: i64,
+    pub w_pad: i64,
+    pub w_swizzle: String,
+    pub w_period: i64,
+    /// The tile origins of the block: rows of A (and C), weight rows (C's columns).
+    pub m0: String,
+    pub n0: String,
+    pub num_tiles: String,
+    /// Spec lines and statement texts for the comments.
+    pub gemm_line: usize,
+    pub dequant_line: usize,
+    pub pipeline_line: usize,
+    pub pipeline_text: String,
+    pub store_line: usize,
+    pub store_text: String,
+    pub copy_a_line: usize,
+    pub copy_w_line: usize,
+    pub copy_s_line: usize,
+    pub copy_lines: String,
+    pub copy_a_text: String,
+    pub copy_w_text: String,
+    pub copy_s_text: String,
+    pub a_s_line: usize,
+    pub wq_s_line: usize,
+    pub s_s_line: usize,
+    pub acc_line: usize,
+}
+
+fn swizzle_args(l: PaddedLayout) -> (String, i64) {
+    let s = l.swizzle;
+    (format!("{}, {}, {}", s.bits, s.base, s.shift), if s.bits == 0 { 1 } else { 1i64 << (s.base + s.shift + s.bits) })
+}
+
+/// The context for a spec planned with `p`.
+pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
+    let (spec, info) = (&c.spec, &c.info);
+    let conv = Conv { spec, info };
+    let [ta, tw, ts, tc] = p.tensors;
+    let [a_s, wq_s, s_s, _w_s, acc] = p.buffers;
+    let tname = |t: usize| spec.tensors[t].name.name.clone();
+    let bname = |b: usize| spec.buffers[b].name.name.clone();
+    // Extents as the spec wrote them, parenthesised where they are expressions.
+    let extent = |b: usize, d: usize| {
+        let e = conv.expr(&spec.buffers[b].shape[d], &PlainEnv);
+        if e.contains(' ') && !e.starts_with('(') { format!("({e})") } else { e }
+    };
+    let stmt = |id| spec.stmt(id);
+    let line = |id| stmt(id).map_or(0, |s| c.line(s.span));
+    let text = |id| stmt(id).map_or(String::new(), |s| c.file.snippet(s.span).to_string());
+    let origin = |id, d: usize| match stmt(id).map(|s| &s.kind) {
+        Some(crate::ast::StmtKind::Copy { src, .. }) => src.origin.as_ref().and_then(|o| o.get(d)).map_or("0".into(), |e| conv.expr(e, &PlainEnv)),
+        _ => "0".into(),
+    };
+    let (count, stages) = match stmt(p.pipeline).map(|s| &s.kind) {
+        Some(crate::ast::StmtKind::Loop { count, stages, .. }) => (conv.expr(count, &PlainEnv), stages.as_ref().map_or(p.stages.to_string(), |e| c.file.snippet(e.span).to_string())),
+        _ => (String::new(), p.stages.to_string()),
+    };
+    let ld = |t: usize| spec.tensors[t].shape[1].text();
+    let (a_swizzle, a_period) = swizzle_args(p.a_layout);
+    let (w_swizzle, w_period) = swizzle_args(p.w_layout);
+    let (grid, grid_limits, grid_doc) = grid_ctx(c);
+    let (kernel_params, kernel_args) = kernel_signature(c);
+    let half = spec.buffers[a_s].dtype.0;
+    let target = c.plan.target;
+    Context {
+        header: header(c),
+        launcher_ctx: launcher(c),
+        target_banner: match target {
+            crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
+            _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
+        },
+        gencode: match target {
+            crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
+            _ => "arch=compute_80,code=sm_80".into(),
+        },
+        threads: spec.threads.0,
+        helpers: vec![DEQUANT_INT4X2.into(), LD_SHARED.into()],
+        constants: constants_ctx(c),
+        elements: elements_ctx(c),
+        block_indices: block_indices_ctx(c),
+        kernel_params,
+        kernel_args,
+        grid,
+        grid_limits,
+        doc_launch: format!("grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
+            grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
+        doc_invalid: "the grid exceeds CUDA's limits".into(),
+        doc_errors: "cudaFuncSetAttribute or the launch".into(),
+        why: p.why.clone(),
+        why_a: p.why_a.clone(),
+        why_w: p.why_w.clone(),
+        mma_atom: if half == crate::ast::DType::F16 { "SM80_16x8x16_F32F16F16F32_TN" } else { "SM80_16x8x16_F32BF16BF16F32_TN" }.into(),
+        row_groups: p.row_groups,
+        k_split: p.k_split,
+        m_tiles: p.m_tiles,
+        small_m: p.small_m,
+        group: p.group,
+        zero: p.zero,
+        a: tname(ta),
+        wq: tname(tw),
+        sc: tname(ts),
+        c: tname(tc),
+        wq_ld: ld(tw),
+        sc_ld: ld(ts),
+        c_ld: ld(tc),
+        a_elem: element_alias(&tname(ta)),
+        wq_elem: element_alias(&tname(tw)),
+        sc_elem: element_alias(&tname(ts)),
+        c_elem: element_alias(&tname(tc)),
+        a_s_elem: element_alias(&bname(a_s)),
+        wq_s_elem: element_alias(&bname(wq_s)),
+        s_s_elem: element_alias(&bname(s_s)),
+        a_s: bname(a_s),
+        wq_s: bname(wq_s),
+        s_s: bname(s_s),
+        acc: bname(acc),
+        m_rows: extent(a_s, 0),
+        k_cols: extent(a_s, 1),
+        n_rows: extent(wq_s, 0),
+        w_cols: extent(wq_s, 1),
+        s_cols: extent(s_s, 1),
+        stages,
+        a_pad: p.a_layout.pad,
+        a_swizzle,
+        a_period,
+        w_pad: p.w_layout.pad,
+        w_swizzle,
+        w_period,
+        m0: origin(p.copies[0], 0),
+        n0: origin(p.copies[1], 0),
+        num_tiles: count,
+        gemm_line: line(p.gemm),
+        dequant_line: line(p.dequant),
+        pipeline_line: line(p.pipeline),
+        pipeline_text: text(p.pipeline),
+        store_line: line(p.store),
+        store_text: text(p.store),
+        copy_a_line: line(p.copies[0]),
+        copy_w_line: line(p.copies[1]),
+        copy_s_line: line(p.copies[2]),
+        copy_lines: {
+            let mut l: Vec<usize> = p.copies.iter().map(|id| line(*id)).collect();
+            l.sort();
+            l.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+        },
+        copy_a_text: text(p.copies[0]),
+        copy_w_text: text(p.copies[1]),
+        copy_s_text: text(p.copies[2]),
+        a_s_line: c.line(spec.buffers[a_s].span),
+        wq_s_line: c.line(spec.buffers[wq_s].span),
+        s_s_line: c.line(spec.buffers[s_s].span),
+        acc_line: c.line(spec.buffers[acc].span),
+    }
+}

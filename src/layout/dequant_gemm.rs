@@ -1,0 +1,414 @@
+//! The thin-tile 4-bit-weight GEMM: a pipelined `dequant_int4` + `gemm` main loop whose M
+//! tile is 8 or 16 rows (decode and small-batch shapes), lowered with the weights as the
+//! MMA's A operand.
+//!
+//! Requires: a checked spec for a CuTe target (sm80, or sm90a off the collective path).
+//! Guarantees: a [`DequantGemmPlan`] when the body has exactly the shape below and every
+//! tile divides the way the lowering needs, or the reason it does not (then the general
+//! lowering runs, with the dequant fused into mma.sync's B fragments).
+//!
+//! The shape: `clear(acc)`; `pipelined(k, n, stages):` copying a tile of A, of the packed
+//! words and of the scales at `k * <tile extent>`, then `dequant_int4(Wq_s, W_s, scales=S_s)`
+//! and `gemm(A_s, W_s, acc, transpose_b=true)`; then `copy(acc, C[...])`.
+//!
+//! Why another lowering: with 16 rows of A, the general one (A the MMA's A operand, 4-bit
+//! weights unpacked into B fragments) spends most of its instructions moving and unpacking
+//! bytes (each thread's B fragment holds one byte of each packed word). Here C is computed
+//! transposed, Cᵀ = W · Aᵀ: the unpacked weights are the A operand (16 weight rows per MMA)
+//! and A's rows the B operand (8 per MMA, so M = 1 wastes 7 of 8 columns instead of 15 of
+//! 16). The k order inside the MMAs is permuted, identically for both operands, so that
+//! each thread owns whole words: per 128-deep k step thread t (lane % 4) takes k + 32t ..
+//! k + 32t + 31 of its two weight rows (four words, one 16-byte load each), and the matching
+//! 16-byte loads of A's rows are already the MMA's B registers. Warps split the tile's
+//! weight rows into 16-row groups and each group's k steps among themselves; their partial
+//! sums meet in shared memory before the store.
+
+use super::{Infer, Swizzle};
+use crate::ast::*;
+use crate::diag::Diagnostic;
+
+/// A shared tile laid out row-major with `pad` extra elements per row and an XOR swizzle
+/// over the offsets (`composition(Swizzle<..>, (rows, cols + pad):(cols + pad, 1))`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaddedLayout {
+    /// Extra elements per row.
+    pub pad: i64,
+    /// The swizzle.
+    pub swizzle: Swizzle,
+}
+
+/// What the thin-tile dequant GEMM lowering does; see the module documentation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DequantGemmPlan {
+    /// The pipelined loop, its gemm, its dequant and the store after it.
+    pub pipeline: StmtId,
+    /// The gemm.
+    pub gemm: StmtId,
+    /// The `dequant_int4`.
+    pub dequant: StmtId,
+    /// `copy(acc, C[...])`.
+    pub store: StmtId,
+    /// The copies of A's, the packed words' and the scales' tiles.
+    pub copies: [StmtId; 3],
+    /// Tensor indices: A, Wq, scales, C.
+    pub tensors: [usize; 4],
+    /// Buffer indices: A_s, Wq_s, S_s, W_s, acc.
+    pub buffers: [usize; 5],
+    /// block_M, block_N, block_K.
+    pub block: (i64, i64, i64),
+    /// Shared stages.
+    pub stages: i64,
+    /// 8-row tiles of A per block: block_M / 8 (the MMA's N is 8).
+    pub m_tiles: i64,
+    /// With two m-tiles, the launcher runs a one-tile instantiation when M <= 8 (a single
+    /// row tile: half the MMAs and none of the zero rows' copies).
+    pub small_m: bool,
+    /// Warps along the tile's weight rows, 16 rows (one MMA's M) each.
+    pub row_groups: i64,
+    /// Warps in each row group, splitting every k-tile's 128-deep steps.
+    pub k_split: i64,
+    /// 128-deep steps per k-tile.
+    pub k_steps: i64,
+    /// Values per scale.
+    pub group: i64,
+    /// dequant_int4's zero point.
+    pub zero: i64,
+    /// A_s's layout: conflict-free for the cp.async writes and the 16-byte reads below.
+    pub a_layout: PaddedLayout,
+    /// Wq_s's layout, likewise.
+    pub w_layout: PaddedLayout,
+    /// 16-byte chunks of A's tile each thread copies (full tile; half with one m-tile).
+    pub a_chunks: i64,
+    /// 16-byte chunks of the packed tile each thread copies.
+    pub w_chunks: i64,
+    /// Threads that copy a pair of scales (4 bytes) each.
+    pub scale_pairs: i64,
+    /// Shared bytes of one stage of A_s, Wq_s and S_s.
+    pub stage_bytes: [u64; 3],
+    /// Bytes of the partial sums the k-split warps exchange after the loop (they reuse the
+    /// pipeline's space).
+    pub partial_bytes: u64,
+    /// Why this lowering, for the file header and `explain`.
+    pub why: String,
+    /// Why each shared layout.
+    pub why_a: String,
+    /// See `why_a`.
+    pub why_w: String,
+}
+
+/// The statements of the shape, found by [`Infer::dequant_gemm_shape`].
+pub(super) struct Shape<'a> {
+    pipeline: &'a Stmt,
+    copies: [&'a Stmt; 3],
+    dequant: &'a Stmt,
+    gemm: &'a Stmt,
+    store: &'a Stmt,
+}
+
+/// 16-byte chunk accesses by one warp (lane order), as (row, first column) in elements.
+type WarpAccess = Vec<(i64, i64)>;
+
+/// Whether the chunks of `accesses` (one warp instruction each, 16 bytes per lane) hit
+/// 8 different 16-byte bank groups in every quarter-warp phase, with `layout` over rows of
+/// `cols` elements of `elem_bytes` bytes.
+fn conflict_free(layout: PaddedLayout, cols: i64, elem_bytes: i64, accesses: &[WarpAccess]) -> bool {
+    let s = layout.swizzle;
+    let swizzle = |o: i64| {
+        if s.bits == 0 {
+            return o;
+        }
+        let mask = ((1i64 << s.bits) - 1) << (s.base + s.shift);
+        o ^ ((o & mask) >> s.shift)
+    };
+    accesses.iter().all(|warp| {
+        warp.chunks(8).all(|phase| {
+            let mut groups = [false; 8];
+            phase.iter().all(|&(r, c)| {
+                let g = ((swizzle(r * (cols + layout.pad) + c) * elem_bytes / 16) % 8) as usize;
+                !std::mem::replace(&mut groups[g], true)
+            })
+        })
+    })
+}
+
+/// The first layout (least padding, then fewest swizzle bits, lowest base, shortest shift)
+/// under which every access is conflict-free. The swizzle may start above the 16-byte unit
+/// (it then moves whole 16-byte chunks), and CuTe needs its shift to be at least its bits.
+fn pick_layout(rows: i64, cols: i64, elem_bytes: i64, accesses: &[WarpAccess]) -> Option<PaddedLayout> {
+    let unit = (16 / elem_bytes).trailing_zeros();
+    for pad_bytes in [0, 16, 32, 64] {
+        let pad = pad_bytes / elem_bytes;
+        let stage = rows * (cols + pad);
+        for bits in 0..=3u32 {
+            let (bases, shifts) = if bits == 0 { (unit..=unit, 0..=0) } else { (unit..=unit + 2, bits..=8) };
+            for base in bases {
+                for shift in shifts.clone() {
+                    let l = PaddedLayout { pad, swizzle: Swizzle { bits, base, shift } };
+                    // Stages are translates of the first: the stage stride must not carry into
+                    // the bits the swizzle reads (it is then a bijection of each stage).
+                    if bits > 0 && stage % (1i64 << (base + shift + bits)) != 0 {
+                        continue;
+                    }
+                    if conflict_free(l, cols, elem_bytes, accesses) {
+                        return Some(l);
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The cp.async writes of a `rows` x `cols` tile copied as 16-byte chunks, chunk `c` by
+/// thread `c % threads`, row-major: each warp instruction writes 32 consecutive chunks.
+fn copy_writes(rows: i64, cols: i64, elem_bytes: i64, threads: i64) -> Vec<WarpAccess> {
+    let per_row = cols * elem_bytes / 16;
+    let chunks = rows * per_row;
+    let elems = 16 / elem_bytes;
+    debug_assert!(threads % 32 == 0, "whole warps");
+    (0..chunks).step_by(32).map(|first| (first..(first + 32).min(chunks)).map(|c| (c / per_row, c % per_row * elems)).collect()).collect()
+}
+
+impl<'a> Infer<'a> {
+    /// The body's statements if it has the thin-tile dequant GEMM's shape, else why not.
+    pub(super) fn dequant_gemm_shape(&self) -> Result<Shape<'a>, String> {
+        let spec: &'a Spec = self.spec;
+        let body = &spec.body;
+        let [clear, pipeline, store] = body.as_slice() else {
+            return Err("the body is not `clear(acc)`, one pipelined loop and the store".into());
+        };
+        let (StmtKind::Clear { .. }, StmtKind::Loop { kind: LoopKind::Pipelined, body: inner, .. }, StmtKind::Copy { .. }) = (&clear.kind, &pipeline.kind, &store.kind) else {
+            return Err("the body is not `clear(acc)`, one pipelined loop and the store".into());
+        };
+        let copies: Vec<&'a Stmt> = inner.iter().filter(|s| matches!(s.kind, StmtKind::Copy { .. })).collect();
+        let dequant = inner.iter().find(|s| matches!(s.kind, StmtKind::Dequant { .. }));
+        let gemm = inner.iter().find(|s| matches!(s.kind, StmtKind::Gemm { .. }));
+        let (Some(dequant), Some(gemm), [c0, c1, c2], 5) = (dequant, gemm, copies.as_slice(), inner.len()) else {
+            return Err("the main loop is not three copies, one dequant_int4 and one gemm".into());
+        };
+        Ok(Shape { pipeline, copies: [c0, c1, c2], dequant, gemm, store })
+    }
+
+    /// Plans the lowering for a body of that shape; `Err` says why it does not apply (the
+    /// general lowering then runs).
+    pub(super) fn plan_dequant_gemm(&self, shape: &Shape<'a>) -> Result<DequantGemmPlan, String> {
+        let spec = self.spec;
+        let StmtKind::Loop { var, .. } = &shape.pipeline.kind else { return Err("no loop".into()) };
+        let StmtKind::Dequant { src, dst, scales, zero } = &shape.dequant.kind else { return Err("no dequant".into()) };
+        let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &shape.gemm.kind else { return Err("no gemm".into()) };
+        let buf = |i: &Ident| self.buffer_index(&i.name);
+        let (Some(wq_s), Some(w_s), Some(s_s), Some(a_s), Some(acc)) = (buf(src), buf(dst), buf(scales), buf(a), buf(c)) else {
+            return Err("unknown buffers".into());
+        };
+        if buf(b) != Some(w_s) || *transpose_a || !*transpose_b {
+            return Err("the gemm must be `gemm(A_s, W_s, acc, transpose_b=true)` with W_s the dequant's destination".into());
+        }
+        let StmtKind::Copy { src: st_src, dst: st_dst } = &shape.store.kind else { return Err("no store".into()) };
+        let StmtKind::Clear { buf: cleared } = &spec.body[0].kind else { return Err("no clear".into()) };
+        if buf(cleared) != Some(acc) || self.buffer_index(&st_src.name.name) != Some(acc) {
+            return Err("the accumulator must be cleared before the loop and stored after it".into());
+        }
+        let Some(tc) = self.tensor_index(&st_dst.name.name) else { return Err("the store must write a global tensor".into()) };
+        // Which tensor fills each shared tile, and at which origin.
+        let mut filled: [Option<(&Stmt, usize, Vec<Expr>)>; 3] = [None, None, None];
+        for s in shape.copies {
+            let StmtKind::Copy { src, dst } = &s.kind else { continue };
+            let (Some(t), Some(b)) = (self.tensor_index(&src.name.name), self.buffer_index(&dst.name.name)) else {
+                return Err("every copy in the loop must fill a shared tile from a global tensor".into());
+            };
+            let slot = [a_s, wq_s, s_s].iter().position(|x| *x == b).ok_or("the loop copies a tile no gemm or dequant reads")?;
+            if src.tile_dims.is_some() {
+                return Err("the copies must be plain 2-D tiles".into());
+            }
+            filled[slot] = Some((s, t, src.origin.clone().unwrap_or_default()));
+        }
+        let [Some((ca, ta, oa)), Some((cw, tw, ow)), Some((cs, ts, os))] = filled else {
+            return Err("the loop must copy A_s, the packed words and the scales".into());
+        };
+        let shape_of = |b: usize| self.shape(b).to_vec();
+        let (sa, sw, ss, sacc) = (shape_of(a_s), shape_of(wq_s), shape_of(s_s), shape_of(acc));
+        if [&sa, &sw, &ss, &sacc].iter().any(|s| s.len() != 2) {
+            return Err("every tile must be 2-D".into());
+        }
+        let (bm, bk, bn) = (sa[0], sa[1], sw[0]);
+        let group = if ss[1] > 0 { bk / ss[1] } else { 0 };
+        // Tile origins `<index> * <extent>`: rows of A and C at one index, rows of the packed
+        // words, of the scales and C's columns at another, k tiles at the loop variable.
+        let coords = |o: &[Expr], ext: [i64; 2]| self.coords(o, &ext);
+        let (Some(ka), Some(kw), Some(ks), Some(kc)) = (coords(&oa, [bm, bk]), coords(&ow, [bn, bk / 8]), coords(&os, [bn, ss[1]]), coords(st_dst.origin.as_deref().unwrap_or(&[]), [bm, bn])) else {
+            return Err("tile origins must be `<index> * <tile extent>`".into());
+        };
+        if !(ka[1] == var.name && kw[1] == var.name && ks[1] == var.name && ka[0] == kc[0] && kw[0] == kc[1] && ks[0] == kc[1]) || ka[0] == var.name || kw[0] == var.name {
+            return Err("A's tile must be (C's row tile, k) and the packed words' and scales' (C's column tile, k), stepping k with the loop variable".into());
+        }
+        let dt = |t: usize| spec.tensors[t].dtype.0;
+        let db = |b: usize| spec.buffers[b].dtype.0;
+        let half = db(a_s);
+        if !matches!(half, DType::BF16 | DType::F16) || dt(ta) != half || db(w_s) != half || db(s_s) != half || dt(ts) != half || db(acc) != DType::F32 || !dt(tc).is_float() || dt(tw) != DType::I32 {
+            return Err("the lowering takes bf16 (or f16) activations, weights and scales, i32 packed words and an f32 accumulator".into());
+        }
+        if [ta, tw, ts, tc].iter().any(|t| spec.tensors[*t].order.0 != Order::RowMajor || spec.tensors[*t].shape.len() != 2) {
+            return Err("A, the packed words, the scales and C must be 2-D row-major tensors".into());
+        }
+        if sacc != [bm, bn] || sw[1] * 8 != bk || self.shape(w_s) != [bn, bk] || ss[0] != bn {
+            return Err("the tiles do not agree (A_s [block_M, block_K], Wq_s [block_N, block_K/8], S_s [block_N, block_K/group], acc [block_M, block_N])".into());
+        }
+        if bm != 8 && bm != 16 {
+            return Err(format!("its M tile is {bm} rows; this lowering takes 8 or 16 (the MMA's N, once or twice)"));
+        }
+        if bk % 128 != 0 || group % 128 != 0 || ss[1] % 2 != 0 {
+            return Err(format!("it needs k tiles of 128-deep steps and groups of a multiple of 128 values, two or more per k tile (k tile {bk}, group {group})"));
+        }
+        let threads = spec.threads.0;
+        if threads < 32 {
+            return Err("it needs whole warps".into());
+        }
+        let warps = threads / 32;
+        let row_groups = bn / 16;
+        let k_steps = bk / 128;
+        if bn % 16 != 0 || row_groups == 0 || warps % row_groups != 0 || k_steps % (warps / row_groups) != 0 {
+            return Err(format!("{warps} warps cannot split a {bn}-row weight tile into 16-row groups with an equal share of its {k_steps} 128-deep k steps each"));
+        }
+        let k_split = warps / row_groups;
+        let stages = self.info.stages.get(&shape.pipeline.id).copied().unwrap_or(1);
+        if stages < 2 {
+            return Err("it needs two or more stages".into());
+        }
+        let (a_chunks, w_chunks, scale_pairs) = (bm * bk / 8 / threads, bn * bk / 32 / threads, bn * ss[1] / 2);
+        if (bm * bk / 8) % threads != 0 || (8 * bk / 8) % threads != 0 || (bn * bk / 32) % threads != 0 || a_chunks == 0 || w_chunks == 0 || scale_pairs > threads {
+            return Err(format!("its tiles do not split into whole 16-byte chunks per thread over {threads} threads"));
+        }
+        // The reads: per 128-deep step, lanes (g, t) = (lane / 4, lane % 4) read 16 bytes at
+        // column step*128 + 32t + 8i of A's row mt*8 + g (B operand), and word 16*step + 4t
+        // of weight rows 16*group + g and + 8 (A operand).
+        let lanes = || (0..32i64).map(|l| (l / 4, l % 4));
+        let mut a_reads = Vec::new();
+        for mt in 0..bm / 8 {
+            for step in 0..k_steps {
+                for i in 0..4 {
+                    a_reads.push(lanes().map(|(g, t)| (mt * 8 + g, step * 128 + 32 * t + 8 * i)).collect());
+                }
+            }
+        }
+        let mut w_reads = Vec::new();
+        for rg in 0..row_groups {
+            for step in 0..k_steps {
+                for h in [0, 8] {
+                    w_reads.push(lanes().map(|(g, t)| (16 * rg + h + g, 16 * step + 4 * t)).collect());
+                }
+            }
+        }
+        let half_bytes = half.bytes() as i64;
+        let mut a_access = copy_writes(bm, bk, half_bytes, threads);
+        a_access.extend(a_reads);
+        let mut w_access = copy_writes(bn, bk / 8, 4, threads);
+        w_access.extend(w_reads);
+        let (Some(a_layout), Some(w_layout)) = (pick_layout(bm, bk, half_bytes, &a_access), pick_layout(bn, bk / 8, 4, &w_access)) else {
+            return Err("no padded, swizzled layout keeps its shared tiles free of bank conflicts".into());
+        };
+        let stage_bytes = [
+            (bm * (bk + a_layout.pad) * half_bytes) as u64,
+            (bn * (bk / 8 + w_layout.pad) * 4) as u64,
+            (bn * ss[1] * half_bytes) as u64,
+        ];
+        let partial_bytes = (k_split * bm * (bn + 4) * 4) as u64;
+        let layout_why = |l: PaddedLayout, what: &str| {
+            let pad = if l.pad > 0 { format!("rows padded by {} elements and ", l.pad) } else { String::new() };
+            format!("{pad}Swizzle<{},{},{}>: the first layout under which the cp.async writes and {what} hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen)",
+                l.swizzle.bits, l.swizzle.base, l.swizzle.shift)
+        };
+        let why = format!(
+            "{} {bm}-row tile: C is computed transposed (Cᵀ = W · Aᵀ) on m16n8k16 MMAs, the unpacked weights as the A operand (16 weight rows per MMA) and A's rows as the B operand ({} of 8 per MMA{}); \
+             the k order inside the MMAs is permuted alike for both operands, so that thread t of a quad owns k + 32t .. k + 32t + 31 of each 128-deep step: four whole packed words of each of its two weight rows (one 16-byte load), unpacked pair by pair into the A registers, \
+             and one 16-byte load of each of its A rows, which is already the B registers; {warps} warps as {row_groups} group(s) of 16 weight rows x {k_split} share(s) of each k-tile's {k_steps} step(s), their partial sums added in shared memory before the store",
+            if bm == 8 { "an" } else { "a" }, bm.min(8), if bm == 16 { ", twice; when M <= 8 the launcher runs an instantiation with one 8-row tile" } else { "" });
+        Ok(DequantGemmPlan {
+            pipeline: shape.pipeline.id,
+            gemm: shape.gemm.id,
+            dequant: shape.dequant.id,
+            store: shape.store.id,
+            copies: [ca.id, cw.id, cs.id],
+            tensors: [ta, tw, ts, tc],
+            buffers: [a_s, wq_s, s_s, w_s, acc],
+            block: (bm, bn, bk),
+            stages,
+            m_tiles: bm / 8,
+            small_m: bm == 16,
+            row_groups,
+            k_split,
+            k_steps,
+            group,
+            zero: zero.0,
+            a_layout,
+            w_layout,
+            a_chunks,
+            w_chunks,
+            scale_pairs,
+            stage_bytes,
+            partial_bytes,
+            why,
+            why_a: layout_why(a_layout, "the 16-byte reads of A's rows (the B operand)"),
+            why_w: layout_why(w_layout, "the 16-byte reads of each thread's four words"),
+        })
+    }
+
+    /// Records the plan: shared memory, alignment and register estimates, with the budget
+    /// checked as for every program.
+    pub(super) fn adopt_dequant_gemm(&mut self, p: DequantGemmPlan) {
+        let buffers = p.stages as u64 * p.stage_bytes.iter().sum::<u64>();
+        let total = buffers.max(p.partial_bytes);
+        self.plan.smem = super::SmemUse { buffers, staging: p.partial_bytes, staging_reuses_buffers: true, barriers: 0, total, budget: self.target.smem_budget() };
+        if total > self.target.smem_budget() {
+            let span = match self.spec.stmt(p.pipeline).map(|s| &s.kind) {
+                Some(StmtKind::Loop { stages: Some(st), .. }) => st.span,
+                _ => self.spec.kernel.span,
+            };
+            self.err(Diagnostic::error(span, format!(
+                "shared memory over budget: {} stages of {} bytes need {total} bytes but {} allows {} bytes per block",
+                p.stages, p.stage_bytes.iter().sum::<u64>(), self.target, self.target.smem_budget()))
+                .hint("use fewer stages or a smaller k tile"));
+        }
+        let [ta, tw, ts, _] = p.tensors;
+        let name = |t: usize| self.spec.tensors[t].name.name.clone();
+        let half = 16 / self.spec.tensors[ta].dtype.0.bytes() as i64;
+        self.plan.alignment = vec![
+            super::Alignment { tensor: ta, vector_elems: half, why: format!("cp.async moves 16-byte vectors of `{}`", name(ta)) },
+            super::Alignment { tensor: tw, vector_elems: 4, why: format!("cp.async moves 16-byte vectors of `{}`", name(tw)) },
+            super::Alignment { tensor: ts, vector_elems: 2, why: format!("cp.async moves `{}` in pairs, 4 bytes at a time", name(ts)) },
+        ];
+        // Accumulators (2 chains per m-tile), a stage's words and scales, the unpacked pairs,
+        // A's 16-byte loads and the copies' pointers.
+        self.plan.regs_per_thread = (8 * p.m_tiles + 8 + 2 + 8 + 4 * p.m_tiles + 2 * (p.a_chunks + p.w_chunks + 1) + 8 * p.m_tiles + 24) as u64;
+        if self.target == crate::target::Target::Sm90a {
+            self.plan.mma_sync_reason = Some("its dequant_int4 unpacks the weights into mma.sync's A registers (the thin-tile lowering below); a warpgroup MMA needs 64 rows per warpgroup".into());
+        }
+        self.plan.dequant_gemm = Some(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_are_searched_for_conflict_free_accesses() {
+        // A [16, 512] bf16 read as the lowering reads it: no swizzle alone separates the
+        // lanes of a quarter-warp (threads t and t + 2 sit 128 bytes apart, rows 0 and 1
+        // one row apart), padding each row by 32 bytes plus Swizzle<1,3,3> does.
+        let lanes = |mt: i64, i: i64| -> WarpAccess { (0..32).map(|l| (mt * 8 + l / 4, 32 * (l % 4) + 8 * i)).collect() };
+        let mut acc = copy_writes(16, 512, 2, 256);
+        acc.extend((0..4).map(|i| lanes(0, i)));
+        let l = pick_layout(16, 512, 2, &acc).expect("a layout");
+        assert_eq!((l.pad, l.swizzle), (16, Swizzle { bits: 1, base: 3, shift: 3 }));
+        assert!(!conflict_free(PaddedLayout { pad: 0, swizzle: Swizzle { bits: 3, base: 3, shift: 3 } }, 512, 2, &acc));
+        // The packed words [32, 64] i32, threads reading words 4t..4t+3 of rows g and g + 8.
+        let reads: Vec<WarpAccess> = [0, 8].iter().map(|h| (0..32).map(|l| (h + l / 4, 4 * (l % 4))).collect()).collect();
+        let mut acc = copy_writes(32, 64, 4, 256);
+        acc.extend(reads);
+        // Row g + 1 must move by half a 128-byte line: Swizzle<1,4,2> flips the chunk index's
+        // bit 2 with the row's bit 0 (words: bit 4 by bit 6), no padding needed.
+        let l = pick_layout(32, 64, 4, &acc).expect("a layout");
+        assert_eq!((l.pad, l.swizzle), (0, Swizzle { bits: 1, base: 4, shift: 2 }), "{l:?}");
+        assert!(conflict_free(l, 64, 4, &acc) && !conflict_free(PaddedLayout { pad: 0, swizzle: Swizzle { bits: 0, base: 2, shift: 0 } }, 64, 4, &acc));
+    }
+}
