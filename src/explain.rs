@@ -9,8 +9,7 @@ pub fn explain(c: &Compiled) -> String {
     let spec = &c.spec;
     let plan = &c.plan;
     let line = |span: crate::diag::Span| c.line(span);
-    // "spec N: <statement text>" for a statement id.
-    let heading = |id: crate::ast::StmtId| spec.stmt(id).map_or_else(String::new, |s| format!("spec {}: {}", line(s.span), c.file.snippet(s.span)));
+    let heading = |id: crate::ast::StmtId| stmt_heading(c, id);
     let line_of_stmt = |id: crate::ast::StmtId| spec.stmt(id).map_or(0, |s| line(s.span));
     let mut o = String::new();
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
@@ -289,9 +288,7 @@ pub fn explain(c: &Compiled) -> String {
     let _ = writeln!(o, "  registers: about {} per thread (accumulators, double-buffered MMA operands, addressing)", plan.regs_per_thread);
     if !plan.alignment.is_empty() {
         let _ = writeln!(o, "  launcher checks:");
-        for a in &plan.alignment {
-            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
-        }
+        alignment_lines(&mut o, c);
     }
     o
 }
@@ -309,15 +306,25 @@ fn evt_text(c: &Compiled, n: &crate::layout::EvtNode) -> String {
     }
 }
 
+/// "spec N: <statement text>" for a statement id.
+fn stmt_heading(c: &Compiled, id: crate::ast::StmtId) -> String {
+    c.spec.stmt(id).map_or_else(String::new, |s| format!("spec {}: {}", c.line(s.span), c.file.snippet(s.span)))
+}
+
+/// One line per alignment check the launcher makes.
+fn alignment_lines(o: &mut String, c: &Compiled) {
+    for a in &c.plan.alignment {
+        let _ = writeln!(o, "    `{}`: {}-element vectors ({})", c.spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+    }
+}
+
 /// The resources section of an AMD plan: LDS, the launcher's checks (the alignment ones and
 /// `extra_checks`), and what is and is not verified.
 fn amd_resources(o: &mut String, c: &Compiled, lds: &str, extra_checks: &[String]) {
     let _ = writeln!(o, "\nResources");
     let _ = writeln!(o, "  LDS: {lds}");
     let _ = writeln!(o, "  launcher checks:");
-    for a in &c.plan.alignment {
-        let _ = writeln!(o, "    `{}`: {}-element vectors ({})", c.spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
-    }
+    alignment_lines(o, c);
     for x in extra_checks {
         let _ = writeln!(o, "    {x}");
     }
@@ -326,7 +333,7 @@ fn amd_resources(o: &mut String, c: &Compiled, lds: &str, extra_checks: &[String
 
 fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::DequantGemmPlan) {
     let spec = &c.spec;
-    let heading = |id: crate::ast::StmtId| spec.stmt(id).map_or_else(String::new, |s| format!("spec {}: {}", c.line(s.span), c.file.snippet(s.span)));
+    let heading = |id: crate::ast::StmtId| stmt_heading(c, id);
     let (bm, bn, bk) = p.block;
     let name = |b: usize| &spec.buffers[b].name.name;
     let [a_s, wq_s, s_s, w_s, acc] = p.buffers;
@@ -360,9 +367,7 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
     let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {} + {}) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.stage_bytes[2], c.plan.smem.budget);
     let _ = writeln!(o, "  registers: about {} per thread (estimate)", c.plan.regs_per_thread);
     let _ = writeln!(o, "  launcher checks:");
-    for a in &c.plan.alignment {
-        let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
-    }
+    alignment_lines(o, c);
 }
 
 fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::CollectivePlan) {
@@ -391,9 +396,7 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     let _ = writeln!(o, "  registers: accumulators {} per consumer thread ({} of the tile per warpgroup)", bm * bn / 256, bm * bn / 2);
     if !c.plan.alignment.is_empty() {
         let _ = writeln!(o, "  launcher checks:");
-        for a in &c.plan.alignment {
-            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
-        }
+        alignment_lines(o, c);
     }
 }
 

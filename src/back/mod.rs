@@ -38,8 +38,8 @@ const RESERVED_CUTE: [&str; 28] = [
     "GMMA", "fence_view_async_shared", "warpgroup_arrive", "warpgroup_commit_batch", "warpgroup_wait", "warpgroup_fence_operand",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 44] = [
-    "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "load_tile", "mma_tile", "tile", "stage",
+const RESERVED_THIN: [&str; 43] = [
+    "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage",
     "kernel", "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_col", "scale_copier",
     "words_lo", "words_hi", "scale_lo", "scale_hi", "lo", "hi", "x", "d", "mt", "s", "h", "i", "in_k", "k_left", "accum",
     "Mma", "partials", "SharedStorage",

@@ -423,7 +423,7 @@ pub fn element_alias(name: &str) -> String {
 }
 
 
-fn swizzle_text(s: Swizzle) -> String {
+pub(super) fn swizzle_text(s: Swizzle) -> String {
     format!("{}, {}, {}", s.bits, s.base, s.shift)
 }
 
@@ -811,11 +811,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             crate::target::Target::Sm90a => format!("Target sm90a, mma.sync path: this spec is not GEMM-shaped and its gemms do not fit warpgroup MMAs ({}), so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.",
                 plan.mma_sync_reason.as_deref().unwrap_or("no reason recorded")),
         },
-        gencode: match plan.target {
-            crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),
-            crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
-            _ => String::new(),  // AMD targets never reach this backend
-        },
+        gencode: gencode(plan.target),
         constants,
         elements,
         smem_layouts,
@@ -839,6 +835,15 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         doc_invalid: "the grid exceeds CUDA's limits".into(),
         doc_errors: "cudaFuncSetAttribute or the launch".into(),
     })
+}
+
+/// The `-gencode` argument of a CuTe target's build line.
+pub(super) fn gencode(target: crate::target::Target) -> String {
+    match target {
+        crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),
+        crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
+        _ => String::new(),  // AMD targets never reach this backend
+    }
 }
 
 /// The spec's constants as C++ declarations.

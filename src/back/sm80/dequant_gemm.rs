@@ -1,7 +1,7 @@
 //! The template context of the thin-tile 4-bit-weight GEMM ([`DequantGemmPlan`]): the spec's
 //! names, the plan's numbers and layouts, and the comments tying them to spec lines.
 
-use super::context::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, grid_ctx, kernel_signature, ConstantCtx, ElementCtx, BlockIndexCtx, PlainEnv, DEQUANT_INT4X2};
+use super::context::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, gencode, grid_ctx, kernel_signature, swizzle_text, ConstantCtx, ElementCtx, BlockIndexCtx, PlainEnv, DEQUANT_INT4X2};
 use crate::back::conv::Conv;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::layout::{DequantGemmPlan, PaddedLayout};
@@ -112,7 +112,6 @@ pub struct Context {
     pub store_text: String,
     pub copy_a_line: usize,
     pub copy_w_line: usize,
-    pub copy_s_line: usize,
     pub copy_lines: String,
     pub copy_a_text: String,
     pub copy_w_text: String,
@@ -123,9 +122,11 @@ pub struct Context {
     pub acc_line: usize,
 }
 
+/// A layout's `Swizzle<..>` arguments and the swizzle's period in elements (the offsets it
+/// leaves alone when added).
 fn swizzle_args(l: PaddedLayout) -> (String, i64) {
     let s = l.swizzle;
-    (format!("{}, {}, {}", s.bits, s.base, s.shift), if s.bits == 0 { 1 } else { 1i64 << (s.base + s.shift + s.bits) })
+    (swizzle_text(s), if s.bits == 0 { 1 } else { 1i64 << (s.base + s.shift + s.bits) })
 }
 
 /// The context for a spec planned with `p`.
@@ -166,10 +167,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
             _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
-        gencode: match target {
-            crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
-            _ => "arch=compute_80,code=sm_80".into(),
-        },
+        gencode: gencode(target),
         threads: spec.threads.0,
         helpers: vec![DEQUANT_INT4X2.into(), LD_SHARED.into()],
         constants: constants_ctx(c),
@@ -234,7 +232,6 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         store_text: text(p.store),
         copy_a_line: line(p.copies[0]),
         copy_w_line: line(p.copies[1]),
-        copy_s_line: line(p.copies[2]),
         copy_lines: {
             let mut l: Vec<usize> = p.copies.iter().map(|id| line(*id)).collect();
             l.sort();
