@@ -11,6 +11,7 @@ use crate::golden::{self, Comparison};
 use crate::interp::npy::{self, Array};
 use crate::Compiled;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -111,10 +112,14 @@ pub fn build_harness(b: &Built, tc: &Toolchain) -> Result<PathBuf, String> {
 /// Builds the harness for a built kernel and runs every golden case (needs a GPU). `wrap`
 /// is a command the harness runs under (e.g. `compute-sanitizer --tool memcheck`).
 pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path, wrap: &[String], only: Option<&str>) -> Result<Vec<Row>, String> {
-    let c = &b.compiled;
-    let kernel = &b.kernel;
     let exe = build_harness(b, tc)?;
+    run_golden_cases(&b.compiled, &exe, wrap, root, only)
+}
 
+/// Runs every golden case (those whose name contains `only`, if given) through a harness
+/// executable made from [`harness_source`], under `wrap`, and compares the outputs.
+pub fn run_golden_cases(c: &Compiled, exe: &Path, wrap: &[String], root: &Path, only: Option<&str>) -> Result<Vec<Row>, String> {
+    let kernel = &c.spec.kernel.name;
     let cases_path = golden::cases_path(root, kernel);
     let set = golden::load_cases(&cases_path).map_err(|e| e.to_string())?;
     let case_dir = cases_path.parent().unwrap_or(Path::new("."));
@@ -123,7 +128,7 @@ pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path, wrap: &[String], o
     for case in set.cases.iter().filter(|c| only.is_none_or(|o| c.name.contains(o))) {
         let shape = case.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
         let row = |output: &str, result| Row { kernel: kernel.clone(), case: case.name.clone(), shape: shape.clone(), output: output.into(), result };
-        match run_case(c, &exe, wrap, case_dir, case, scratch.path()) {
+        match run_case(c, exe, wrap, case_dir, case, scratch.path()) {
             Ok(results) => rows.extend(results.into_iter().map(|(o, cmp)| row(&o, Ok(cmp)))),
             Err(e) => rows.push(row("-", Err(e))),
         }
@@ -132,9 +137,17 @@ pub fn validate_built(b: &Built, tc: &Toolchain, root: &Path, wrap: &[String], o
 }
 
 fn run_case(c: &Compiled, exe: &Path, wrap: &[String], case_dir: &Path, case: &golden::Case, scratch: &Path) -> Result<Vec<(String, Comparison)>, String> {
+    let inputs = golden::load_inputs(&c.spec, case_dir, case).map_err(|e| e.to_string())?;
+    let sizes = crate::interp::infer_sizes(&c.spec, &c.info, &inputs, &case.sizes).map_err(|e| e.to_string())?;
+    let outputs = run_harness(c, exe, wrap, &inputs, &sizes, scratch)?;
+    let expected = golden::load_expected(case_dir, case).map_err(|e| e.to_string())?;
+    Ok(outputs.iter().filter_map(|(name, got)| expected.get(name).map(|exp| (name.clone(), golden::compare(got, exp, case.rtol)))).collect())
+}
+
+/// Runs a harness made from [`harness_source`] (under `wrap`) on `inputs` (logical
+/// row-major arrays) at `sizes`, with files in `scratch`; returns every output tensor.
+pub fn run_harness(c: &Compiled, exe: &Path, wrap: &[String], inputs: &BTreeMap<String, Array>, sizes: &BTreeMap<String, i64>, scratch: &Path) -> Result<BTreeMap<String, Array>, String> {
     let spec = &c.spec;
-    let inputs = golden::load_inputs(spec, case_dir, case).map_err(|e| e.to_string())?;
-    let sizes = crate::interp::infer_sizes(spec, &c.info, &inputs, &case.sizes).map_err(|e| e.to_string())?;
     let mut cmd = match wrap.split_first() {
         Some((tool, args)) => {
             let mut cmd = Command::new(tool);
@@ -144,11 +157,11 @@ fn run_case(c: &Compiled, exe: &Path, wrap: &[String], case_dir: &Path, case: &g
         None => Command::new(exe),
     };
     for d in &c.info.runtime_dims {
-        cmd.arg(sizes[d].to_string());
+        cmd.arg(sizes.get(d).ok_or_else(|| format!("no size for `{d}`"))?.to_string());
     }
     let mut outs: Vec<(&crate::ast::Tensor, PathBuf, Vec<usize>)> = Vec::new();
     for t in spec.tensors.iter().filter(|t| !t.output) {
-        let a = inputs.get(&t.name.name).ok_or_else(|| format!("case {} has no input `{}`", case.name, t.name.name))?;
+        let a = inputs.get(&t.name.name).ok_or_else(|| format!("no input `{}`", t.name.name))?;
         let path = scratch.join(format!("{}.bin", t.name.name));
         let device = if is_col_major(t) { transpose(a.shape[0], a.shape[1], &a.data) } else { a.data.clone() };
         std::fs::write(&path, npy::encode(t.dtype.0, &device)).map_err(|e| e.to_string())?;
@@ -165,17 +178,13 @@ fn run_case(c: &Compiled, exe: &Path, wrap: &[String], case_dir: &Path, case: &g
         let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
         return Err(format!("harness failed ({}): {}", out.status, text.trim()));
     }
-    let expected = golden::load_expected(case_dir, case).map_err(|e| e.to_string())?;
-    let mut results = Vec::new();
+    let mut results = BTreeMap::new();
     for (t, path, shape) in outs {
         let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
         let data = npy::decode(t.dtype.0, &bytes);
         // Column-major memory holds the transpose: (cols x rows) row-major.
         let data = if is_col_major(t) { transpose(shape[1], shape[0], &data) } else { data };
-        let got = Array { shape, dtype: t.dtype.0, data };
-        if let Some(exp) = expected.get(&t.name.name) {
-            results.push((t.name.name.clone(), golden::compare(&got, exp, case.rtol)));
-        }
+        results.insert(t.name.name.clone(), Array { shape, dtype: t.dtype.0, data });
     }
     Ok(results)
 }
