@@ -16,6 +16,8 @@ pub fn explain(c: &Compiled) -> String {
     let grid = spec.grid.iter().map(|g| format!("{} = {}{}", g.var.name, c.file.snippet(g.extent.span), if g.descending { " (descending)" } else { "" })).collect::<Vec<_>>().join(", ");
     if (plan.collective.is_some() || plan.attention.is_some()) && plan.target.is_amd() {
         let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's {} apply to sm80); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
+    } else if let Some(t) = &plan.tile {
+        let _ = writeln!(o, "  threads: {} ({} waves of 64); grid: {grid}", spec.threads.0, t.waves);
     } else if plan.collective.is_some() {
         let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's {} apply to sm80); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
     } else {
@@ -55,6 +57,10 @@ pub fn explain(c: &Compiled) -> String {
     }
     if let Some(p) = &plan.collective {
         explain_collective(&mut o, c, p);
+        return o;
+    }
+    if let Some(p) = &plan.tile {
+        explain_tile(&mut o, c, p);
         return o;
     }
     if let Some(p) = &plan.dequant_gemm {
@@ -328,7 +334,54 @@ fn amd_resources(o: &mut String, c: &Compiled, lds: &str, extra_checks: &[String
     for x in extra_checks {
         let _ = writeln!(o, "    {x}");
     }
-    let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch; nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+    if c.plan.tile.is_none() {
+        let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch");
+    }
+    let _ = writeln!(o, "  nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+}
+
+fn explain_tile(o: &mut String, c: &Compiled, p: &crate::layout::mfma::TilePlan) {
+    let spec = &c.spec;
+    let name = |b: usize| &spec.buffers[b].name.name;
+    let _ = writeln!(o, "\nTile lowering on MFMAs (tilegen's own HIP code on composable_kernel's element types)");
+    let _ = writeln!(o, "  why: {}", p.why);
+    let _ = writeln!(o, "  fragment layout: 16x16 blocks, lane l holding row l % 16, columns 4*(l/16) .. +3 (the swapped MFMA product's result, and the MFMA operand layout)");
+    let _ = writeln!(o, "\nMFMA");
+    if p.gemms.is_empty() {
+        let _ = writeln!(o, "  (no gemm)");
+    }
+    for (id, g) in &p.gemms {
+        let _ = writeln!(o, "  {}", stmt_heading(c, *id));
+        let (m, n, k) = g.mnk;
+        let _ = writeln!(o, "    {}: {m}x{n}x{k} in {} k-step(s) of 16", g.instr, k / 16);
+        let reads = |row: bool| if row { "one 8-byte LDS read per lane (k contiguous)" } else { "4 LDS reads down a column per lane" };
+        if g.a_in_registers {
+            let _ = writeln!(o, "    A: from registers (the fragment is already in the MFMA operand layout; no LDS round trip)");
+        } else {
+            let _ = writeln!(o, "    A: {}", reads(g.a_row_reads));
+        }
+        let _ = writeln!(o, "    B: {}", reads(g.b_row_reads));
+    }
+    let _ = writeln!(o, "\nFragments");
+    for (b, g) in &p.fragments {
+        let buf = &spec.buffers[*b];
+        let _ = writeln!(o, "  {} ({}, [{}, {}], spec {}): waves {}x{} (rows x columns), {}x{} blocks each{}", name(*b), buf.dtype.0, g.rows, g.cols, c.line(buf.span), g.wm, g.wn, g.row_blocks(), g.col_blocks(),
+            if g.ks > 1 { format!("; {} wave groups split the k steps, partial sums added through LDS before the first read", g.ks) } else { String::new() });
+    }
+    let _ = writeln!(o, "\nShared buffers (LDS)");
+    for (b, l) in &p.shared {
+        let buf = &spec.buffers[*b];
+        let _ = writeln!(o, "  {} ({}, spec {}): {} bytes; {}", name(*b), buf.dtype.0, c.line(buf.span), l.bytes, l.why);
+    }
+    if p.scratch_bytes > 0 {
+        let _ = writeln!(o, "  k-split partial sums: {} bytes", p.scratch_bytes);
+    }
+    let _ = writeln!(o, "\nStatements");
+    let _ = writeln!(o, "  copies: element-wise, every thread a strided share of the tile, zero past the tensors' edges; fragments store their own registers");
+    let _ = writeln!(o, "  loops: in order (pipelined loops too: no asynchronous global → LDS copies on this path; the spec's stages apply to the NVIDIA targets)");
+    let _ = writeln!(o, "  barriers: __syncthreads() before a statement that reads a shared buffer another thread wrote, or overwrites one another thread read, since the last barrier");
+    amd_resources(o, c, &format!("{} of {} bytes per workgroup (each array rounded up to 128 bytes)", p.lds_total, c.plan.target.smem_budget()),
+        &["sizes >= 1, no null pointers, the grid within HIP's limits".to_string()]);
 }
 
 fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::DequantGemmPlan) {

@@ -420,6 +420,9 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     assert!(compile_for(window.clone(), Target::Sm80).is_ok());
     let errs = compile_for(window, Target::Gfx942).unwrap_err().join("\n");
     assert!(errs.contains("its output is not softmax attention with scale scale_log2 · ln 2"), "{errs}");
+    // Nor does the tile lowering take it (row statistics), and the first error says both.
+    assert!(errs.contains("t.yaml:1:9: error: the gfx942 target has no lowering for this fused program: it is neither GEMM-shaped") && errs.contains("(10 reasons below)"), "{errs}");
+    assert!(errs.contains("error: the gfx942 tile lowering has no reductions yet"), "{errs}");
     // A different scale inside exp2 than the spec's softmax: still attention, with that scale.
     let c = compile_for(bundled("flash_attention_fwd_bf16.yaml").replace("scale_log2: 0.12751743082459868", "scale_log2: 0.09"), Target::Gfx90a).unwrap();
     assert_eq!(c.plan.attention.as_ref().unwrap().scale_log2.value, 0.09);
@@ -430,12 +433,44 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     let files = tilegen::back::render(&c).unwrap();
     let hip = &files.iter().find(|f| f.name.ends_with(".hip")).unwrap().contents;
     assert!(hip.contains("constexpr ck::index_t kHeadDim = 64;") && hip.contains("q_lengths{ B, H, S, kHeadDim }"), "{hip}");
-    // Other fused programs say why they are not attention; a dequant says why CK's 4-bit
-    // GEMMs do not take its weights, at the dequant's line.
-    let errs = compile_for(linear_attention(), Target::Gfx942).unwrap_err().join("\n");
-    assert!(errs.contains("this spec is not attention"), "{errs}");
-    let errs = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap_err().join("\n");
-    assert!(errs.contains("t.yaml:28:9: error: the gfx942 target has no lowering for dequant_int4") && errs.contains("element 2j in the low nibble"), "{errs}");
+    // Other fused programs take the tile lowering, which says why they are not attention.
+    let c = compile_for(linear_attention(), Target::Gfx942).unwrap();
+    assert!(c.plan.attention.is_none() && c.plan.tile.as_ref().unwrap().why.contains("attention has two gemms (Q·Kᵀ and P·V); this spec has 4"));
+}
+
+#[test]
+fn amd_tile_lowering_gives_fragments_wave_grids_and_feeds_converted_fragments_from_registers() {
+    use tilegen::layout::mfma::WaveGrid;
+    let bundled = |name: &str| std::fs::read_to_string(format!("{}/specs/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let buffer = |c: &tilegen::Compiled, n: &str| c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
+    // w4a16: one 16-row block and two 16-column blocks for four waves: two k groups, whose
+    // partial sums are added through 2 x 16 x 32 f32 of LDS.
+    let c = compile_for(bundled("w4a16_gemm_bf16.yaml"), Target::Gfx942).unwrap();
+    let t = c.plan.tile.as_ref().unwrap();
+    assert_eq!(t.waves, 4);
+    assert_eq!(t.fragments[&buffer(&c, "acc")], WaveGrid { rows: 16, cols: 32, wm: 1, wn: 2, ks: 2 });
+    assert_eq!(t.scratch_bytes, 2 * 16 * 32 * 4);
+    let g = t.gemms.values().next().unwrap();
+    assert_eq!((g.mnk, g.a_in_registers, g.a_row_reads, g.b_row_reads), ((16, 32, 512), false, true, true));
+    // Only MFMA operands are padded: A_s and W_s, not the packed words or the scales.
+    assert_eq!([buffer(&c, "A_s"), buffer(&c, "W_s"), buffer(&c, "Wq_s"), buffer(&c, "S_s")].map(|b| t.shared[&b].pad), [4, 4, 0, 0]);
+    assert!(t.lds_total <= 65_536 && t.lds_total >= t.shared.values().map(|b| b.bytes).sum::<u64>() + t.scratch_bytes);
+    // Linear attention: rows split over the two waves; P·V takes P from registers, the other
+    // products read LDS, along rows where k is contiguous and down columns where it is not.
+    let c = compile_for(linear_attention(), Target::Gfx90a).unwrap();
+    let t = c.plan.tile.as_ref().unwrap();
+    assert_eq!(t.fragments[&buffer(&c, "P_f")], WaveGrid { rows: 64, cols: 64, wm: 2, wn: 1, ks: 1 });
+    assert_eq!(t.fragments[&buffer(&c, "S_f")], WaveGrid { rows: 128, cols: 64, wm: 2, wn: 1, ks: 1 });
+    let gemms: Vec<_> = t.gemms.values().map(|g| (g.a_in_registers, g.a_row_reads, g.b_row_reads)).collect();
+    assert_eq!(gemms, [(false, true, true), (false, true, false), (true, true, false), (false, false, false)]);
+    // With 8 waves each wave would hold half of P's columns: the register operand is refused,
+    // at P, with both grids.
+    let errs = compile_for(linear_attention().replace("threads: 128", "threads: 512"), Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("error: the gfx942 tile lowering feeds `P_f` to the MFMAs from registers only when each wave holds whole rows of it")
+        && errs.contains("its waves are 4x2 (rows x columns, 1 k group(s))"), "{errs}");
+    // Whole waves only.
+    let errs = compile_for(linear_attention().replace("threads: 128", "threads: 96"), Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("96 threads is not a multiple of 64"), "{errs}");
 }
 
 #[test]

@@ -30,6 +30,9 @@ pub struct Conv<'a> {
     pub spec: &'a Spec,
     /// Its check info.
     pub info: &'a Info,
+    /// HIP code on composable_kernel's types (`ck::bhalf_t` is a bit pattern, converted with
+    /// `ck::type_convert`) instead of CUTLASS's.
+    pub hip: bool,
 }
 
 impl Conv<'_> {
@@ -81,7 +84,14 @@ impl Conv<'_> {
                     UnOp::Not => format!("!{inner}"),
                 }
             }
-            ExprKind::Binary(op, a, b) => format!("{} {} {}", self.operand(a, *op, env), op.symbol(), self.operand(b, *op, env)),
+            ExprKind::Binary(op, a, b) => {
+                // `k * (block_K / 8)` keeps its parentheses: integer division does not associate.
+                let right = match &b.kind {
+                    ExprKind::Binary(BinOp::Div | BinOp::Rem, ..) if *op == BinOp::Mul => format!("({})", self.expr(b, env)),
+                    _ => self.operand(b, *op, env),
+                };
+                format!("{} {} {right}", self.operand(a, *op, env), op.symbol())
+            }
             ExprKind::Call(f, args) => self.call(e, f, args, env),
             ExprKind::Slice(_) => "/* slice */ 0".into(),
         }
@@ -110,6 +120,7 @@ impl Conv<'_> {
                 DType::I32 => format!("static_cast<int32_t>({})", a[0]),
                 DType::I8 => format!("static_cast<int8_t>({})", a[0]),
                 // Rounding to a narrower float, then computing on in f32.
+                DType::BF16 | DType::F16 if self.hip => format!("ck::type_convert<float>(ck::type_convert<{}>(static_cast<float>({})))", if d == DType::BF16 { "ck::bhalf_t" } else { "ck::half_t" }, a[0]),
                 DType::BF16 | DType::F16 => format!("static_cast<float>({}(static_cast<float>({})))", cpp_type(d), a[0]),
             };
         }
@@ -124,6 +135,7 @@ impl Conv<'_> {
             "select" => format!("({} ? {} : {})", a[0], a[1], a[2]),
             "abs" if any_float => format!("fabsf({})", a[0]),
             "abs" => format!("({0} < 0 ? -{0} : {0})", a[0]),
+            "exp2" if self.hip => format!("exp2f({})", a[0]),
             "exp2" => format!("fast_exp2({})", a[0]),
             "exp" => format!("expf({})", a[0]),
             "log2" => format!("log2f({})", a[0]),
@@ -159,7 +171,11 @@ impl Conv<'_> {
             }
         };
         let zero = if tensor.dtype.0.is_float() { "0.f" } else { "0" };
-        let conv = if tensor.dtype.0.is_float() { "static_cast<float>" } else { "static_cast<int32_t>" };
+        let conv = match (tensor.dtype.0.is_float(), self.hip) {
+            (true, true) => "ck::type_convert<float>",
+            (true, false) => "static_cast<float>",
+            (false, _) => "static_cast<int32_t>",
+        };
         format!("(({in_bounds}) ? {conv}({}[{linear}]) : {zero})", tensor.name.name)
     }
 }

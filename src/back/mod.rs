@@ -65,12 +65,13 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
         Target::Sm90a if c.plan.collective.is_some() => &RESERVED_SM90A,
         Target::Sm90a => &RESERVED_CUTE,
         Target::Gfx942 | Target::Gfx90a if c.plan.attention.is_some() => &RESERVED_CK_ATTENTION,
+        Target::Gfx942 | Target::Gfx90a if c.plan.tile.is_some() => &ck::RESERVED_TILE,
         Target::Gfx942 | Target::Gfx90a => &RESERVED_CK,
     };
     let mut errors = Vec::new();
     // CuTe code spells every spec name; the library paths (CUTLASS collectives, CK) only the
     // launcher's parameters and the constants.
-    let cute = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none());
+    let cute = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none()) || c.plan.tile.is_some();
     let mut names: Vec<&String> = c.info.symbols.iter()
         .filter(|(_, sym)| cute || matches!(sym, crate::check::Symbol::Tensor(_) | crate::check::Symbol::RuntimeDim | crate::check::Symbol::Constant(_)))
         .map(|(n, _)| n).collect();

@@ -16,6 +16,7 @@
 //! produce the pipelined shared buffers.
 
 pub mod attention;
+pub mod mfma;
 mod copy;
 mod dequant_gemm;
 mod mma;
@@ -235,6 +236,9 @@ pub struct Plan {
     pub dequant_gemm: Option<DequantGemmPlan>,
     /// A program with a `dequant_int4` that does not take that lowering: why not.
     pub dequant_gemm_reason: Option<String>,
+    /// AMD: the tile lowering on MFMAs, for fused programs that are neither GEMM-shaped
+    /// nor softmax attention.
+    pub tile: Option<mfma::TilePlan>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -284,6 +288,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             mbarriers: Vec::new(),
             dequant_gemm: None,
             dequant_gemm_reason: None,
+            tile: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -292,26 +297,43 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         fused: BTreeMap::new(),
     };
     if target.is_amd() {
-        // AMD: GEMM-shaped specs map onto composable_kernel device operations; there is no
-        // lowering for other programs yet.
+        // AMD: GEMM-shaped specs map onto composable_kernel device operations, softmax
+        // attention onto CK's fused attention.
+        let tile = |cx: &mut Infer, why: String| match mfma::plan(spec, info, target, why) {
+            Ok(p) => {
+                cx.plan.smem = SmemUse { buffers: p.lds_total, total: p.lds_total, budget: target.smem_budget(), ..cx.plan.smem.clone() };
+                cx.plan.tile = Some(p);
+                Ok(())
+            }
+            Err(errors) => Err(errors),
+        };
         if let Some(shape) = cx.gemm_shape() {
             cx.plan_collective(shape);
+            // A GEMM-shaped spec the CK instance cannot take (an epilogue CK's element-wise
+            // operators cannot spell, say) takes the tile lowering when that can run it.
+            if !cx.errors.is_empty() {
+                let why = format!("GEMM-shaped, but composable_kernel's device GEMM cannot take it: {}", cx.errors.iter().map(|d| d.message.as_str()).collect::<Vec<_>>().join("; "));
+                if tile(&mut cx, why).is_ok() {
+                    cx.errors.clear();
+                    cx.plan.collective = None;
+                }
+            }
         } else {
-            let mut dequant = None;
-            spec.walk(&mut |s| if matches!(s.kind, StmtKind::Dequant { .. }) && dequant.is_none() { dequant = Some(s.span) });
-            match (attention::recognize(spec, info), dequant) {
-                (Ok(a), _) => cx.plan_attention(a),
-                // composable_kernel's int4 GEMMs (pk_i4_t B operands) read each byte's high
-                // nibble as the first element (type_convert<bhalf2_t, pk_i4_t>), and with
-                // CK_USE_PK4_LAYOUT_SHUFFLE (ck.hpp sets it) an interleave of 8 nibbles.
-                (Err(_), Some(at)) => cx.err(Diagnostic::error(at, format!(
-                    "the {target} target has no lowering for dequant_int4: composable_kernel's 4-bit GEMMs take their own nibble order (the first element of each byte in its high nibble, interleaved over 8 nibbles by its fast converter), while dequant_int4 puts element 2j in the low nibble of byte j, so they would need the weights repacked, which tilegen does not generate"))
-                    .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
-                    .unsupported_on_target()),
-                (Err(why), None) => cx.err(Diagnostic::error(spec.kernel.span, format!(
-                    "the {target} target has no lowering for this fused program: it lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) and softmax attention, and this spec is not attention: {why}"))
-                    .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
-                    .unsupported_on_target()),
+            match attention::recognize(spec, info) {
+                Ok(a) => cx.plan_attention(a),
+                // Other fused programs (dequant GEMMs, linear attention, ...): tilegen's own
+                // tile-level code on MFMAs.
+                Err(why) => {
+                    let why = format!("neither GEMM-shaped (a composable_kernel device GEMM) nor softmax attention (CK's fused attention: {why})");
+                    if let Err(errors) = tile(&mut cx, why.clone()) {
+                        cx.err(Diagnostic::error(spec.kernel.span, format!(
+                            "the {target} target has no lowering for this fused program: it is {why}, and tilegen's tile lowering on MFMAs cannot take it ({} below)",
+                            if errors.len() == 1 { "one reason".to_string() } else { format!("{} reasons", errors.len()) }))
+                            .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
+                            .unsupported_on_target());
+                        cx.errors.extend(errors);
+                    }
+                }
             }
         }
         return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };

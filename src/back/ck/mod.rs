@@ -16,6 +16,8 @@ use crate::back::conv::upper_first;
 use serde::Serialize;
 
 mod attention;
+mod tile;
+pub(crate) use tile::RESERVED as RESERVED_TILE;
 
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/ck/kernel.hip.tera");
 
@@ -81,6 +83,10 @@ pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     if let Some(a) = &c.plan.attention {
         let ctx = attention::context(c, a);
         return hip_names(super::render_pair(c, attention::TEMPLATE, &ctx)?);
+    }
+    if let Some(t) = &c.plan.tile {
+        let ctx = tile::context(c, t)?;
+        return hip_names(super::render_pair(c, tile::TEMPLATE, &ctx)?);
     }
     let Some(p) = &c.plan.collective else {
         return Err(vec![Diagnostic::error(c.spec.kernel.span, format!("the {} target has no lowering for this spec", c.plan.target)).unsupported_on_target()]);

@@ -214,7 +214,7 @@ struct Lower<'a> {
 }
 
 pub fn build(c: &Compiled, errors: &mut Vec<Diagnostic>) -> Vec<BodyItem> {
-    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info }, items: Vec::new(), errors, stage: None };
+    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false }, items: Vec::new(), errors, stage: None };
     l.block(&c.spec.body, 1);
     l.items
 }

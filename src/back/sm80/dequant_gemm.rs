@@ -132,7 +132,7 @@ fn swizzle_args(l: PaddedLayout) -> (String, i64) {
 /// The context for a spec planned with `p`.
 pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
     let (spec, info) = (&c.spec, &c.info);
-    let conv = Conv { spec, info };
+    let conv = Conv { spec, info, hip: false };
     let [ta, tw, ts, tc] = p.tensors;
     let [a_s, wq_s, s_s, _w_s, acc] = p.buffers;
     let tname = |t: usize| spec.tensors[t].name.name.clone();

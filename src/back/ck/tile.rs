@@ -1,0 +1,916 @@
+//! The AMD tile lowering ([`TilePlan`]): HIP code on composable_kernel's element types and
+//! 16x16x16 MFMAs for fused programs that are neither GEMM-shaped nor softmax attention.
+//!
+//! Requires: a spec planned with a `TilePlan`. Guarantees: one statement of the spec becomes
+//! one commented block of C++ (`// spec N: text`); LDS barriers are placed where a shared
+//! buffer is read after another thread wrote it, or written after another read it; the C
+//! launcher contract is the NVIDIA targets' on `hipStream_t`.
+
+use super::{element, ElemCtx};
+use crate::ast::*;
+use crate::back::conv::{float_literal, upper_first, Conv, Env};
+use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
+use crate::check::{ConstValue, Symbol};
+use crate::diag::Diagnostic;
+use crate::layout::mfma::{TilePlan, WaveGrid, BLOCK};
+use crate::Compiled;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub(super) const TEMPLATE: &str = include_str!("../../../templates/ck/tile.hip.tera");
+
+/// Names the tile lowering's code declares (kernel locals and helpers).
+pub(crate) const RESERVED: [&str; 33] = [
+    "ck", "kThreads", "kWaves", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
+    "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_row4", "load_col4", "grid_x", "grid_y", "grid_z", "kernel",
+    "c", "grid", "word_scale", "total", "sum", "scale_of",
+];
+
+#[derive(Serialize)]
+pub(super) struct Context {
+    #[serde(flatten)]
+    header: HeaderCtx,
+    constants: Vec<String>,
+    threads: i64,
+    waves: i64,
+    threads_line: usize,
+    elements: Vec<ElemCtx>,
+    helpers: Vec<String>,
+    /// The MFMA wrappers the products need: (operand type, builtin).
+    mfmas: Vec<(String, String)>,
+    kernel_params: Vec<String>,
+    kernel_args: Vec<String>,
+    block_indices: Vec<String>,
+    lane_locals: Vec<String>,
+    lds: Vec<String>,
+    fragments: Vec<String>,
+    body: Vec<String>,
+    lds_total: u64,
+    lds_budget: u64,
+    grid: Vec<String>,
+    #[serde(flatten)]
+    launcher_ctx: LauncherCtx,
+    doc_launch: String,
+    doc_invalid: String,
+    doc_errors: String,
+}
+
+/// A fragment's k-split state on the path being lowered (`WaveGrid::ks` > 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// Every wave group holds zeros.
+    Zero,
+    /// Each group holds a partial sum.
+    Partial,
+    /// Every group holds the whole value.
+    Whole,
+}
+
+/// Shared buffers touched since the last barrier.
+#[derive(Clone, Default)]
+struct Hazards {
+    written: BTreeSet<usize>,
+    read: BTreeSet<usize>,
+}
+
+struct Lower<'a> {
+    c: &'a Compiled,
+    plan: &'a TilePlan,
+    conv: Conv<'a>,
+    lines: Vec<String>,
+    depth: usize,
+    hazards: Hazards,
+    split: BTreeMap<usize, Split>,
+    errors: Vec<Diagnostic>,
+}
+
+/// Spells element reads inside a `parallel` block: fragments by register, shared buffers by
+/// LDS index.
+struct ParEnv<'a> {
+    c: &'a Compiled,
+    conv: &'a Conv<'a>,
+}
+
+impl Env for ParEnv<'_> {
+    fn buffer_element(&self, buffer: usize, idx: &[Expr]) -> Option<String> {
+        let b = &self.c.spec.buffers[buffer];
+        match b.scope.0 {
+            Scope::Fragment => Some(to_float(b.dtype.0, &format!("{}[bi][bj][r]", b.name.name))),
+            Scope::Shared => {
+                let ix: Vec<String> = idx.iter().map(|e| format!("[{}]", self.conv.expr(e, &PlainEnv))).collect();
+                Some(to_float(b.dtype.0, &format!("{}{}", b.name.name, ix.concat())))
+            }
+        }
+    }
+}
+
+struct PlainEnv;
+
+impl Env for PlainEnv {
+    fn buffer_element(&self, _buffer: usize, _idx: &[Expr]) -> Option<String> {
+        None
+    }
+}
+
+/// A stored element as f32 (CK's bf16 is a bit pattern: it must be converted).
+fn to_float(d: DType, x: &str) -> String {
+    match d {
+        DType::BF16 | DType::F16 => format!("ck::type_convert<float>({x})"),
+        DType::F32 => x.to_string(),
+        DType::I8 | DType::I32 => format!("static_cast<float>({x})"),
+    }
+}
+
+/// An f32 value stored as `d`.
+fn from_float(d: DType, x: &str) -> String {
+    match d {
+        DType::BF16 | DType::F16 => format!("ck::type_convert<{}>({x})", element(d)),
+        DType::F32 => x.to_string(),
+        DType::I8 | DType::I32 => format!("static_cast<{}>({x})", element(d)),
+    }
+}
+
+/// Zero as a `d`.
+fn zero(d: DType) -> String {
+    if d.is_float() { from_float(d, "0.f") } else { "0".into() }
+}
+
+/// The register type of one 16x16 block (4 values per lane).
+fn block_type(d: DType) -> &'static str {
+    match d {
+        DType::BF16 => "ck::bhalf4_t",
+        DType::F16 => "ck::half4_t",
+        _ => "ck::float4_t",
+    }
+}
+
+impl<'a> Lower<'a> {
+    fn line(&mut self, text: impl AsRef<str>) {
+        let pad = "  ".repeat(self.depth);
+        for l in text.as_ref().lines() {
+            self.lines.push(if l.is_empty() { String::new() } else { format!("{pad}{l}") });
+        }
+    }
+
+    fn open(&mut self, header: impl AsRef<str>) {
+        self.line(format!("{} {{", header.as_ref()));
+        self.depth += 1;
+    }
+
+    fn close(&mut self) {
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    fn comment(&mut self, s: &Stmt, extra: &str) {
+        let text = self.c.file.snippet(s.span).lines().next().unwrap_or("").trim().to_string();
+        let line = self.c.line(s.span);
+        if extra.is_empty() {
+            self.line(format!("// spec {line}: {text}"));
+        } else {
+            self.line(format!("// spec {line}: {text}: {extra}"));
+        }
+    }
+
+    fn name(&self, b: usize) -> &'a str {
+        &self.c.spec.buffers[b].name.name
+    }
+
+    fn buffer(&self, id: &Ident) -> Option<usize> {
+        match self.c.info.symbols.get(&id.name) {
+            Some(Symbol::Buffer(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    fn tensor(&self, id: &Ident) -> Option<usize> {
+        match self.c.info.symbols.get(&id.name) {
+            Some(Symbol::Tensor(t)) => Some(*t),
+            _ => None,
+        }
+    }
+
+    fn grid(&self, b: usize) -> WaveGrid {
+        self.plan.fragments[&b]
+    }
+
+    fn ex(&self, e: &Expr) -> String {
+        self.conv.expr(e, &PlainEnv)
+    }
+
+    /// `ex`, parenthesised unless it is a name or a number.
+    fn atom(&self, e: &Expr) -> String {
+        let s = self.ex(e);
+        if matches!(e.kind, ExprKind::Binary(..)) && !s.starts_with('(') { format!("({s})") } else { s }
+    }
+
+    /// A barrier before a statement that reads `reads` and writes `writes` (shared buffers),
+    /// when another thread may have written what it reads or read what it writes.
+    fn sync_for(&mut self, reads: &[usize], writes: &[usize], why: &str) {
+        let h = &self.hazards;
+        let raw = reads.iter().find(|b| h.written.contains(b));
+        let war = writes.iter().find(|b| h.read.contains(b) || h.written.contains(b));
+        if raw.is_some() || war.is_some() {
+            let reason = match (raw, war) {
+                (Some(b), _) => format!("`{}` is read after other threads wrote it", self.name(*b)),
+                (None, Some(b)) => format!("`{}` is overwritten after other threads {} it", self.name(*b), if self.hazards.read.contains(b) { "read" } else { "wrote" }),
+                _ => unreachable!(),
+            };
+            self.line(format!("__syncthreads();  // {reason}{why}"));
+            self.hazards = Hazards::default();
+        }
+        self.hazards.read.extend(reads);
+        self.hazards.written.extend(writes);
+    }
+
+    /// The loops over a fragment's blocks and registers; `body` sees `bi`, `bj`, `r`.
+    fn for_each_element(&mut self, g: WaveGrid, body: impl FnOnce(&mut Self)) {
+        self.line("#pragma unroll");
+        self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
+        self.line("#pragma unroll");
+        self.open(format!("for (int bj = 0; bj < {}; ++bj)", g.col_blocks()));
+        self.line("#pragma unroll");
+        self.open("for (int r = 0; r < 4; ++r)");
+        body(self);
+        self.close();
+        self.close();
+        self.close();
+    }
+
+    /// The row and column of element (bi, bj, r) of fragment `b`.
+    fn coords(&self, b: usize) -> (String, String) {
+        let n = self.name(b);
+        (format!("{n}_row + bi * 16 + lane_row"), format!("{n}_col + bj * 16 + lane_col + r"))
+    }
+
+    /// The C++ linear offset and bounds condition of tensor `t` at `idx`.
+    fn address(&self, t: usize, idx: &[String]) -> (String, String) {
+        let tensor = &self.c.spec.tensors[t];
+        let dims: Vec<String> = tensor.shape.iter().map(Dim::text).collect();
+        let bounds = idx.iter().zip(&dims).map(|(i, d)| format!("{i} < {d}")).collect::<Vec<_>>().join(" && ");
+        let linear = match (idx.len(), tensor.order.0) {
+            (1, _) => idx[0].clone(),
+            (2, Order::ColMajor) => format!("int64_t({}) * {} + ({})", idx[1], dims[0], idx[0]),
+            _ => {
+                let mut lin = format!("int64_t({})", idx[0]);
+                for (i, d) in idx.iter().zip(&dims).skip(1) {
+                    lin = format!("({lin}) * {d} + ({i})");
+                }
+                lin
+            }
+        };
+        (linear, bounds)
+    }
+
+    /// Tensor indices of a tile element whose buffer coordinates are `coords`.
+    fn tile_indices(&self, op: &Operand, coords: &[String]) -> Vec<String> {
+        let Some(origin) = op.origin.as_deref() else {
+            // The whole tensor is the tile.
+            return coords.to_vec();
+        };
+        let dims: Vec<usize> = op.tile_dims.clone().unwrap_or_else(|| (0..origin.len()).collect());
+        origin.iter().enumerate().map(|(d, e)| {
+            let o = self.ex(e);
+            match dims.iter().position(|x| *x == d).and_then(|p| coords.get(p)) {
+                Some(c) if o == "0" => c.clone(),
+                Some(c) => format!("{o} + {c}"),
+                None => o,
+            }
+        }).collect()
+    }
+
+    /// The element-wise loop over a shared buffer's elements, every thread a strided share;
+    /// `body` gets the buffer coordinates.
+    fn for_each_shared(&mut self, b: usize, body: impl FnOnce(&mut Self, &[String])) {
+        let shape = self.c.info.buffer_shapes[b].clone();
+        let extents: Vec<String> = self.c.spec.buffers[b].shape.iter().map(|e| self.atom(e)).collect();
+        self.open(format!("for (int e = threadIdx.x; e < {}; e += kThreads)", extents.join(" * ")));
+        let coords: Vec<String> = match shape.len() {
+            1 => vec!["e".into()],
+            _ => {
+                self.line(format!("int const r = e / {0}, c = e % {0};", extents[1]));
+                vec!["r".into(), "c".into()]
+            }
+        };
+        body(self, &coords);
+        self.close();
+    }
+
+    fn lds_ref(&self, b: usize, coords: &[String]) -> String {
+        format!("{}{}", self.name(b), coords.iter().map(|c| format!("[{c}]")).collect::<String>())
+    }
+
+    /// Before a statement reads fragment `b`: a k-split fragment's partial sums are added.
+    fn whole(&mut self, b: usize) {
+        let g = self.grid(b);
+        if g.ks == 1 || self.split.get(&b) != Some(&Split::Partial) {
+            return;
+        }
+        let n = self.name(b);
+        self.line(format!("// `{n}` is split along k over {} wave groups: add the partial sums through LDS.", g.ks));
+        self.line("__syncthreads();  // the scratch space is free");
+        let (row, col) = self.coords(b);
+        self.for_each_element(g, |l| l.line(format!("ksplit[{n}_group][{row}][{col}] = {n}[bi][bj][r];")));
+        self.line("__syncthreads();  // every group's partial sums are in LDS");
+        self.for_each_element(g, |l| {
+            l.line(format!("float total = 0.f;\n#pragma unroll\nfor (int g = 0; g < {}; ++g) {{\n  total += ksplit[g][{row}][{col}];\n}}\n{n}[bi][bj][r] = total;", g.ks));
+        });
+        self.hazards = Hazards::default();
+        self.split.insert(b, Split::Whole);
+    }
+
+    fn stmts(&mut self, body: &[Stmt]) {
+        for s in body {
+            self.stmt(s);
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match &s.kind {
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => {
+                let Some(b) = self.buffer(buf) else { return };
+                let (value, zero) = match &s.kind {
+                    StmtKind::Fill { value, .. } => (self.ex(value), false),
+                    _ => ("0.f".to_string(), true),
+                };
+                let d = self.c.spec.buffers[b].dtype.0;
+                self.comment(s, "");
+                match self.c.spec.buffers[b].scope.0 {
+                    Scope::Fragment => {
+                        let g = self.grid(b);
+                        let n = self.name(b);
+                        let v = from_float(d, &value);
+                        self.for_each_element(g, |l| l.line(format!("{n}[bi][bj][r] = {v};")));
+                        self.split.insert(b, if zero { Split::Zero } else { Split::Whole });
+                    }
+                    Scope::Shared => {
+                        self.sync_for(&[], &[b], "");
+                        let v = from_float(d, &value);
+                        self.for_each_shared(b, |l, co| l.line(format!("{} = {v};", l.lds_ref(b, co))));
+                    }
+                }
+            }
+            StmtKind::Copy { src, dst } => self.copy(s, src, dst),
+            StmtKind::Gemm { a, b, c, .. } => self.gemm(s, a, b, c),
+            StmtKind::Dequant { src, dst, scales, zero } => {
+                let (Some(w), Some(d), Some(sc)) = (self.buffer(src), self.buffer(dst), self.buffer(scales)) else { return };
+                let shape = &self.c.info.buffer_shapes[d];
+                let group = shape[1] / self.c.info.buffer_shapes[sc][1];
+                let (wn, dn, sn) = (self.name(w), self.name(d), self.name(sc));
+                let dt = self.c.spec.buffers[d].dtype.0;
+                self.comment(s, &format!("each thread unpacks whole words: element c of a row is bits 4*(c%8) .. of word c/8, minus {}, times the scale of group c/{group}", zero.0));
+                self.sync_for(&[w, sc], &[d], "");
+                let words = format!("{} * ({} / 8)", self.atom(&self.c.spec.buffers[d].shape[0]), self.atom(&self.c.spec.buffers[d].shape[1]));
+                self.open(format!("for (int e = threadIdx.x; e < {words}; e += kThreads)"));
+                self.line(format!("int const r = e / ({0} / 8), c = e % ({0} / 8);", self.atom(&self.c.spec.buffers[d].shape[1])));
+                self.line(format!("uint32_t const word = static_cast<uint32_t>({wn}[r][c]);"));
+                self.line(format!("float const word_scale = {};", to_float(self.c.spec.buffers[sc].dtype.0, &format!("{sn}[r][c * 8 / {group}]"))));
+                self.line("#pragma unroll");
+                self.open("for (int nib = 0; nib < 8; ++nib)");
+                self.line(format!("{dn}[r][c * 8 + nib] = {};", from_float(dt, &format!("static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - {}) * word_scale", zero.0))));
+                self.close();
+                self.close();
+            }
+            StmtKind::Loop { kind, var, count, body, .. } => {
+                let extra = match kind {
+                    LoopKind::Pipelined => format!("in order on {}: this lowering has no asynchronous global → LDS copies, so the spec's stages apply to the NVIDIA targets", self.c.plan.target),
+                    _ => String::new(),
+                };
+                self.comment(s, &extra);
+                // Conservatively, the accesses of the previous iteration are in flight.
+                let (reads, writes) = shared_accesses(self, body);
+                self.hazards.read.extend(reads);
+                self.hazards.written.extend(writes);
+                let head = self.hazards.clone();
+                // The k-split states at the loop head must hold on entry and on the back
+                // edge: a dry run of the body finds the back edge's.
+                let saved = (self.lines.len(), self.depth, self.errors.len(), self.split.clone());
+                self.stmts(body);
+                let after = std::mem::replace(&mut self.split, saved.3.clone());
+                self.lines.truncate(saved.0);
+                self.errors.truncate(saved.2);
+                self.depth = saved.1;
+                self.hazards = head.clone();
+                for (b, st) in after {
+                    match join(self.split.get(&b).copied(), st) {
+                        Some(j) => {
+                            self.split.insert(b, j);
+                        }
+                        None => self.errors.push(Diagnostic::error(s.span, format!(
+                            "the {} tile lowering cannot keep `{}`'s k-split partial sums consistent around this loop: it holds partial sums at one iteration's start and a whole value at another's",
+                            self.c.plan.target, self.name(b))).hint("read the fragment (copy or parallel) after the loop only, or give it a row block of 16 per wave").unsupported_on_target()),
+                    }
+                }
+                if *kind == LoopKind::Unroll {
+                    self.line("#pragma unroll");
+                }
+                self.open(format!("for (int {v} = 0; {v} < {}; ++{v})", self.ex(count), v = var.name));
+                self.stmts(body);
+                self.close();
+                // The body may run zero times.
+                self.hazards.read.extend(head.read);
+                self.hazards.written.extend(head.written);
+            }
+            StmtKind::Parallel { vars, body } => self.parallel(s, vars, body),
+            StmtKind::If { cond, then_body, else_body } => {
+                self.comment(s, "");
+                let entry = self.hazards.clone();
+                self.open(format!("if ({})", self.ex(cond)));
+                self.stmts(then_body);
+                let then_h = std::mem::replace(&mut self.hazards, entry);
+                if !else_body.is_empty() {
+                    self.depth -= 1;
+                    self.line("} else {");
+                    self.depth += 1;
+                    self.stmts(else_body);
+                }
+                self.close();
+                self.hazards.read.extend(then_h.read);
+                self.hazards.written.extend(then_h.written);
+            }
+            StmtKind::Assign { .. } | StmtKind::Reduce { .. } => {}
+        }
+    }
+
+    fn copy(&mut self, s: &Stmt, src: &Operand, dst: &Operand) {
+        let (sb, db) = (self.buffer(&src.name), self.buffer(&dst.name));
+        let scope = |b: Option<usize>| b.map(|b| self.c.spec.buffers[b].scope.0);
+        match (scope(sb), scope(db)) {
+            // Global → LDS: element-wise, zero past the tensor's edges.
+            (None, Some(Scope::Shared)) => {
+                let (Some(t), Some(b)) = (self.tensor(&src.name), db) else { return };
+                self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges read as zero");
+                self.sync_for(&[], &[b], "");
+                let (tn, dt) = (self.c.spec.tensors[t].name.name.clone(), self.c.spec.buffers[b].dtype.0);
+                let same = self.c.spec.tensors[t].dtype.0 == dt;
+                self.for_each_shared(b, |l, co| {
+                    let idx = l.tile_indices(src, co);
+                    let (lin, bounds) = l.address(t, &idx);
+                    let v = if same { format!("{tn}[{lin}]") } else { from_float(dt, &to_float(l.c.spec.tensors[t].dtype.0, &format!("{tn}[{lin}]"))) };
+                    l.line(format!("{} = ({bounds}) ? {v} : {};", l.lds_ref(b, co), zero(dt)));
+                });
+            }
+            // LDS → global.
+            (Some(Scope::Shared), None) => {
+                let (Some(b), Some(t)) = (sb, self.tensor(&dst.name)) else { return };
+                self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges are not stored");
+                self.sync_for(&[b], &[], "");
+                let tn = self.c.spec.tensors[t].name.name.clone();
+                let (st, tt) = (self.c.spec.buffers[b].dtype.0, self.c.spec.tensors[t].dtype.0);
+                self.for_each_shared(b, |l, co| {
+                    let idx = l.tile_indices(dst, co);
+                    let (lin, bounds) = l.address(t, &idx);
+                    let v = if st == tt { l.lds_ref(b, co) } else { from_float(tt, &to_float(st, &l.lds_ref(b, co))) };
+                    l.open(format!("if ({bounds})"));
+                    l.line(format!("{tn}[{lin}] = {v};"));
+                    l.close();
+                });
+            }
+            // LDS → LDS.
+            (Some(Scope::Shared), Some(Scope::Shared)) => {
+                let (Some(from), Some(to)) = (sb, db) else { return };
+                self.comment(s, "every thread a strided share of the tile");
+                self.sync_for(&[from], &[to], "");
+                let (ft, tt) = (self.c.spec.buffers[from].dtype.0, self.c.spec.buffers[to].dtype.0);
+                self.for_each_shared(to, |l, co| {
+                    let v = if ft == tt { l.lds_ref(from, co) } else { from_float(tt, &to_float(ft, &l.lds_ref(from, co))) };
+                    l.line(format!("{} = {v};", l.lds_ref(to, co)));
+                });
+            }
+            // Fragment → LDS or global: each lane stores its own registers.
+            (Some(Scope::Fragment), to) => {
+                let Some(f) = sb else { return };
+                self.whole(f);
+                let g = self.grid(f);
+                let (n, ft) = (self.name(f), self.c.spec.buffers[f].dtype.0);
+                let (row, col) = self.coords(f);
+                let only_group = if g.ks > 1 { format!("if ({n}_group == 0) ") } else { String::new() };
+                match to {
+                    Some(Scope::Shared) => {
+                        let Some(d) = db else { return };
+                        self.comment(s, "each lane stores its own registers");
+                        self.sync_for(&[], &[d], "");
+                        let dt = self.c.spec.buffers[d].dtype.0;
+                        let dn = self.name(d);
+                        if !only_group.is_empty() {
+                            self.open(only_group.trim_end().to_string());
+                        }
+                        self.for_each_element(g, |l| l.line(format!("{dn}[{row}][{col}] = {};", from_float(dt, &to_float(ft, &format!("{n}[bi][bj][r]"))))));
+                        if !only_group.is_empty() {
+                            self.close();
+                        }
+                    }
+                    None => {
+                        let Some(t) = self.tensor(&dst.name) else { return };
+                        self.comment(s, "each lane stores its own registers; elements past the tensor's edges are not stored");
+                        let tn = self.c.spec.tensors[t].name.name.clone();
+                        let tt = self.c.spec.tensors[t].dtype.0;
+                        if !only_group.is_empty() {
+                            self.open(only_group.trim_end().to_string());
+                        }
+                        self.for_each_element(g, |l| {
+                            let idx = l.tile_indices(dst, &[row.clone(), col.clone()]);
+                            let (lin, bounds) = l.address(t, &idx);
+                            l.open(format!("if ({bounds})"));
+                            l.line(format!("{tn}[{lin}] = {};", from_float(tt, &to_float(ft, &format!("{n}[bi][bj][r]")))));
+                            l.close();
+                        });
+                        if !only_group.is_empty() {
+                            self.close();
+                        }
+                    }
+                    Some(Scope::Fragment) => self.unsupported(s, "a copy between fragments"),
+                }
+            }
+            _ => self.unsupported(s, "this copy"),
+        }
+    }
+
+    /// A construct the plan let through that the lowering cannot emit: an error, not silence.
+    fn unsupported(&mut self, s: &Stmt, what: &str) {
+        self.errors.push(Diagnostic::error(s.span, format!("the {} tile lowering has no code for {what}", self.c.plan.target)).unsupported_on_target());
+    }
+
+    fn gemm(&mut self, s: &Stmt, a: &Ident, b: &Ident, c: &Ident) {
+        let (Some(ai), Some(bi), Some(ci)) = (self.buffer(a), self.buffer(b), self.buffer(c)) else { return };
+        let Some(m) = self.plan.gemms.get(&s.id) else { return };
+        let g = self.grid(ci);
+        let (mm, nn, kk) = m.mnk;
+        let cn = self.name(ci);
+        let steps = kk / BLOCK;
+        let split = if g.ks > 1 { format!(", the k steps shared out over {} wave groups", g.ks) } else { String::new() };
+        self.comment(s, &format!("{mm}x{nn}x{kk} in {steps} k-steps of 16{split}; each MFMA takes the B operand as its rows and A's as its columns, so the result lands row-of-lane"));
+        let reads: Vec<usize> = [ai, bi].into_iter().filter(|x| self.c.spec.buffers[*x].scope.0 == Scope::Shared).collect();
+        self.sync_for(&reads, &[], "");
+        if g.ks > 1 && self.split.get(&ci) == Some(&Split::Whole) {
+            self.line(format!("// `{cn}` holds a whole value: one group keeps it, the others start their partial sums from zero."));
+            self.for_each_element(g, |l| l.line(format!("if ({cn}_group != 0) {cn}[bi][bj][r] = 0.f;")));
+        }
+        self.split.insert(ci, if g.ks > 1 { Split::Partial } else { Split::Whole });
+        let (an, bn) = (self.name(ai), self.name(bi));
+        let op = block_type(self.c.spec.buffers[ai].dtype.0);
+        if g.ks > 1 && steps % g.ks == 0 {
+            // A trip count the compiler sees, so that the loop unrolls.
+            self.line("#pragma unroll");
+            self.open(format!("for (int kq = 0; kq < {}; ++kq)", steps / g.ks));
+            self.line(format!("int const kk = kq * {} + {cn}_group;  // this group's k steps: every {}th", g.ks, g.ks));
+        } else if g.ks > 1 {
+            self.open(format!("for (int kk = {cn}_group; kk < {steps}; kk += {})", g.ks));
+        } else {
+            self.line("#pragma unroll");
+            self.open(format!("for (int kk = 0; kk < {steps}; ++kk)"));
+        }
+        self.line("int const k0 = kk * 16 + lane_col;  // this lane's 4 k values in the step");
+        if m.a_in_registers {
+            self.line(format!("// `{an}` is already in the MFMA operand layout: its block (bi, kk) is this step's A."));
+        } else {
+            self.line(format!("{op} a_rows[{}];  // A (`{an}`): rows of this wave's row blocks of `{cn}`", g.row_blocks()));
+            self.line("#pragma unroll");
+            self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
+            let row = format!("{cn}_row + bi * 16 + lane_row");
+            let read = if m.a_row_reads { format!("load_row4(&{an}[{row}][k0])") } else { format!("load_col4(&{an}[k0][{row}], {})", self.pitch(ai)) };
+            self.line(format!("a_rows[bi] = {read};"));
+            self.close();
+        }
+        self.line("#pragma unroll");
+        self.open(format!("for (int bj = 0; bj < {}; ++bj)", g.col_blocks()));
+        let col = format!("{cn}_col + bj * 16 + lane_row");
+        let read = if m.b_row_reads { format!("load_row4(&{bn}[{col}][k0])") } else { format!("load_col4(&{bn}[k0][{col}], {})", self.pitch(bi)) };
+        self.line(format!("{op} const b_cols = {read};  // B (`{bn}`): column {col} of the block"));
+        self.line("#pragma unroll");
+        self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
+        let a_op = if m.a_in_registers { format!("{an}[bi][kk]") } else { "a_rows[bi]".into() };
+        self.line(format!("{cn}[bi][bj] = mfma_16x16x16(b_cols, {a_op}, {cn}[bi][bj]);"));
+        self.close();
+        self.close();
+        self.close();
+    }
+
+    /// A shared buffer's row pitch in elements.
+    fn pitch(&self, b: usize) -> String {
+        let shape = &self.c.spec.buffers[b].shape;
+        let pad = self.plan.shared[&b].pad;
+        format!("{} + {pad}", self.ex(&shape[1]))
+    }
+
+    fn parallel(&mut self, s: &Stmt, vars: &[Ident], body: &[Stmt]) {
+        let Some(&d) = self.c.info.parallel_domains.get(&s.id) else { return };
+        let g = self.grid(d);
+        // Fragments read in the block must be whole; shared buffers read need a barrier.
+        let mut frags = Vec::new();
+        let mut shared_reads = Vec::new();
+        for (name, _, _) in crate::layout::mfma::accesses(body) {
+            if let Some(b) = self.buffer(name) {
+                match self.c.spec.buffers[b].scope.0 {
+                    Scope::Fragment => frags.push(b),
+                    Scope::Shared => shared_reads.push(b),
+                }
+            }
+        }
+        frags.sort();
+        frags.dedup();
+        self.comment(s, "each lane on its own registers");
+        for f in &frags {
+            self.whole(*f);
+        }
+        self.sync_for(&shared_reads, &[], "");
+        let (row, col) = self.coords(d);
+        // The index variables the body uses.
+        let mut used = BTreeSet::new();
+        walk(body, &mut |st| match &st.kind {
+            StmtKind::Assign { value, indices, .. } => {
+                for e in indices.iter().filter(|e| !matches!(e.kind, ExprKind::Name(_))).chain(std::iter::once(value)) {
+                    e.visit(&mut |x| {
+                        if let ExprKind::Name(n) = &x.kind {
+                            used.insert(n.clone());
+                        }
+                        true
+                    });
+                }
+            }
+            StmtKind::If { cond, .. } => cond.visit(&mut |x| {
+                if let ExprKind::Name(n) = &x.kind {
+                    used.insert(n.clone());
+                }
+                true
+            }),
+            _ => {}
+        });
+        let names: Vec<String> = vars.iter().map(|v| v.name.clone()).collect();
+        self.for_each_element(g, |l| {
+            if let Some(v) = names.first().filter(|v| used.contains(*v)) {
+                l.line(format!("int const {v} = {row};"));
+            }
+            if let Some(v) = names.get(1).filter(|v| used.contains(*v)) {
+                l.line(format!("int const {v} = {col};"));
+            }
+            l.assigns(body);
+        });
+        for st in body {
+            if let StmtKind::Assign { target, .. } = &st.kind {
+                if let Some(b) = self.buffer(target) {
+                    self.split.insert(b, Split::Whole);
+                }
+            }
+        }
+    }
+
+    fn assigns(&mut self, body: &[Stmt]) {
+        for st in body {
+            match &st.kind {
+                StmtKind::Assign { target, op, value, .. } => {
+                    let Some(b) = self.buffer(target) else { continue };
+                    let env = ParEnv { c: self.c, conv: &self.conv };
+                    let v = self.conv.expr(value, &env);
+                    let (n, dt) = (self.name(b), self.c.spec.buffers[b].dtype.0);
+                    let text = self.c.file.snippet(st.span).trim().to_string();
+                    let reg = format!("{n}[bi][bj][r]");
+                    let line = match (op, dt) {
+                        (AssignOp::Set, _) => format!("{reg} = {};", from_float(dt, &v)),
+                        (_, DType::F32) => format!("{reg} {} {v};", op.symbol()),
+                        _ => format!("{reg} = {};", from_float(dt, &format!("{} {} ({v})", to_float(dt, &reg), &op.symbol()[..1]))),
+                    };
+                    self.line(format!("{line}  // spec {}: {text}", self.c.line(st.span)));
+                }
+                StmtKind::If { cond, then_body, else_body } => {
+                    let env = ParEnv { c: self.c, conv: &self.conv };
+                    let cond = self.conv.expr(cond, &env);
+                    self.open(format!("if ({cond})"));
+                    self.assigns(then_body);
+                    if !else_body.is_empty() {
+                        self.depth -= 1;
+                        self.line("} else {");
+                        self.depth += 1;
+                        self.assigns(else_body);
+                    }
+                    self.close();
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The k-split state at a loop head that both `entry` and the back edge's `after` allow
+/// (zeros start a sum like partial sums do, and take the zeroing a whole value gets).
+fn join(entry: Option<Split>, after: Split) -> Option<Split> {
+    match (entry.unwrap_or(Split::Whole), after) {
+        (a, b) if a == b => Some(a),
+        (Split::Zero, x) | (x, Split::Zero) => Some(x),
+        _ => None,
+    }
+}
+
+/// Every statement of `body`, nested ones included.
+fn walk<'s>(body: &'s [Stmt], f: &mut impl FnMut(&'s Stmt)) {
+    for s in body {
+        f(s);
+        match &s.kind {
+            StmtKind::Loop { body, .. } => walk(body, f),
+            StmtKind::If { then_body, else_body, .. } => {
+                walk(then_body, f);
+                walk(else_body, f);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The shared buffers a body reads and writes (any depth).
+fn shared_accesses(l: &Lower, body: &[Stmt]) -> (Vec<usize>, Vec<usize>) {
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    let shared = |id: &Ident| l.buffer(id).filter(|b| l.c.spec.buffers[*b].scope.0 == Scope::Shared);
+    walk(body, &mut |s| match &s.kind {
+            StmtKind::Copy { src, dst } => {
+                reads.extend(shared(&src.name));
+                writes.extend(shared(&dst.name));
+            }
+            StmtKind::Gemm { a, b, .. } => {
+                reads.extend(shared(a));
+                reads.extend(shared(b));
+            }
+            StmtKind::Dequant { src, dst, scales, .. } => {
+                reads.extend(shared(src));
+                reads.extend(shared(scales));
+                writes.extend(shared(dst));
+            }
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => writes.extend(shared(buf)),
+            StmtKind::Parallel { body, .. } => {
+                for (n, _, _) in crate::layout::mfma::accesses(body) {
+                    reads.extend(shared(n));
+                }
+            }
+            _ => {}
+        });
+    (reads, writes)
+}
+/// Whether `name` occurs in `text` as a whole C++ identifier.
+fn mentions(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back().is_some_and(ident);
+        let after = text[i + name.len()..].chars().next().is_some_and(ident);
+        !before && !after
+    })
+}
+
+/// The `__shared__` declarations: the spec's buffers, then the k-split scratch space.
+fn lds_declarations(c: &Compiled, plan: &TilePlan, conv: &Conv) -> Vec<String> {
+    let spec = &c.spec;
+    let alias = |n: &str| format!("Element{}", upper_first(n));
+    plan.shared.iter().map(|(b, lb)| {
+        let buf = &spec.buffers[*b];
+        let ext: Vec<String> = buf.shape.iter().map(|e| conv.expr(e, &PlainEnv)).collect();
+        let dims = match ext.len() {
+            2 if lb.pad > 0 => format!("[{}][{} + {}]", ext[0], ext[1], lb.pad),
+            _ => ext.iter().map(|e| format!("[{e}]")).collect(),
+        };
+        format!("__shared__ {} {}{dims};  // spec {}: {} bytes; {}", alias(&buf.name.name), buf.name.name, c.line(buf.span), lb.bytes, lb.why)
+    }).chain((plan.scratch_bytes > 0).then(|| {
+        let (ks, rows, cols) = plan.fragments.values().filter(|g| g.ks > 1).map(|g| (g.ks, g.rows, g.cols)).max_by_key(|x| x.0 * x.1 * x.2).unwrap_or((1, 0, 0));
+        format!("__shared__ float ksplit[{ks}][{rows}][{cols}];  // {} bytes: the k-split partial sums, one slice per wave group", plan.scratch_bytes)
+    })).collect()
+}
+
+pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diagnostic>> {
+    let spec = &c.spec;
+    let conv = Conv { spec, info: &c.info, hip: true };
+    let mut l = Lower { c, plan, conv: Conv { spec, info: &c.info, hip: true }, lines: Vec::new(), depth: 0, hazards: Hazards::default(), split: BTreeMap::new(), errors: Vec::new() };
+    l.stmts(&spec.body);
+    if !l.errors.is_empty() {
+        return Err(l.errors);
+    }
+    let body = l.lines;
+    // Constants the code does not use (tile settings of other targets) are kept, for the
+    // reader, and marked so.
+    let mut grid: Vec<String> = spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
+    while grid.len() < 3 {
+        grid.push("1".into());
+    }
+    let lds = lds_declarations(c, plan, &conv);
+    let code = |l: &String| l.split("//").next().unwrap_or("").to_string();
+    let used = |name: &str| body.iter().chain(&lds).chain(&grid).any(|l| mentions(&code(l), name));
+    let constants = spec.constants.iter().map(|k| {
+        let line = c.line(k.name.span);
+        let (ty, value) = match c.info.symbols.get(&k.name.name) {
+            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", float_literal(s)),
+            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
+            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
+            _ => ("int", "0".to_string()),
+        };
+        let unused = if used(&k.name.name) { "" } else { "[[maybe_unused]] " };
+        let note = if unused.is_empty() { String::new() } else { ", not used on this target".to_string() };
+        format!("{unused}constexpr {ty} {} = {value};  // spec {line}{note}", k.name.name)
+    }).collect();
+    let alias = |n: &str| format!("Element{}", upper_first(n));
+    let mut elements: Vec<ElemCtx> = spec.tensors.iter().map(|t| ElemCtx { alias: alias(&t.name.name), cpp: element(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) })
+        .chain(spec.buffers.iter().map(|b| ElemCtx { alias: alias(&b.name.name), cpp: element(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) }))
+        .collect();
+    let mut seen = BTreeSet::new();
+    elements.retain(|e| seen.insert(e.alias.clone()));
+    let mut helpers = BTreeMap::new();
+    spec.walk(&mut |s| if let StmtKind::Parallel { body, .. } = &s.kind {
+        for st in body {
+            if let StmtKind::Assign { value, .. } = &st.kind {
+                crate::back::conv::helpers_used(value, &mut helpers);
+            }
+        }
+    });
+    let helpers = helpers.into_iter().filter(|(k, _)| *k != "fast_exp2").map(|(_, v)| v.replace("CUTE_DEVICE", "__device__ inline")).collect();
+    let mut mfmas: Vec<(String, String)> = Vec::new();
+    for (id, _) in &plan.gemms {
+        if let Some(StmtKind::Gemm { a, .. }) = spec.stmt(*id).map(|s| &s.kind) {
+            if let Some(Symbol::Buffer(b)) = c.info.symbols.get(&a.name) {
+                let d = spec.buffers[*b].dtype.0;
+                let entry = (block_type(d).to_string(), if d == DType::BF16 { "__builtin_amdgcn_mfma_f32_16x16x16bf16_1k" } else { "__builtin_amdgcn_mfma_f32_16x16x16f16" }.to_string());
+                if !mfmas.contains(&entry) {
+                    mfmas.push(entry);
+                }
+            }
+        }
+    }
+    let mut kernel_params = Vec::new();
+    let mut kernel_args = Vec::new();
+    for t in &spec.tensors {
+        let (n, a) = (&t.name.name, alias(&t.name.name));
+        let cst = if t.output { "" } else { " const" };
+        kernel_params.push(format!("{a}{cst}* __restrict__ {n}"));
+        kernel_args.push(format!("static_cast<{a}{cst}*>({n})"));
+    }
+    for d in &c.info.runtime_dims {
+        kernel_params.push(format!("int {d}"));
+        kernel_args.push(d.clone());
+    }
+    let axes = ["x", "y", "z"];
+    let block_indices: Vec<(String, String)> = spec.grid.iter().enumerate().map(|(i, g)| (g.var.name.clone(), if g.descending {
+        format!("int const {} = gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", g.var.name, d = axes[i])
+    } else {
+        format!("int const {} = blockIdx.{};", g.var.name, axes[i])
+    })).collect();
+    // Fragment registers and their wave offsets; an offset no statement uses is left out.
+    let fragments: Vec<String> = plan.fragments.iter().flat_map(|(b, g)| {
+        let buf = &spec.buffers[*b];
+        let n = &buf.name.name;
+        let mut v = vec![
+            format!("// `{n}` (spec {}): [{}, {}] {}, waves {}x{} (rows x columns){}; each holds {}x{} blocks.", c.line(buf.span), g.rows, g.cols, buf.dtype.0, g.wm, g.wn,
+                if g.ks > 1 { format!(" in {} k groups", g.ks) } else { String::new() }, g.row_blocks(), g.col_blocks()),
+            format!("{} {n}[{}][{}];", block_type(buf.dtype.0), g.row_blocks(), g.col_blocks()),
+        ];
+        let offsets = [
+            (format!("{n}_row"), if g.wm == 1 { "0".into() } else { format!("wave % {} * {}", g.wm, g.row_blocks() * BLOCK) }, "the wave's first row"),
+            (format!("{n}_col"), match (g.wm, g.wn) {
+                (_, 1) => "0".to_string(),
+                (1, wn) => format!("wave % {wn} * {}", g.col_blocks() * BLOCK),
+                (wm, wn) => format!("wave / {wm} % {wn} * {}", g.col_blocks() * BLOCK),
+            }, "and column"),
+            (format!("{n}_group"), format!("wave / {}", g.wm * g.wn), "the k group"),
+        ];
+        for (name, value, what) in offsets {
+            if used(&name) {
+                v.push(format!("int const {name} = {value};  // {what}"));
+            }
+        }
+        v
+    }).collect();
+    // The lane's place in its wave, as far as the code uses it.
+    let with_fragments = |name: &str| used(name) || fragments.iter().any(|l| mentions(&code(l), name));
+    let mut lane_locals = Vec::new();
+    let (row, col, wave) = (used("lane_row"), used("lane_col"), with_fragments("wave"));
+    if row || col {
+        lane_locals.push("int const lane = threadIdx.x % 64;".to_string());
+    }
+    if wave {
+        lane_locals.push("int const wave = threadIdx.x / 64;".to_string());
+    }
+    if row {
+        lane_locals.push("int const lane_row = lane % 16;  // the row this lane holds in every 16x16 block".to_string());
+    }
+    if col {
+        lane_locals.push("int const lane_col = 4 * (lane / 16);  // and its first column".to_string());
+    }
+    let block_indices = block_indices.into_iter().filter(|(n, _)| with_fragments(n)).map(|(_, l)| l).collect();
+    Ok(Context {
+        header: header(c),
+        constants,
+        threads: spec.threads.0,
+        waves: plan.waves,
+        threads_line: c.line(spec.threads.1),
+        elements,
+        helpers,
+        mfmas,
+        kernel_params,
+        kernel_args,
+        block_indices,
+        lane_locals,
+        lds,
+        fragments,
+        body,
+        lds_total: plan.lds_total,
+        lds_budget: c.plan.target.smem_budget(),
+        grid,
+        launcher_ctx: launcher(c),
+        doc_launch: format!("a grid of {} workgroups of {} threads ({} waves of 64), {} bytes of LDS each", spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect::<Vec<_>>().join(" x "), spec.threads.0, plan.waves, plan.lds_total),
+        doc_invalid: "the grid exceeds HIP's limits".into(),
+        doc_errors: "the launch".into(),
+    })
+}

@@ -1,0 +1,308 @@
+//! AMD fused programs that are neither GEMM-shaped (composable_kernel device GEMMs) nor
+//! softmax attention (CK fused attention): the tile lowering on 16x16x16 MFMAs, wave64.
+//!
+//! Requires: a checked spec and an AMD target. Guarantees: a [`TilePlan`] that gives every
+//! fragment a wave grid and every shared buffer an LDS pitch, with the LDS total within the
+//! target's 64 KB, or one error per construct the lowering does not cover, at its span.
+//!
+//! The layout every fragment takes is the *row-of-lane* layout of one 16x16 block: lane `l`
+//! holds row `l % 16`, columns `4 * (l / 16)` .. `+ 3`. It is the MFMA result of the swapped
+//! product (Cᵀ = Bᵀ·Aᵀ on the instruction, as CK's `TransposeC`), and it is also the layout of
+//! the MFMA's row operand, so a fragment converted to bf16/f16 feeds the next product straight
+//! from registers (the P·V of attention-like programs).
+
+use crate::ast::*;
+use crate::check::{Info, Symbol};
+use crate::diag::Diagnostic;
+use crate::target::Target;
+use std::collections::BTreeMap;
+
+/// Lanes per wave on CDNA.
+pub const WAVE: i64 = 64;
+/// The MFMA block: 16x16 results, 16-deep k steps.
+pub const BLOCK: i64 = 16;
+
+/// How the waves of a workgroup share one fragment's 16x16 blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaveGrid {
+    /// Fragment rows and columns.
+    pub rows: i64,
+    /// See `rows`.
+    pub cols: i64,
+    /// Waves along the rows and along the columns.
+    pub wm: i64,
+    /// See `wm`.
+    pub wn: i64,
+    /// Wave groups that split the k steps of the gemms into the fragment (1: no split); the
+    /// partial sums are added through LDS before the fragment is read.
+    pub ks: i64,
+}
+
+impl WaveGrid {
+    /// Row blocks each wave holds.
+    pub fn row_blocks(&self) -> i64 {
+        self.rows / BLOCK / self.wm
+    }
+    /// Column blocks each wave holds.
+    pub fn col_blocks(&self) -> i64 {
+        self.cols / BLOCK / self.wn
+    }
+}
+
+/// One shared buffer in LDS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LdsBuffer {
+    /// Padding elements after each row (0 for 1-D buffers).
+    pub pad: i64,
+    /// Bytes, padding included.
+    pub bytes: u64,
+    /// Why this padding.
+    pub why: String,
+}
+
+/// One gemm on MFMAs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MfmaGemm {
+    /// The instruction.
+    pub instr: &'static str,
+    /// m, n, k of the product.
+    pub mnk: (i64, i64, i64),
+    /// A is the register fragment (a bf16/f16 fragment in the row-of-lane layout).
+    pub a_in_registers: bool,
+    /// Whether each lane reads its 4 k values of A (and of B) as one 8-byte LDS read (k is
+    /// contiguous in that buffer) or as 4 reads down a column.
+    pub a_row_reads: bool,
+    /// See `a_row_reads`.
+    pub b_row_reads: bool,
+}
+
+/// The plan of the AMD tile lowering.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TilePlan {
+    /// Why the spec takes this lowering.
+    pub why: String,
+    /// Waves per workgroup (the spec's threads / 64).
+    pub waves: i64,
+    /// Per fragment buffer index.
+    pub fragments: BTreeMap<usize, WaveGrid>,
+    /// Per shared buffer index.
+    pub shared: BTreeMap<usize, LdsBuffer>,
+    /// Per gemm statement.
+    pub gemms: BTreeMap<StmtId, MfmaGemm>,
+    /// LDS for adding k-split partial sums (the largest split fragment's), bytes.
+    pub scratch_bytes: u64,
+    /// All LDS, bytes, each array rounded up to 128 bytes.
+    pub lds_total: u64,
+}
+
+/// The MFMA for an operand type.
+pub fn instruction(d: DType) -> Option<&'static str> {
+    match d {
+        DType::BF16 => Some("v_mfma_f32_16x16x16_bf16 (__builtin_amdgcn_mfma_f32_16x16x16bf16_1k)"),
+        DType::F16 => Some("v_mfma_f32_16x16x16_f16 (__builtin_amdgcn_mfma_f32_16x16x16f16)"),
+        _ => None,
+    }
+}
+
+/// The wave grid of a `rows` x `cols` fragment: as many waves along the rows as divide them,
+/// then along the columns, and the waves left over split the k steps.
+pub fn wave_grid(rows: i64, cols: i64, waves: i64) -> WaveGrid {
+    let (rb, cb) = (rows / BLOCK, cols / BLOCK);
+    let largest_divisor = |of: i64, at_most: i64| (1..=at_most.min(of)).rev().find(|d| of % d == 0 && waves % d == 0).unwrap_or(1);
+    let wm = largest_divisor(rb, waves);
+    let wn = (1..=(waves / wm).min(cb)).rev().find(|d| cb % d == 0 && (waves / wm) % d == 0).unwrap_or(1);
+    WaveGrid { rows, cols, wm, wn, ks: waves / (wm * wn) }
+}
+
+/// Plans a spec for the tile lowering.
+pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<TilePlan, Vec<Diagnostic>> {
+    let mut errors = Vec::new();
+    let (threads, threads_span) = spec.threads;
+    if threads % WAVE != 0 || !(WAVE..=1024).contains(&threads) {
+        errors.push(Diagnostic::error(threads_span, format!("the {target} tile lowering runs whole waves of 64 lanes: {threads} threads is not a multiple of 64 between 64 and 1024"))
+            .hint("use 64, 128, 256, ... threads, or a `targets:` override for this target"));
+    }
+    let waves = (threads / WAVE).max(1);
+    let mut plan = TilePlan { why, waves, fragments: BTreeMap::new(), shared: BTreeMap::new(), gemms: BTreeMap::new(), scratch_bytes: 0, lds_total: 0 };
+    // The shared buffers MFMAs read their operands from.
+    let mut operands = std::collections::BTreeSet::new();
+    spec.walk(&mut |s| if let StmtKind::Gemm { a, b, .. } = &s.kind {
+        operands.insert(a.name.clone());
+        operands.insert(b.name.clone());
+    });
+    for (i, b) in spec.buffers.iter().enumerate() {
+        let shape = &info.buffer_shapes[i];
+        let bytes = b.dtype.0.bytes() as i64;
+        match b.scope.0 {
+            Scope::Shared => {
+                // 8 bytes of padding per row put the 16 rows one MFMA operand read touches
+                // in 16 different bank pairs; other buffers are read along their rows.
+                let pad = if shape.len() == 2 && operands.contains(&b.name.name) { (8 / bytes).max(1) } else { 0 };
+                let elems: i64 = if shape.len() == 2 { shape[0] * (shape[1] + pad) } else { shape.iter().product() };
+                let why = if pad > 0 { format!("{} bytes of padding per row: the 16 rows of one MFMA operand read start in different banks", pad * bytes) } else { "unpadded: read along its rows".into() };
+                plan.shared.insert(i, LdsBuffer { pad, bytes: (elems * bytes) as u64, why });
+            }
+            Scope::Fragment => {
+                if shape.len() != 2 {
+                    errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds 2-D fragments in MFMA blocks; `{}` is {}-D (row statistics have no lowering on this target yet)", b.name.name, shape.len()))
+                        .hint("this spec renders for sm80 and sm90a").unsupported_on_target());
+                    continue;
+                }
+                if shape[0] % BLOCK != 0 || shape[1] % BLOCK != 0 {
+                    errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds fragments in 16x16 MFMA blocks: `{}` is {}x{}", b.name.name, shape[0], shape[1]))
+                        .hint("make both extents multiples of 16").unsupported_on_target());
+                    continue;
+                }
+                if !matches!(b.dtype.0, DType::F32 | DType::BF16 | DType::F16) {
+                    errors.push(Diagnostic::error(b.dtype.1, format!("the {target} tile lowering holds f32, bf16 or f16 fragments, not {}", b.dtype.0)).unsupported_on_target());
+                    continue;
+                }
+                plan.fragments.insert(i, wave_grid(shape[0], shape[1], waves));
+            }
+        }
+    }
+    let buffer_of = |name: &Ident| match info.symbols.get(&name.name) {
+        Some(Symbol::Buffer(b)) => Some(*b),
+        _ => None,
+    };
+    spec.walk(&mut |s| match &s.kind {
+        StmtKind::Reduce { .. } => errors.push(Diagnostic::error(s.span, format!("the {target} tile lowering has no reductions yet (row statistics of a fragment)"))
+            .hint("this spec renders for sm80 and sm90a; softmax attention renders for AMD through composable_kernel's fused attention").unsupported_on_target()),
+        StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => {
+            let (Some(ai), Some(bi), Some(ci)) = (buffer_of(a), buffer_of(b), buffer_of(c)) else { return };
+            let (ab, bb, cb) = (&spec.buffers[ai], &spec.buffers[bi], &spec.buffers[ci]);
+            let (sa, sb) = (&info.buffer_shapes[ai], &info.buffer_shapes[bi]);
+            let (m, k) = if *transpose_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+            let n = if *transpose_b { sb[0] } else { sb[1] };
+            let Some(instr) = instruction(ab.dtype.0).filter(|_| ab.dtype.0 == bb.dtype.0) else {
+                errors.push(Diagnostic::error(s.span, format!("the {target} tile lowering multiplies bf16 or f16 operands of one type on MFMAs: `{}` is {} and `{}` is {}", a.name, ab.dtype.0, b.name, bb.dtype.0)).unsupported_on_target());
+                return;
+            };
+            if cb.dtype.0 != DType::F32 || cb.scope.0 != Scope::Fragment {
+                errors.push(Diagnostic::error(c.span, format!("the {target} tile lowering accumulates MFMAs in an f32 fragment; `{}` is a {} {} buffer", c.name, cb.dtype.0, cb.scope.0.name())).unsupported_on_target());
+                return;
+            }
+            if k % BLOCK != 0 {
+                errors.push(Diagnostic::error(s.span, format!("the {target} tile lowering steps k by 16 (one MFMA): this product's k is {k}")).hint("make the reduced extent a multiple of 16").unsupported_on_target());
+                return;
+            }
+            if bb.scope.0 != Scope::Shared {
+                errors.push(Diagnostic::error(b.span, format!("the {target} tile lowering reads B from LDS: `{}` is a fragment", b.name))
+                    .hint("copy it to a shared buffer first").unsupported_on_target());
+                return;
+            }
+            let a_in_registers = ab.scope.0 == Scope::Fragment;
+            if a_in_registers {
+                let (Some(ga), Some(gc)) = (plan.fragments.get(&ai), plan.fragments.get(&ci)) else { return };
+                if *transpose_a || ga.wn != 1 || ga.ks != 1 || gc.ks != 1 || ga.wm != gc.wm {
+                    errors.push(Diagnostic::error(a.span, format!(
+                        "the {target} tile lowering feeds `{}` to the MFMAs from registers only when each wave holds whole rows of it and the matching rows of `{}`: its waves are {}x{} (rows x columns, {} k group(s)) and `{}`'s {}x{} ({} k group(s)) with {} waves",
+                        a.name, c.name, ga.wm, ga.wn, ga.ks, c.name, gc.wm, gc.wn, gc.ks, waves))
+                        .hint(format!("give `{}` at least {} row blocks of 16, or stage it through a shared buffer", a.name, waves)).unsupported_on_target());
+                    return;
+                }
+            }
+            plan.gemms.insert(s.id, MfmaGemm { instr, mnk: (m, n, k), a_in_registers, a_row_reads: !*transpose_a, b_row_reads: *transpose_b });
+        }
+        StmtKind::Copy { src, dst } => {
+            let scope = |o: &Operand| buffer_of(&o.name).map(|b| spec.buffers[b].scope.0);
+            match (scope(src), scope(dst)) {
+                (None, Some(Scope::Fragment)) | (Some(Scope::Shared), Some(Scope::Fragment)) => errors.push(Diagnostic::error(s.span, format!(
+                    "the {target} tile lowering fills fragments only from gemms, `clear`, `fill` and `parallel`: this copy into `{}` has no lowering yet", dst.name.name))
+                    .hint("compute into the fragment, or read the shared buffer inside a `parallel` block").unsupported_on_target()),
+                _ => {}
+            }
+        }
+        StmtKind::Parallel { vars, .. } => {
+            let Some(&d) = info.parallel_domains.get(&s.id) else { return };
+            if spec.buffers[d].scope.0 == Scope::Fragment {
+                let Some(grid) = plan.fragments.get(&d) else { return };
+                // Every fragment the block touches is read or written at [vars], with the
+                // domain's wave grid: each lane then works on its own registers.
+                let mut bad: Option<(crate::diag::Span, String)> = None;
+                let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
+                let mut check = |name: &Ident, idx: &[Expr], span: crate::diag::Span| {
+                    let Some(b) = buffer_of(name) else { return };
+                    if spec.buffers[b].scope.0 != Scope::Fragment || bad.is_some() {
+                        return;
+                    }
+                    let same_index = idx.len() == names.len() && idx.iter().zip(&names).all(|(e, v)| matches!(&e.kind, ExprKind::Name(n) if n == v));
+                    if !same_index || plan.fragments.get(&b) != Some(grid) {
+                        bad = Some((span, format!("the {target} tile lowering runs a `parallel` block over `{}` lane by lane, so every fragment in it must be indexed [{}] and have `{}`'s shape: `{}` here does not", spec.buffers[d].name.name, names.join(", "), spec.buffers[d].name.name, name.name)));
+                    }
+                };
+                if let StmtKind::Parallel { body, .. } = &s.kind {
+                    for (name, idx, span) in accesses(body) {
+                        check(name, idx, span);
+                    }
+                }
+                if let Some((span, msg)) = bad {
+                    errors.push(Diagnostic::error(span, msg).hint("stage the other operand through a shared buffer").unsupported_on_target());
+                }
+            } else {
+                errors.push(Diagnostic::error(s.span, format!("the {target} tile lowering runs `parallel` blocks over fragments; `{}` is a shared buffer", spec.buffers[d].name.name))
+                    .hint("run the element-wise step on a fragment").unsupported_on_target());
+            }
+        }
+        _ => {}
+    });
+    plan.scratch_bytes = plan.fragments.values().filter(|g| g.ks > 1).map(|g| (g.ks * g.rows * g.cols * 4) as u64).max().unwrap_or(0);
+    // Each array counted at the 128-byte alignment hipcc may give it.
+    plan.lds_total = plan.shared.values().map(|b| b.bytes).chain([plan.scratch_bytes]).map(|b| b.div_ceil(128) * 128).sum::<u64>();
+    let budget = target.smem_budget();
+    if plan.lds_total > budget {
+        let parts: Vec<String> = plan.shared.iter().map(|(i, b)| format!("`{}` {}", spec.buffers[*i].name.name, b.bytes))
+            .chain((plan.scratch_bytes > 0).then(|| format!("k-split partial sums {}", plan.scratch_bytes))).collect();
+        errors.push(Diagnostic::error(spec.buffers.first().map_or(spec.kernel.span, |b| b.span), format!(
+            "LDS over budget: the shared buffers need {} bytes ({}) but {target} allows {budget} bytes per workgroup", plan.lds_total, parts.join(", ")))
+            .hint("use smaller tiles for this target (a `targets:` override of the tile constants)").unsupported_on_target());
+    }
+    if errors.is_empty() { Ok(plan) } else { Err(errors) }
+}
+
+/// Every buffer or tensor element a `parallel` body reads or writes: name, indices, span.
+pub fn accesses(body: &[Stmt]) -> Vec<(&Ident, &[Expr], crate::diag::Span)> {
+    fn expr<'a>(e: &'a Expr, out: &mut Vec<(&'a Ident, &'a [Expr], crate::diag::Span)>) {
+        e.visit(&mut |x| {
+            if let ExprKind::Index(n, idx) = &x.kind {
+                out.push((n, idx.as_slice(), x.span));
+            }
+            true
+        });
+    }
+    fn go<'a>(body: &'a [Stmt], out: &mut Vec<(&'a Ident, &'a [Expr], crate::diag::Span)>) {
+        for s in body {
+            match &s.kind {
+                StmtKind::Assign { target, indices, value, .. } => {
+                    out.push((target, indices.as_slice(), s.span));
+                    indices.iter().for_each(|i| expr(i, out));
+                    expr(value, out);
+                }
+                StmtKind::If { cond, then_body, else_body } => {
+                    expr(cond, out);
+                    go(then_body, out);
+                    go(else_body, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(body, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wave_grids_split_rows_then_columns_then_k() {
+        assert_eq!(wave_grid(64, 64, 2), WaveGrid { rows: 64, cols: 64, wm: 2, wn: 1, ks: 1 });
+        assert_eq!(wave_grid(128, 64, 4), WaveGrid { rows: 128, cols: 64, wm: 4, wn: 1, ks: 1 });
+        assert_eq!(wave_grid(32, 64, 4), WaveGrid { rows: 32, cols: 64, wm: 2, wn: 2, ks: 1 });
+        // One row block, two column blocks, four waves: two k groups.
+        assert_eq!(wave_grid(16, 32, 4), WaveGrid { rows: 16, cols: 32, wm: 1, wn: 2, ks: 2 });
+        assert_eq!(wave_grid(48, 16, 4), WaveGrid { rows: 48, cols: 16, wm: 1, wn: 1, ks: 4 });
+    }
+}
