@@ -1,0 +1,3 @@
+#pragma once
+// The CPU emulation: see emu.h.
+#include "../../emu.h"
