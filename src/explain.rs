@@ -337,7 +337,8 @@ fn amd_resources(o: &mut String, c: &Compiled, lds: &str, extra_checks: &[String
     if c.plan.tile.is_none() {
         let _ = writeln!(o, "  CK's IsSupportedArgument is checked at launch");
     }
-    let _ = writeln!(o, "  nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only)");
+    let _ = writeln!(o, "  nothing is run on an AMD GPU by tilegen's tests (compile and MFMA checks only){}",
+        if c.plan.tile.is_some() { "; the test suite runs this lowering's code on a CPU emulation of HIP and MFMAs (tests/amd_emulation.rs)" } else { "" });
 }
 
 fn explain_tile(o: &mut String, c: &Compiled, p: &crate::layout::mfma::TilePlan) {
@@ -377,7 +378,11 @@ fn explain_tile(o: &mut String, c: &Compiled, p: &crate::layout::mfma::TilePlan)
         let _ = writeln!(o, "  k-split partial sums: {} bytes", p.scratch_bytes);
     }
     let _ = writeln!(o, "\nStatements");
-    let _ = writeln!(o, "  copies: element-wise, every thread a strided share of the tile, zero past the tensors' edges; fragments store their own registers");
+    let _ = writeln!(o, "  copies: every thread a strided share of the tile, zero past the tensors' edges; fragments store their own registers");
+    for (id, v) in &p.vectors {
+        let what = if *v > 1 { format!("{v} elements per access (a launcher check aligns the tensor)") } else { "element by element (no vector width divides the tile, its origin, the LDS pitch and the tensor's contiguous extent)".to_string() };
+        let _ = writeln!(o, "    {}: {what}", stmt_heading(c, *id));
+    }
     let _ = writeln!(o, "  loops: in order (pipelined loops too: no asynchronous global → LDS copies on this path; the spec's stages apply to the NVIDIA targets)");
     let _ = writeln!(o, "  barriers: __syncthreads() before a statement that reads a shared buffer another thread wrote, or overwrites one another thread read, since the last barrier");
     amd_resources(o, c, &format!("{} of {} bytes per workgroup (each array rounded up to 128 bytes)", p.lds_total, c.plan.target.smem_budget()),

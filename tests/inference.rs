@@ -455,6 +455,10 @@ fn amd_tile_lowering_gives_fragments_wave_grids_and_feeds_converted_fragments_fr
     // Only MFMA operands are padded: A_s and W_s, not the packed words or the scales.
     assert_eq!([buffer(&c, "A_s"), buffer(&c, "W_s"), buffer(&c, "Wq_s"), buffer(&c, "S_s")].map(|b| t.shared[&b].pad), [4, 4, 0, 0]);
     assert!(t.lds_total <= 65_536 && t.lds_total >= t.shared.values().map(|b| b.bytes).sum::<u64>() + t.scratch_bytes);
+    // Vectors where the extents prove them whole: A and Wq (K is a multiple of 128), not the
+    // scales (K/128 may be odd) or C (any N); the launcher checks the two base pointers.
+    assert_eq!(t.vectors.values().copied().collect::<Vec<_>>(), [4, 4, 1, 1]);
+    assert_eq!(c.plan.alignment.iter().map(|a| (a.tensor, a.vector_elems)).collect::<Vec<_>>(), [(0, 4), (1, 4)]);
     // Linear attention: rows split over the two waves; P·V takes P from registers, the other
     // products read LDS, along rows where k is contiguous and down columns where it is not.
     let c = compile_for(linear_attention(), Target::Gfx90a).unwrap();
@@ -463,6 +467,8 @@ fn amd_tile_lowering_gives_fragments_wave_grids_and_feeds_converted_fragments_fr
     assert_eq!(t.fragments[&buffer(&c, "S_f")], WaveGrid { rows: 128, cols: 64, wm: 2, wn: 1, ks: 1 });
     let gemms: Vec<_> = t.gemms.values().map(|g| (g.a_in_registers, g.a_row_reads, g.b_row_reads)).collect();
     assert_eq!(gemms, [(false, true, true), (false, true, false), (true, true, false), (false, false, false)]);
+    // D = 128 is a constant: every copy moves 4 bf16 at a time, O's stores included.
+    assert_eq!(t.vectors.values().copied().collect::<Vec<_>>(), [4, 4, 4, 4]);
     // With 8 waves each wave would hold half of P's columns: the register operand is refused,
     // at P, with both grids.
     let errs = compile_for(linear_attention().replace("threads: 128", "threads: 512"), Target::Gfx942).unwrap_err().join("\n");

@@ -23,6 +23,11 @@ extern "C" {
 //   V      [B, S, H, D] bf16 (input)
 //   O      [B, S, H, D] bf16 (output)
 // Sizes: B, S, H >= 1, any value: tiles at ragged edges are predicated.
+// Alignment:
+//   Q must be 8-byte aligned and D a multiple of 4 (copies of `Q` move 8 bytes per access).
+//   K must be 8-byte aligned and D a multiple of 4 (copies of `K` move 8 bytes per access).
+//   V must be 8-byte aligned and D a multiple of 4 (copies of `V` move 8 bytes per access).
+//   O must be 8-byte aligned and D a multiple of 4 (copies of `O` move 8 bytes per access).
 // Launch: a grid of D / block_V x H x B workgroups of 128 threads (2 waves of 64), 59904 bytes of
 // LDS each.
 //

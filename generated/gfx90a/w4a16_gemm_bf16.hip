@@ -50,16 +50,25 @@ __device__ inline ck::float4_t mfma_16x16x16(ck::bhalf4_t a, ck::bhalf4_t b, ck:
   return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, d, 0, 0, 0);
 }
 
-// 4 consecutive 16-bit elements of an LDS row (one 8-byte read).
-template <typename T>
-__device__ inline auto load_row4(T const* p) {
-  return *reinterpret_cast<typename ck::vector_type<T, 4>::type const*>(p);
+// N elements of type T as one register vector.
+template <typename T, int N>
+using Vec = typename ck::vector_type<T, N>::type;
+
+// N consecutive elements as one access (p aligned to the vector).
+template <int N, typename T>
+__device__ inline Vec<T, N> load_vec(T const* p) {
+  return *reinterpret_cast<Vec<T, N> const*>(p);
+}
+
+template <int N, typename T>
+__device__ inline void store_vec(T* p, Vec<T, N> v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
 template <typename T>
-__device__ inline auto load_col4(T const* p, int pitch) {
-  return typename ck::vector_type<T, 4>::type{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
+__device__ inline Vec<T, 4> load_col4(T const* p, int pitch) {
+  return Vec<T, 4>{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -106,18 +115,18 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // spec 24: pipelined(k, ceildiv(K, block_K), stages): in order on gfx90a: this lowering has no
   // asynchronous global → LDS copies, so the spec's stages apply to the NVIDIA targets
   for (int k = 0; k < ((K + block_K - 1) / block_K); ++k) {
-    // spec 25: copy(A[by*block_M, k*block_K], A_s): every thread a strided share of the tile;
-    // elements past the tensor's edges read as zero
+    // spec 25: copy(A[by*block_M, k*block_K], A_s): every thread a strided share of the tile, 4
+    // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     __syncthreads();  // `A_s` is overwritten after other threads read it
-    for (int e = threadIdx.x; e < block_M * block_K; e += kThreads) {
-      int const r = e / block_K, c = e % block_K;
-      A_s[r][c] = (by * block_M + r < M && k * block_K + c < K) ? A[(int64_t(by * block_M + r)) * K + (k * block_K + c)] : ck::type_convert<ck::bhalf_t>(0.f);
+    for (int e = threadIdx.x; e < block_M * (block_K / 4); e += kThreads) {
+      int const r = e / (block_K / 4), c = e % (block_K / 4) * 4;
+      store_vec<4>(&A_s[r][c], (by * block_M + r < M && k * block_K + c < K) ? load_vec<4>(&A[(int64_t(by * block_M + r)) * K + (k * block_K + c)]) : Vec<ElementA_s, 4>{});
     }
-    // spec 26: copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): every thread a strided share of the tile;
-    // elements past the tensor's edges read as zero
-    for (int e = threadIdx.x; e < block_N * (block_K / 8); e += kThreads) {
-      int const r = e / (block_K / 8), c = e % (block_K / 8);
-      Wq_s[r][c] = (bx * block_N + r < N && k * (block_K / 8) + c < (K / 8)) ? Wq[(int64_t(bx * block_N + r)) * (K / 8) + (k * (block_K / 8) + c)] : 0;
+    // spec 26: copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): every thread a strided share of the tile,
+    // 4 elements (16 bytes) per access; vectors past the tensor's edges read as zero
+    for (int e = threadIdx.x; e < block_N * ((block_K / 8) / 4); e += kThreads) {
+      int const r = e / ((block_K / 8) / 4), c = e % ((block_K / 8) / 4) * 4;
+      store_vec<4>(&Wq_s[r][c], (bx * block_N + r < N && k * (block_K / 8) + c < (K / 8)) ? load_vec<4>(&Wq[(int64_t(bx * block_N + r)) * (K / 8) + (k * (block_K / 8) + c)]) : Vec<ElementWq_s, 4>{});
     }
     // spec 27: copy(scales[bx*block_N, k*(block_K/128)], S_s): every thread a strided share of the
     // tile; elements past the tensor's edges read as zero
@@ -148,11 +157,11 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       ck::bhalf4_t a_rows[1];  // A (`A_s`): rows of this wave's row blocks of `acc`
       #pragma unroll
       for (int bi = 0; bi < 1; ++bi) {
-        a_rows[bi] = load_row4(&A_s[acc_row + bi * 16 + lane_row][k0]);
+        a_rows[bi] = load_vec<4>(&A_s[acc_row + bi * 16 + lane_row][k0]);
       }
       #pragma unroll
       for (int bj = 0; bj < 1; ++bj) {
-        ck::bhalf4_t const b_cols = load_row4(&W_s[acc_col + bj * 16 + lane_row][k0]);  // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_vec<4>(&W_s[acc_col + bj * 16 + lane_row][k0]);  // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
         #pragma unroll
         for (int bi = 0; bi < 1; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);
@@ -188,9 +197,9 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
     }
   }
-  // spec 30: copy(acc, C[by*block_M, bx*block_N]): each lane stores its own registers; elements
-  // past the tensor's edges are not stored
   if (acc_group == 0) {
+    // spec 30: copy(acc, C[by*block_M, bx*block_N]): each lane stores its own registers; elements
+    // past the tensor's edges are not stored
     #pragma unroll
     for (int bi = 0; bi < 1; ++bi) {
       #pragma unroll
@@ -215,6 +224,12 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (A == nullptr || Wq == nullptr || scales == nullptr || C == nullptr) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(A) % 8 != 0 || K % 4 != 0) {  // copies of `A` move 8 bytes per access
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // copies of `Wq` move 16 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));

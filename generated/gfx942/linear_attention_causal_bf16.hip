@@ -57,16 +57,25 @@ __device__ inline ck::float4_t mfma_16x16x16(ck::bhalf4_t a, ck::bhalf4_t b, ck:
   return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, d, 0, 0, 0);
 }
 
-// 4 consecutive 16-bit elements of an LDS row (one 8-byte read).
-template <typename T>
-__device__ inline auto load_row4(T const* p) {
-  return *reinterpret_cast<typename ck::vector_type<T, 4>::type const*>(p);
+// N elements of type T as one register vector.
+template <typename T, int N>
+using Vec = typename ck::vector_type<T, N>::type;
+
+// N consecutive elements as one access (p aligned to the vector).
+template <int N, typename T>
+__device__ inline Vec<T, N> load_vec(T const* p) {
+  return *reinterpret_cast<Vec<T, N> const*>(p);
+}
+
+template <int N, typename T>
+__device__ inline void store_vec(T* p, Vec<T, N> v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
 template <typename T>
-__device__ inline auto load_col4(T const* p, int pitch) {
-  return typename ck::vector_type<T, 4>::type{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
+__device__ inline Vec<T, 4> load_col4(T const* p, int pitch) {
+  return Vec<T, 4>{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -135,24 +144,24 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // spec 35: pipelined(t, ceildiv(S, chunk), stages): in order on gfx942: this lowering has no
   // asynchronous global → LDS copies, so the spec's stages apply to the NVIDIA targets
   for (int t = 0; t < ((S + chunk - 1) / chunk); ++t) {
-    // spec 36: copy(Q[bz, t*chunk:, by, :], Q_s): every thread a strided share of the tile;
-    // elements past the tensor's edges read as zero
+    // spec 36: copy(Q[bz, t*chunk:, by, :], Q_s): every thread a strided share of the tile, 4
+    // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     __syncthreads();  // `Q_s` is overwritten after other threads read it
-    for (int e = threadIdx.x; e < chunk * D; e += kThreads) {
-      int const r = e / D, c = e % D;
-      Q_s[r][c] = (bz < B && t * chunk + r < S && by < H && c < D) ? Q[(((int64_t(bz)) * S + (t * chunk + r)) * H + (by)) * D + (c)] : ck::type_convert<ck::bhalf_t>(0.f);
+    for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
+      int const r = e / (D / 4), c = e % (D / 4) * 4;
+      store_vec<4>(&Q_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&Q[(((int64_t(bz)) * S + (t * chunk + r)) * H + (by)) * D + (c)]) : Vec<ElementQ_s, 4>{});
     }
-    // spec 37: copy(K[bz, t*chunk:, by, :], K_s): every thread a strided share of the tile;
-    // elements past the tensor's edges read as zero
-    for (int e = threadIdx.x; e < chunk * D; e += kThreads) {
-      int const r = e / D, c = e % D;
-      K_s[r][c] = (bz < B && t * chunk + r < S && by < H && c < D) ? K[(((int64_t(bz)) * S + (t * chunk + r)) * H + (by)) * D + (c)] : ck::type_convert<ck::bhalf_t>(0.f);
+    // spec 37: copy(K[bz, t*chunk:, by, :], K_s): every thread a strided share of the tile, 4
+    // elements (8 bytes) per access; vectors past the tensor's edges read as zero
+    for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
+      int const r = e / (D / 4), c = e % (D / 4) * 4;
+      store_vec<4>(&K_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&K[(((int64_t(bz)) * S + (t * chunk + r)) * H + (by)) * D + (c)]) : Vec<ElementK_s, 4>{});
     }
     // spec 38: copy(V[bz, t*chunk:, by, bx*block_V:], V_s): every thread a strided share of the
-    // tile; elements past the tensor's edges read as zero
-    for (int e = threadIdx.x; e < chunk * block_V; e += kThreads) {
-      int const r = e / block_V, c = e % block_V;
-      V_s[r][c] = (bz < B && t * chunk + r < S && by < H && bx * block_V + c < D) ? V[(((int64_t(bz)) * S + (t * chunk + r)) * H + (by)) * D + (bx * block_V + c)] : ck::type_convert<ck::bhalf_t>(0.f);
+    // tile, 4 elements (8 bytes) per access; vectors past the tensor's edges read as zero
+    for (int e = threadIdx.x; e < chunk * (block_V / 4); e += kThreads) {
+      int const r = e / (block_V / 4), c = e % (block_V / 4) * 4;
+      store_vec<4>(&V_s[r][c], (bz < B && t * chunk + r < S && by < H && bx * block_V + c < D) ? load_vec<4>(&V[(((int64_t(bz)) * S + (t * chunk + r)) * H + (by)) * D + (bx * block_V + c)]) : Vec<ElementV_s, 4>{});
     }
     // spec 39: clear(A_f)
     #pragma unroll
@@ -174,11 +183,11 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       ck::bhalf4_t a_rows[2];  // A (`Q_s`): rows of this wave's row blocks of `A_f`
       #pragma unroll
       for (int bi = 0; bi < 2; ++bi) {
-        a_rows[bi] = load_row4(&Q_s[A_f_row + bi * 16 + lane_row][k0]);
+        a_rows[bi] = load_vec<4>(&Q_s[A_f_row + bi * 16 + lane_row][k0]);
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::bhalf4_t const b_cols = load_row4(&K_s[A_f_col + bj * 16 + lane_row][k0]);  // B (`K_s`): column A_f_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_vec<4>(&K_s[A_f_col + bj * 16 + lane_row][k0]);  // B (`K_s`): column A_f_col + bj * 16 + lane_row of the block
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           A_f[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], A_f[bi][bj]);
@@ -217,7 +226,7 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       ck::bhalf4_t a_rows[2];  // A (`Q_s`): rows of this wave's row blocks of `O_f`
       #pragma unroll
       for (int bi = 0; bi < 2; ++bi) {
-        a_rows[bi] = load_row4(&Q_s[O_f_row + bi * 16 + lane_row][k0]);
+        a_rows[bi] = load_vec<4>(&Q_s[O_f_row + bi * 16 + lane_row][k0]);
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
@@ -254,17 +263,14 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         }
       }
     }
-    // spec 50: copy(O_f, O[bz, t*chunk:, by, bx*block_V:]): each lane stores its own registers;
-    // elements past the tensor's edges are not stored
+    // spec 50: copy(O_f, O[bz, t*chunk:, by, bx*block_V:]): each lane stores its 4 columns of a
+    // block as one vector; vectors past the tensor's edges are not stored
     #pragma unroll
     for (int bi = 0; bi < 2; ++bi) {
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          if (bz < B && t * chunk + O_f_row + bi * 16 + lane_row < S && by < H && bx * block_V + O_f_col + bj * 16 + lane_col + r < D) {
-            O[(((int64_t(bz)) * S + (t * chunk + O_f_row + bi * 16 + lane_row)) * H + (by)) * D + (bx * block_V + O_f_col + bj * 16 + lane_col + r)] = ck::type_convert<ck::bhalf_t>(O_f[bi][bj][r]);
-          }
+        if (bz < B && t * chunk + O_f_row + bi * 16 + lane_row < S && by < H && bx * block_V + O_f_col + bj * 16 + lane_col < D) {
+          store_vec<4>(&O[(((int64_t(bz)) * S + (t * chunk + O_f_row + bi * 16 + lane_row)) * H + (by)) * D + (bx * block_V + O_f_col + bj * 16 + lane_col)], Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
         }
       }
     }
@@ -311,6 +317,18 @@ extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (Q == nullptr || K == nullptr || V == nullptr || O == nullptr) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(Q) % 8 != 0 || D % 4 != 0) {  // copies of `Q` move 8 bytes per access
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(K) % 8 != 0 || D % 4 != 0) {  // copies of `K` move 8 bytes per access
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(V) % 8 != 0 || D % 4 != 0) {  // copies of `V` move 8 bytes per access
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(O) % 8 != 0 || D % 4 != 0) {  // copies of `O` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(D / block_V);

@@ -21,6 +21,10 @@ extern "C" {
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
 // it); tiles at ragged edges are predicated.
+// Alignment:
+//   A must be 8-byte aligned and K a multiple of 4 (copies of `A` move 8 bytes per access).
+//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (copies of `Wq` move 16 bytes per
+//   access).
 // Launch: a grid of ceildiv(N, block_N) x ceildiv(M, block_M) workgroups of 256 threads (4 waves of
 // 64), 62080 bytes of LDS each.
 //

@@ -89,6 +89,11 @@ pub struct TilePlan {
     pub shared: BTreeMap<usize, LdsBuffer>,
     /// Per gemm statement.
     pub gemms: BTreeMap<StmtId, MfmaGemm>,
+    /// Per copy between a tensor and LDS or a fragment: elements per vector access (1:
+    /// element by element).
+    pub vectors: BTreeMap<StmtId, i64>,
+    /// The base-pointer alignment each vectorised tensor needs: (tensor, elements, why).
+    pub alignment: Vec<(usize, i64, String)>,
     /// LDS for adding k-split partial sums (the largest split fragment's), bytes.
     pub scratch_bytes: u64,
     /// All LDS, bytes, each array rounded up to 128 bytes.
@@ -123,7 +128,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
             .hint("use 64, 128, 256, ... threads, or a `targets:` override for this target"));
     }
     let waves = (threads / WAVE).max(1);
-    let mut plan = TilePlan { why, waves, fragments: BTreeMap::new(), shared: BTreeMap::new(), gemms: BTreeMap::new(), scratch_bytes: 0, lds_total: 0 };
+    let mut plan = TilePlan { why, waves, fragments: BTreeMap::new(), shared: BTreeMap::new(), gemms: BTreeMap::new(), vectors: BTreeMap::new(), alignment: Vec::new(), scratch_bytes: 0, lds_total: 0 };
     // The shared buffers MFMAs read their operands from.
     let mut operands = std::collections::BTreeSet::new();
     spec.walk(&mut |s| if let StmtKind::Gemm { a, b, .. } = &s.kind {
@@ -246,6 +251,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
         }
         _ => {}
     });
+    plan_vectors(spec, info, &mut plan);
     plan.scratch_bytes = plan.fragments.values().filter(|g| g.ks > 1).map(|g| (g.ks * g.rows * g.cols * 4) as u64).max().unwrap_or(0);
     // Each array counted at the 128-byte alignment hipcc may give it.
     plan.lds_total = plan.shared.values().map(|b| b.bytes).chain([plan.scratch_bytes]).map(|b| b.div_ceil(128) * 128).sum::<u64>();
@@ -258,6 +264,108 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
             .hint("use smaller tiles for this target (a `targets:` override of the tile constants)").unsupported_on_target());
     }
     if errors.is_empty() { Ok(plan) } else { Err(errors) }
+}
+
+/// What every value of a runtime size is known to be a multiple of: the product of the
+/// divisors its divided extents (`K/8`, `K/128`) require, at least.
+fn size_divisor(spec: &Spec, name: &str) -> i64 {
+    let mut d = 1i64;
+    for dim in spec.tensors.iter().flat_map(|t| &t.shape) {
+        if let Dim::Div(n, div, _) = dim {
+            if n.name == name {
+                d = lcm(d, *div);
+            }
+        }
+    }
+    d
+}
+
+fn lcm(a: i64, b: i64) -> i64 {
+    fn gcd(a: i64, b: i64) -> i64 { if b == 0 { a } else { gcd(b, a % b) } }
+    a / gcd(a, b) * b
+}
+
+/// Whether every value of the extent is a multiple of `v`.
+fn extent_multiple_of(spec: &Spec, info: &Info, d: &Dim, v: i64) -> bool {
+    match d {
+        Dim::Fixed(x, _) => x % v == 0,
+        Dim::Named(n) => info.const_int(&n.name).map_or_else(|| size_divisor(spec, &n.name) % v == 0, |x| x % v == 0),
+        Dim::Div(n, div, _) => info.const_int(&n.name).map_or_else(|| (size_divisor(spec, &n.name) / div) % v == 0, |x| (x / div) % v == 0),
+    }
+}
+
+/// Whether an origin expression is a multiple of `v` for every value of its variables.
+fn origin_multiple_of(e: &Expr, info: &Info, v: i64) -> bool {
+    if let Some(x) = crate::check::eval_int(e, &info.symbols) {
+        return x % v == 0;
+    }
+    match &e.kind {
+        ExprKind::Binary(BinOp::Mul, a, b) => origin_multiple_of(a, info, v) || origin_multiple_of(b, info, v),
+        ExprKind::Binary(BinOp::Add | BinOp::Sub, a, b) => origin_multiple_of(a, info, v) && origin_multiple_of(b, info, v),
+        _ => false,
+    }
+}
+
+/// Vector widths for the copies between tensors and LDS or fragments: up to 16 bytes along
+/// the tensor's contiguous dimension, where the tile's width, the LDS pitch, the tile origin
+/// and the tensor's contiguous extent are all multiples of it (so that a vector is wholly
+/// inside the tensor or wholly outside), and the base pointer is aligned (a launcher check).
+fn plan_vectors(spec: &Spec, info: &Info, plan: &mut TilePlan) {
+    let buffer_of = |name: &Ident| match info.symbols.get(&name.name) {
+        Some(Symbol::Buffer(b)) => Some(*b),
+        _ => None,
+    };
+    let tensor_of = |name: &Ident| match info.symbols.get(&name.name) {
+        Some(Symbol::Tensor(t)) => Some(*t),
+        _ => None,
+    };
+    let mut found = Vec::new();
+    spec.walk(&mut |s| {
+        let StmtKind::Copy { src, dst } = &s.kind else { return };
+        let (tensor_op, buf) = match (tensor_of(&src.name), tensor_of(&dst.name), buffer_of(&src.name), buffer_of(&dst.name)) {
+            (Some(t), None, None, Some(b)) => ((t, src), b),
+            (None, Some(t), Some(b), None) => ((t, dst), b),
+            _ => return,
+        };
+        let (t, op) = tensor_op;
+        let tensor = &spec.tensors[t];
+        let shape = &info.buffer_shapes[buf];
+        let bytes = tensor.dtype.0.bytes() as i64;
+        // LDS tiles move as they are; fragments convert each register on the way out.
+        let fragment = spec.buffers[buf].scope.0 == Scope::Fragment;
+        if (!fragment && spec.buffers[buf].dtype.0 != tensor.dtype.0) || shape.is_empty() {
+            return;
+        }
+        // The tile's last dimension must be the tensor's contiguous one.
+        let rank = tensor.shape.len();
+        let contiguous = if rank == 2 && tensor.order.0 == Order::ColMajor { 0 } else { rank - 1 };
+        let dims: Vec<usize> = op.tile_dims.clone().unwrap_or_else(|| (0..rank).collect());
+        if dims.last() != Some(&contiguous) {
+            return;
+        }
+        let origin_ok = |v: i64| op.origin.as_ref().is_none_or(|o| origin_multiple_of(&o[contiguous], info, v));
+        let cols = *shape.last().unwrap();
+        let pitch = if fragment { 4 } else { plan.shared.get(&buf).map_or(cols, |l| cols + l.pad) };
+        let widest = if fragment { 4 } else { 16 / bytes };
+        let v = (1..=widest).rev().filter(|v| widest % v == 0)
+            .find(|&v| cols % v == 0 && pitch % v == 0 && origin_ok(v) && extent_multiple_of(spec, info, &tensor.shape[contiguous], v))
+            .unwrap_or(1);
+        if v > 1 {
+            found.push((s.id, t, v, format!("copies of `{}` move {} bytes per access", tensor.name.name, v * bytes)));
+        } else {
+            found.push((s.id, t, 1, String::new()));
+        }
+    });
+    for (id, t, v, why) in found {
+        plan.vectors.insert(id, v);
+        if v > 1 {
+            match plan.alignment.iter_mut().find(|a| a.0 == t) {
+                Some(a) if a.1 < v => *a = (t, v, why),
+                Some(_) => {}
+                None => plan.alignment.push((t, v, why)),
+            }
+        }
+    }
 }
 
 /// Every buffer or tensor element a `parallel` body reads or writes: name, indices, span.

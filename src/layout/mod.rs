@@ -302,6 +302,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         let tile = |cx: &mut Infer, why: String| match mfma::plan(spec, info, target, why) {
             Ok(p) => {
                 cx.plan.smem = SmemUse { buffers: p.lds_total, total: p.lds_total, budget: target.smem_budget(), ..cx.plan.smem.clone() };
+                cx.plan.alignment = p.alignment.iter().map(|(t, v, why)| Alignment { tensor: *t, vector_elems: *v, why: why.clone() }).collect();
                 cx.plan.tile = Some(p);
                 Ok(())
             }

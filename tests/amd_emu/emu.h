@@ -36,11 +36,9 @@ typedef _Float16 half4_t __attribute__((vector_size(8)));
 typedef float float4_t __attribute__((vector_size(16)));
 
 template <typename T, int N>
-struct vector_type;
-template <>
-struct vector_type<bhalf_t, 4> { using type = bhalf4_t; };
-template <>
-struct vector_type<half_t, 4> { using type = half4_t; };
+struct vector_type {
+  typedef T type __attribute__((vector_size(sizeof(T) * N)));
+};
 
 inline float bf16_to_float(uint16_t x) {
   uint32_t const u = uint32_t(x) << 16;

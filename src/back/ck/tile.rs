@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(super) const TEMPLATE: &str = include_str!("../../../templates/ck/tile.hip.tera");
 
 /// Names the tile lowering's code declares (kernel locals and helpers).
-pub(crate) const RESERVED: [&str; 33] = [
-    "ck", "kThreads", "kWaves", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
-    "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_row4", "load_col4", "grid_x", "grid_y", "grid_z", "kernel",
+pub(crate) const RESERVED: [&str; 34] = [
+    "ck", "kThreads", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
+    "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "Vec", "grid_x", "grid_y", "grid_z", "kernel",
     "c", "grid", "word_scale", "total", "sum", "scale_of",
 ];
 
@@ -282,18 +282,37 @@ impl<'a> Lower<'a> {
     /// The element-wise loop over a shared buffer's elements, every thread a strided share;
     /// `body` gets the buffer coordinates.
     fn for_each_shared(&mut self, b: usize, body: impl FnOnce(&mut Self, &[String])) {
+        self.for_each_vector(b, 1, body)
+    }
+
+    /// As `for_each_shared`, `v` elements of a row at a time (`v` divides the row).
+    fn for_each_vector(&mut self, b: usize, v: i64, body: impl FnOnce(&mut Self, &[String])) {
         let shape = self.c.info.buffer_shapes[b].clone();
-        let extents: Vec<String> = self.c.spec.buffers[b].shape.iter().map(|e| self.atom(e)).collect();
+        let mut extents: Vec<String> = self.c.spec.buffers[b].shape.iter().map(|e| self.atom(e)).collect();
+        if v > 1 {
+            let last = extents.pop().unwrap_or_default();
+            extents.push(format!("({last} / {v})"));
+        }
         self.open(format!("for (int e = threadIdx.x; e < {}; e += kThreads)", extents.join(" * ")));
+        let scaled = |x: &str| if v > 1 { format!("{x} * {v}") } else { x.to_string() };
         let coords: Vec<String> = match shape.len() {
+            1 if v > 1 => {
+                self.line(format!("int const c = {};", scaled("e")));
+                vec!["c".into()]
+            }
             1 => vec!["e".into()],
             _ => {
-                self.line(format!("int const r = e / {0}, c = e % {0};", extents[1]));
+                self.line(format!("int const r = e / {0}, c = {1};", extents[1], scaled(&format!("e % {}", extents[1]))));
                 vec!["r".into(), "c".into()]
             }
         };
         body(self, &coords);
         self.close();
+    }
+
+    /// Elements per access of a copy (see `TilePlan::vectors`).
+    fn vector(&self, s: &Stmt) -> i64 {
+        self.plan.vectors.get(&s.id).copied().unwrap_or(1)
     }
 
     fn lds_ref(&self, b: usize, coords: &[String]) -> String {
@@ -439,9 +458,21 @@ impl<'a> Lower<'a> {
             // Global → LDS: element-wise, zero past the tensor's edges.
             (None, Some(Scope::Shared)) => {
                 let (Some(t), Some(b)) = (self.tensor(&src.name), db) else { return };
+                let v = self.vector(s);
+                let (tn, dt) = (self.c.spec.tensors[t].name.name.clone(), self.c.spec.buffers[b].dtype.0);
+                if v > 1 {
+                    self.comment(s, &format!("every thread a strided share of the tile, {v} elements ({} bytes) per access; vectors past the tensor's edges read as zero", v * dt.bytes() as i64));
+                    self.sync_for(&[], &[b], "");
+                    let elem = format!("Element{}", upper_first(&self.c.spec.buffers[b].name.name));
+                    self.for_each_vector(b, v, |l, co| {
+                        let idx = l.tile_indices(src, co);
+                        let (lin, bounds) = l.address(t, &idx);
+                        l.line(format!("store_vec<{v}>(&{}, ({bounds}) ? load_vec<{v}>(&{tn}[{lin}]) : Vec<{elem}, {v}>{{}});", l.lds_ref(b, co)));
+                    });
+                    return;
+                }
                 self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges read as zero");
                 self.sync_for(&[], &[b], "");
-                let (tn, dt) = (self.c.spec.tensors[t].name.name.clone(), self.c.spec.buffers[b].dtype.0);
                 let same = self.c.spec.tensors[t].dtype.0 == dt;
                 self.for_each_shared(b, |l, co| {
                     let idx = l.tile_indices(src, co);
@@ -453,10 +484,23 @@ impl<'a> Lower<'a> {
             // LDS → global.
             (Some(Scope::Shared), None) => {
                 let (Some(b), Some(t)) = (sb, self.tensor(&dst.name)) else { return };
-                self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges are not stored");
-                self.sync_for(&[b], &[], "");
+                let v = self.vector(s);
                 let tn = self.c.spec.tensors[t].name.name.clone();
                 let (st, tt) = (self.c.spec.buffers[b].dtype.0, self.c.spec.tensors[t].dtype.0);
+                if v > 1 {
+                    self.comment(s, &format!("every thread a strided share of the tile, {v} elements per access; vectors past the tensor's edges are not stored"));
+                    self.sync_for(&[b], &[], "");
+                    self.for_each_vector(b, v, |l, co| {
+                        let idx = l.tile_indices(dst, co);
+                        let (lin, bounds) = l.address(t, &idx);
+                        l.open(format!("if ({bounds})"));
+                        l.line(format!("store_vec<{v}>(&{tn}[{lin}], load_vec<{v}>(&{}));", l.lds_ref(b, co)));
+                        l.close();
+                    });
+                    return;
+                }
+                self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges are not stored");
+                self.sync_for(&[b], &[], "");
                 self.for_each_shared(b, |l, co| {
                     let idx = l.tile_indices(dst, co);
                     let (lin, bounds) = l.address(t, &idx);
@@ -502,12 +546,34 @@ impl<'a> Lower<'a> {
                     }
                     None => {
                         let Some(t) = self.tensor(&dst.name) else { return };
-                        self.comment(s, "each lane stores its own registers; elements past the tensor's edges are not stored");
                         let tn = self.c.spec.tensors[t].name.name.clone();
                         let tt = self.c.spec.tensors[t].dtype.0;
                         if !only_group.is_empty() {
                             self.open(only_group.trim_end().to_string());
                         }
+                        if self.vector(s) == 4 {
+                            // A lane's 4 columns of a block are contiguous in the tensor: one store.
+                            self.comment(s, "each lane stores its 4 columns of a block as one vector; vectors past the tensor's edges are not stored");
+                            let elem = format!("Element{}", upper_first(&self.c.spec.tensors[t].name.name));
+                            let col0 = format!("{n}_col + bj * 16 + lane_col");
+                            let idx = self.tile_indices(dst, &[row.clone(), col0]);
+                            let (lin, bounds) = self.address(t, &idx);
+                            let values = (0..4).map(|i| from_float(tt, &to_float(ft, &format!("{n}[bi][bj][{i}]")))).collect::<Vec<_>>().join(", ");
+                            self.line("#pragma unroll");
+                            self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
+                            self.line("#pragma unroll");
+                            self.open(format!("for (int bj = 0; bj < {}; ++bj)", g.col_blocks()));
+                            self.open(format!("if ({bounds})"));
+                            self.line(format!("store_vec<4>(&{tn}[{lin}], Vec<{elem}, 4>{{{values}}});"));
+                            self.close();
+                            self.close();
+                            self.close();
+                            if !only_group.is_empty() {
+                                self.close();
+                            }
+                            return;
+                        }
+                        self.comment(s, "each lane stores its own registers; elements past the tensor's edges are not stored");
                         self.for_each_element(g, |l| {
                             let idx = l.tile_indices(dst, &[row.clone(), col.clone()]);
                             let (lin, bounds) = l.address(t, &idx);
@@ -568,14 +634,14 @@ impl<'a> Lower<'a> {
             self.line("#pragma unroll");
             self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
             let row = format!("{cn}_row + bi * 16 + lane_row");
-            let read = if m.a_row_reads { format!("load_row4(&{an}[{row}][k0])") } else { format!("load_col4(&{an}[k0][{row}], {})", self.pitch(ai)) };
+            let read = if m.a_row_reads { format!("load_vec<4>(&{an}[{row}][k0])") } else { format!("load_col4(&{an}[k0][{row}], {})", self.pitch(ai)) };
             self.line(format!("a_rows[bi] = {read};"));
             self.close();
         }
         self.line("#pragma unroll");
         self.open(format!("for (int bj = 0; bj < {}; ++bj)", g.col_blocks()));
         let col = format!("{cn}_col + bj * 16 + lane_row");
-        let read = if m.b_row_reads { format!("load_row4(&{bn}[{col}][k0])") } else { format!("load_col4(&{bn}[k0][{col}], {})", self.pitch(bi)) };
+        let read = if m.b_row_reads { format!("load_vec<4>(&{bn}[{col}][k0])") } else { format!("load_col4(&{bn}[k0][{col}], {})", self.pitch(bi)) };
         self.line(format!("{op} const b_cols = {read};  // B (`{bn}`): column {col} of the block"));
         self.line("#pragma unroll");
         self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));

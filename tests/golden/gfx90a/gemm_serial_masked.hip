@@ -46,16 +46,25 @@ __device__ inline ck::float4_t mfma_16x16x16(ck::bhalf4_t a, ck::bhalf4_t b, ck:
   return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, d, 0, 0, 0);
 }
 
-// 4 consecutive 16-bit elements of an LDS row (one 8-byte read).
-template <typename T>
-__device__ inline auto load_row4(T const* p) {
-  return *reinterpret_cast<typename ck::vector_type<T, 4>::type const*>(p);
+// N elements of type T as one register vector.
+template <typename T, int N>
+using Vec = typename ck::vector_type<T, N>::type;
+
+// N consecutive elements as one access (p aligned to the vector).
+template <int N, typename T>
+__device__ inline Vec<T, N> load_vec(T const* p) {
+  return *reinterpret_cast<Vec<T, N> const*>(p);
+}
+
+template <int N, typename T>
+__device__ inline void store_vec(T* p, Vec<T, N> v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
 template <typename T>
-__device__ inline auto load_col4(T const* p, int pitch) {
-  return typename ck::vector_type<T, 4>::type{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
+__device__ inline Vec<T, 4> load_col4(T const* p, int pitch) {
+  return Vec<T, 4>{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -118,7 +127,7 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       ck::bhalf4_t a_rows[2];  // A (`A_s`): rows of this wave's row blocks of `acc`
       #pragma unroll
       for (int bi = 0; bi < 2; ++bi) {
-        a_rows[bi] = load_row4(&A_s[acc_row + bi * 16 + lane_row][k0]);
+        a_rows[bi] = load_vec<4>(&A_s[acc_row + bi * 16 + lane_row][k0]);
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {

@@ -22,6 +22,10 @@ extern "C" {
 //   scales [N, 2] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N >= 1, any value: tiles at ragged edges are predicated.
+// Alignment:
+//   Wq must be 16-byte aligned (copies of `Wq` move 16 bytes per access).
+//   scales must be 4-byte aligned (copies of `scales` move 4 bytes per access).
+//   A must be 8-byte aligned (copies of `A` move 8 bytes per access).
 // Launch: a grid of ceildiv(N, block_N) workgroups of 128 threads (2 waves of 64), 6144 bytes of
 // LDS each.
 //

@@ -51,16 +51,25 @@ __device__ inline ck::float4_t mfma_16x16x16(ck::bhalf4_t a, ck::bhalf4_t b, ck:
   return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, d, 0, 0, 0);
 }
 
-// 4 consecutive 16-bit elements of an LDS row (one 8-byte read).
-template <typename T>
-__device__ inline auto load_row4(T const* p) {
-  return *reinterpret_cast<typename ck::vector_type<T, 4>::type const*>(p);
+// N elements of type T as one register vector.
+template <typename T, int N>
+using Vec = typename ck::vector_type<T, N>::type;
+
+// N consecutive elements as one access (p aligned to the vector).
+template <int N, typename T>
+__device__ inline Vec<T, N> load_vec(T const* p) {
+  return *reinterpret_cast<Vec<T, N> const*>(p);
+}
+
+template <int N, typename T>
+__device__ inline void store_vec(T* p, Vec<T, N> v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
 template <typename T>
-__device__ inline auto load_col4(T const* p, int pitch) {
-  return typename ck::vector_type<T, 4>::type{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
+__device__ inline Vec<T, 4> load_col4(T const* p, int pitch) {
+  return Vec<T, 4>{p[0], p[pitch], p[2 * pitch], p[3 * pitch]};
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -89,17 +98,17 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
   int const acc_row = wave % 2 * 32;  // the wave's first row
   int const acc_col = 0;  // and column
 
-  // spec 19: copy(Wq[bx*block_N, 0], Wq_s): every thread a strided share of the tile; elements past
-  // the tensor's edges read as zero
-  for (int e = threadIdx.x; e < block_N * (block_K / 8); e += kThreads) {
-    int const r = e / (block_K / 8), c = e % (block_K / 8);
-    Wq_s[r][c] = (bx * block_N + r < N && c < 4) ? Wq[(int64_t(bx * block_N + r)) * 4 + (c)] : 0;
+  // spec 19: copy(Wq[bx*block_N, 0], Wq_s): every thread a strided share of the tile, 4 elements
+  // (16 bytes) per access; vectors past the tensor's edges read as zero
+  for (int e = threadIdx.x; e < block_N * ((block_K / 8) / 4); e += kThreads) {
+    int const r = e / ((block_K / 8) / 4), c = e % ((block_K / 8) / 4) * 4;
+    store_vec<4>(&Wq_s[r][c], (bx * block_N + r < N && c < 4) ? load_vec<4>(&Wq[(int64_t(bx * block_N + r)) * 4 + (c)]) : Vec<ElementWq_s, 4>{});
   }
-  // spec 20: copy(scales[bx*block_N, 0], S_s): every thread a strided share of the tile; elements
-  // past the tensor's edges read as zero
-  for (int e = threadIdx.x; e < block_N * (block_K / 16); e += kThreads) {
-    int const r = e / (block_K / 16), c = e % (block_K / 16);
-    S_s[r][c] = (bx * block_N + r < N && c < 2) ? scales[(int64_t(bx * block_N + r)) * 2 + (c)] : ck::type_convert<ck::bhalf_t>(0.f);
+  // spec 20: copy(scales[bx*block_N, 0], S_s): every thread a strided share of the tile, 2 elements
+  // (4 bytes) per access; vectors past the tensor's edges read as zero
+  for (int e = threadIdx.x; e < block_N * ((block_K / 16) / 2); e += kThreads) {
+    int const r = e / ((block_K / 16) / 2), c = e % ((block_K / 16) / 2) * 2;
+    store_vec<2>(&S_s[r][c], (bx * block_N + r < N && c < 2) ? load_vec<2>(&scales[(int64_t(bx * block_N + r)) * 2 + (c)]) : Vec<ElementS_s, 2>{});
   }
   // spec 21: dequant_int4(Wq_s, W_s, scales=S_s, zero=8): each thread unpacks whole words: element
   // c of a row is bits 4*(c%8) .. of word c/8, minus 8, times the scale of group c/16
@@ -126,12 +135,12 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
         }
       }
     }
-    // spec 24: copy(A[m*block_M, 0], A_s): every thread a strided share of the tile; elements past
-    // the tensor's edges read as zero
+    // spec 24: copy(A[m*block_M, 0], A_s): every thread a strided share of the tile, 4 elements (8
+    // bytes) per access; vectors past the tensor's edges read as zero
     __syncthreads();  // `A_s` is overwritten after other threads read it
-    for (int e = threadIdx.x; e < block_M * block_K; e += kThreads) {
-      int const r = e / block_K, c = e % block_K;
-      A_s[r][c] = (m * block_M + r < M && c < 32) ? A[(int64_t(m * block_M + r)) * 32 + (c)] : ck::type_convert<ck::bhalf_t>(0.f);
+    for (int e = threadIdx.x; e < block_M * (block_K / 4); e += kThreads) {
+      int const r = e / (block_K / 4), c = e % (block_K / 4) * 4;
+      store_vec<4>(&A_s[r][c], (m * block_M + r < M && c < 32) ? load_vec<4>(&A[(int64_t(m * block_M + r)) * 32 + (c)]) : Vec<ElementA_s, 4>{});
     }
     // spec 25: gemm(A_s, W_s, acc, transpose_b=true): 64x16x32 in 2 k-steps of 16; each MFMA takes
     // the B operand as its rows and A's as its columns, so the result lands row-of-lane
@@ -142,11 +151,11 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
       ck::bhalf4_t a_rows[2];  // A (`A_s`): rows of this wave's row blocks of `acc`
       #pragma unroll
       for (int bi = 0; bi < 2; ++bi) {
-        a_rows[bi] = load_row4(&A_s[acc_row + bi * 16 + lane_row][k0]);
+        a_rows[bi] = load_vec<4>(&A_s[acc_row + bi * 16 + lane_row][k0]);
       }
       #pragma unroll
       for (int bj = 0; bj < 1; ++bj) {
-        ck::bhalf4_t const b_cols = load_row4(&W_s[acc_col + bj * 16 + lane_row][k0]);  // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_vec<4>(&W_s[acc_col + bj * 16 + lane_row][k0]);  // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);
@@ -179,6 +188,15 @@ extern "C" int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const v
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (A == nullptr || Wq == nullptr || scales == nullptr || C == nullptr) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // copies of `Wq` move 16 bytes per access
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // copies of `scales` move 4 bytes per access
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  if (reinterpret_cast<uintptr_t>(A) % 8 != 0) {  // copies of `A` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));

@@ -394,13 +394,13 @@ extern "C" int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const v
   if (A == nullptr || Wq == nullptr || scales == nullptr || C == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || 32 % 8 != 0) {  // cp.async moves 16-byte vectors of `A`
+  if (reinterpret_cast<uintptr_t>(A) % 16 != 0) {  // cp.async moves 16-byte vectors of `A`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || 4 % 4 != 0) {  // cp.async moves 16-byte vectors of `Wq`
+  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0 || 2 % 2 != 0) {  // cp.async moves 4-byte vectors of `scales`
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves 4-byte vectors of `scales`
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the epilogue stores 16-byte vectors of `C`

@@ -23,10 +23,9 @@ extern "C" {
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N >= 1, any value: tiles at ragged edges are predicated.
 // Alignment:
-//   A must be 16-byte aligned and 32 a multiple of 8 (cp.async moves 16-byte vectors of `A`).
-//   Wq must be 16-byte aligned and 4 a multiple of 4 (cp.async moves 16-byte vectors of `Wq`).
-//   scales must be 4-byte aligned and 2 a multiple of 2 (cp.async moves 4-byte vectors of
-//   `scales`).
+//   A must be 16-byte aligned (cp.async moves 16-byte vectors of `A`).
+//   Wq must be 16-byte aligned (cp.async moves 16-byte vectors of `Wq`).
+//   scales must be 4-byte aligned (cp.async moves 4-byte vectors of `scales`).
 //   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
 // Launch: grid (ceildiv(N, block_N)), 128 threads, 7488 bytes of dynamic shared memory (the limit
 // is raised when over 48 KB).
