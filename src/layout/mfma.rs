@@ -139,6 +139,10 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
         let shape = &info.buffer_shapes[i];
         let bytes = b.dtype.0.bytes() as i64;
         match b.scope.0 {
+            Scope::Shared if shape.len() > 2 => {
+                errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds 1-D and 2-D shared buffers; `{}` is {}-D", b.name.name, shape.len()))
+                    .hint("this spec renders for sm80 and sm90a").unsupported_on_target());
+            }
             Scope::Shared => {
                 // 8 bytes of padding per row put the 16 rows one MFMA operand read touches
                 // in 16 different bank pairs; other buffers are read along their rows.

@@ -20,10 +20,10 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(super) const TEMPLATE: &str = include_str!("../../../templates/ck/tile.hip.tera");
 
 /// Names the tile lowering's code declares (kernel locals and helpers).
-pub(crate) const RESERVED: [&str; 34] = [
+pub(crate) const RESERVED: [&str; 31] = [
     "ck", "kThreads", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
-    "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "Vec", "grid_x", "grid_y", "grid_z", "kernel",
-    "c", "grid", "word_scale", "total", "sum", "scale_of",
+    "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "Vec", "grid_x", "grid_y", "grid_z",
+    "c", "grid", "word_scale", "total",
 ];
 
 #[derive(Serialize)]
@@ -206,7 +206,7 @@ impl<'a> Lower<'a> {
 
     /// A barrier before a statement that reads `reads` and writes `writes` (shared buffers),
     /// when another thread may have written what it reads or read what it writes.
-    fn sync_for(&mut self, reads: &[usize], writes: &[usize], why: &str) {
+    fn sync_for(&mut self, reads: &[usize], writes: &[usize]) {
         let h = &self.hazards;
         let raw = reads.iter().find(|b| h.written.contains(b));
         let war = writes.iter().find(|b| h.read.contains(b) || h.written.contains(b));
@@ -216,7 +216,7 @@ impl<'a> Lower<'a> {
                 (None, Some(b)) => format!("`{}` is overwritten after other threads {} it", self.name(*b), if self.hazards.read.contains(b) { "read" } else { "wrote" }),
                 _ => unreachable!(),
             };
-            self.line(format!("__syncthreads();  // {reason}{why}"));
+            self.line(format!("__syncthreads();  // {reason}"));
             self.hazards = Hazards::default();
         }
         self.hazards.read.extend(reads);
@@ -363,7 +363,7 @@ impl<'a> Lower<'a> {
                         self.split.insert(b, if zero { Split::Zero } else { Split::Whole });
                     }
                     Scope::Shared => {
-                        self.sync_for(&[], &[b], "");
+                        self.sync_for(&[], &[b]);
                         let v = from_float(d, &value);
                         self.for_each_shared(b, |l, co| l.line(format!("{} = {v};", l.lds_ref(b, co))));
                     }
@@ -378,7 +378,7 @@ impl<'a> Lower<'a> {
                 let (wn, dn, sn) = (self.name(w), self.name(d), self.name(sc));
                 let dt = self.c.spec.buffers[d].dtype.0;
                 self.comment(s, &format!("each thread unpacks whole words: element c of a row is bits 4*(c%8) .. of word c/8, minus {}, times the scale of group c/{group}", zero.0));
-                self.sync_for(&[w, sc], &[d], "");
+                self.sync_for(&[w, sc], &[d]);
                 let words = format!("{} * ({} / 8)", self.atom(&self.c.spec.buffers[d].shape[0]), self.atom(&self.c.spec.buffers[d].shape[1]));
                 self.open(format!("for (int e = threadIdx.x; e < {words}; e += kThreads)"));
                 self.line(format!("int const r = e / ({0} / 8), c = e % ({0} / 8);", self.atom(&self.c.spec.buffers[d].shape[1])));
@@ -462,7 +462,7 @@ impl<'a> Lower<'a> {
                 let (tn, dt) = (self.c.spec.tensors[t].name.name.clone(), self.c.spec.buffers[b].dtype.0);
                 if v > 1 {
                     self.comment(s, &format!("every thread a strided share of the tile, {v} elements ({} bytes) per access; vectors past the tensor's edges read as zero", v * dt.bytes() as i64));
-                    self.sync_for(&[], &[b], "");
+                    self.sync_for(&[], &[b]);
                     let elem = format!("Element{}", upper_first(&self.c.spec.buffers[b].name.name));
                     self.for_each_vector(b, v, |l, co| {
                         let idx = l.tile_indices(src, co);
@@ -472,7 +472,7 @@ impl<'a> Lower<'a> {
                     return;
                 }
                 self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges read as zero");
-                self.sync_for(&[], &[b], "");
+                self.sync_for(&[], &[b]);
                 let same = self.c.spec.tensors[t].dtype.0 == dt;
                 self.for_each_shared(b, |l, co| {
                     let idx = l.tile_indices(src, co);
@@ -489,7 +489,7 @@ impl<'a> Lower<'a> {
                 let (st, tt) = (self.c.spec.buffers[b].dtype.0, self.c.spec.tensors[t].dtype.0);
                 if v > 1 {
                     self.comment(s, &format!("every thread a strided share of the tile, {v} elements per access; vectors past the tensor's edges are not stored"));
-                    self.sync_for(&[b], &[], "");
+                    self.sync_for(&[b], &[]);
                     self.for_each_vector(b, v, |l, co| {
                         let idx = l.tile_indices(dst, co);
                         let (lin, bounds) = l.address(t, &idx);
@@ -500,7 +500,7 @@ impl<'a> Lower<'a> {
                     return;
                 }
                 self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges are not stored");
-                self.sync_for(&[b], &[], "");
+                self.sync_for(&[b], &[]);
                 self.for_each_shared(b, |l, co| {
                     let idx = l.tile_indices(dst, co);
                     let (lin, bounds) = l.address(t, &idx);
@@ -514,7 +514,7 @@ impl<'a> Lower<'a> {
             (Some(Scope::Shared), Some(Scope::Shared)) => {
                 let (Some(from), Some(to)) = (sb, db) else { return };
                 self.comment(s, "every thread a strided share of the tile");
-                self.sync_for(&[from], &[to], "");
+                self.sync_for(&[from], &[to]);
                 let (ft, tt) = (self.c.spec.buffers[from].dtype.0, self.c.spec.buffers[to].dtype.0);
                 self.for_each_shared(to, |l, co| {
                     let v = if ft == tt { l.lds_ref(from, co) } else { from_float(tt, &to_float(ft, &l.lds_ref(from, co))) };
@@ -533,7 +533,7 @@ impl<'a> Lower<'a> {
                     Some(Scope::Shared) => {
                         let Some(d) = db else { return };
                         self.comment(s, "each lane stores its own registers");
-                        self.sync_for(&[], &[d], "");
+                        self.sync_for(&[], &[d]);
                         let dt = self.c.spec.buffers[d].dtype.0;
                         let dn = self.name(d);
                         if !only_group.is_empty() {
@@ -607,7 +607,7 @@ impl<'a> Lower<'a> {
         let split = if g.ks > 1 { format!(", the k steps shared out over {} wave groups", g.ks) } else { String::new() };
         self.comment(s, &format!("{mm}x{nn}x{kk} in {steps} k-steps of 16{split}; each MFMA takes the B operand as its rows and A's as its columns, so the result lands row-of-lane"));
         let reads: Vec<usize> = [ai, bi].into_iter().filter(|x| self.c.spec.buffers[*x].scope.0 == Scope::Shared).collect();
-        self.sync_for(&reads, &[], "");
+        self.sync_for(&reads, &[]);
         if g.ks > 1 && self.split.get(&ci) == Some(&Split::Whole) {
             self.line(format!("// `{cn}` holds a whole value: one group keeps it, the others start their partial sums from zero."));
             self.for_each_element(g, |l| l.line(format!("if ({cn}_group != 0) {cn}[bi][bj][r] = 0.f;")));
@@ -679,7 +679,7 @@ impl<'a> Lower<'a> {
         for f in &frags {
             self.whole(*f);
         }
-        self.sync_for(&shared_reads, &[], "");
+        self.sync_for(&shared_reads, &[]);
         let (row, col) = self.coords(d);
         // The index variables the body uses.
         let mut used = BTreeSet::new();
