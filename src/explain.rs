@@ -363,9 +363,23 @@ fn explain_tile(o: &mut String, c: &Compiled, p: &crate::layout::mfma::TilePlan)
         }
         let _ = writeln!(o, "    B: {}", reads(g.b_row_reads));
     }
+    let mut reductions = Vec::new();
+    spec.walk(&mut |s| if matches!(s.kind, crate::ast::StmtKind::Reduce { .. }) {
+        reductions.push(s.id);
+    });
+    if !reductions.is_empty() {
+        let _ = writeln!(o, "\nReductions");
+        for id in reductions {
+            let _ = writeln!(o, "  {}: each lane folds its 4 columns of every block of a row, then the row's 4 lanes (l, l^16, l^32, l^48) trade with 2 shuffles (__shfl_xor 16, 32)", stmt_heading(c, id));
+        }
+    }
     let _ = writeln!(o, "\nFragments");
     for (b, g) in &p.fragments {
         let buf = &spec.buffers[*b];
+        if g.cols == 0 {
+            let _ = writeln!(o, "  {} ({}, [{}], spec {}): row statistics, {} value(s) per lane (one per row block of 16 it holds), waves {} along the rows", name(*b), buf.dtype.0, g.rows, c.line(buf.span), g.row_blocks(), g.wm);
+            continue;
+        }
         let _ = writeln!(o, "  {} ({}, [{}, {}], spec {}): waves {}x{} (rows x columns), {}x{} blocks each{}", name(*b), buf.dtype.0, g.rows, g.cols, c.line(buf.span), g.wm, g.wn, g.row_blocks(), g.col_blocks(),
             if g.ks > 1 { format!("; {} wave groups split the k steps, partial sums added through LDS before the first read", g.ks) } else { String::new() });
     }

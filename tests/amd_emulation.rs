@@ -93,6 +93,33 @@ fn emulated_linear_attention_matches_its_golden_outputs_on_both_amd_targets() {
     check_spec("specs/linear_attention_causal_bf16.yaml", 3);
 }
 
+/// The emulation can fail: a row reduction that skips two of the row's four lanes makes the
+/// sliding-window attention disagree with the interpreter.
+#[test]
+fn emulation_catches_a_row_reduction_that_misses_lanes() {
+    let rel = "tests/golden/specs/attention_window_bf16.yaml";
+    let text = std::fs::read_to_string(root().join(rel)).unwrap();
+    let c = tilegen::compile(SourceFile::new(rel, text), Target::Gfx942).map_err(|_| "compile").unwrap();
+    let dims: std::collections::BTreeMap<String, i64> = [("B", 1), ("S", 70), ("H", 1)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let mut values = Values(0x2545_f491_4f6c_dd1d);
+    let mut inputs = std::collections::BTreeMap::new();
+    for t in c.spec.tensors.iter().filter(|t| !t.output) {
+        let shape = t.shape.iter().map(|d| d.eval(|n| c.info.const_int(n).or_else(|| dims.get(n).copied())).unwrap() as usize).collect();
+        inputs.insert(t.name.name.clone(), values.array(t.dtype.0, shape));
+    }
+    let mut expected = inputs.clone();
+    let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
+    tilegen::interp::run(&c.spec, &c.info, &line_of, &dims, &mut expected).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (c, exe) = build(rel, Target::Gfx942, dir.path(), |s| {
+        assert!(s.contains("__shfl_xor(part, 32)"));
+        s.replace("__shfl_xor(part, 32)", "__shfl_xor(part, 0)")
+    });
+    let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, dir.path()).unwrap();
+    let cmp = tilegen::golden::compare(&got["O"], &expected["O"], 1e-2);
+    assert!(!cmp.pass, "a reduction over half the row's lanes still matched: {cmp:?}");
+}
+
 /// The emulation can fail: the same kernel with the k-split partial sums not added, or with
 /// the MFMA's operands swapped (the untransposed layout), misses its golden outputs.
 #[test]
@@ -140,6 +167,7 @@ impl Values {
 #[test]
 fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
     let sizes: &[(&str, &[(&str, i64)])] = &[
+        ("attention_window_bf16", &[("B", 2), ("S", 100), ("H", 2)]),
         ("gemm_nt_f16", &[("M", 70), ("N", 90), ("K", 100)]),
         ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
         ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
@@ -178,5 +206,5 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["gemm_nt_f16", "gemm_serial_masked", "w4_stationary_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "gemm_nt_f16", "gemm_serial_masked", "w4_stationary_bf16"]);
 }

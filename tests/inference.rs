@@ -420,9 +420,10 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     assert!(compile_for(window.clone(), Target::Sm80).is_ok());
     let errs = compile_for(window, Target::Gfx942).unwrap_err().join("\n");
     assert!(errs.contains("its output is not softmax attention with scale scale_log2 · ln 2"), "{errs}");
-    // Nor does the tile lowering take it (row statistics), and the first error says both.
-    assert!(errs.contains("t.yaml:1:9: error: the gfx942 target has no lowering for this fused program: it is neither GEMM-shaped") && errs.contains("(10 reasons below)"), "{errs}");
-    assert!(errs.contains("error: the gfx942 tile lowering has no reductions yet"), "{errs}");
+    // Nor does the tile lowering take it at these tiles (LDS), and the first error says both;
+    // with 64-row query tiles it does (tests/golden/specs/attention_window_bf16.yaml).
+    assert!(errs.contains("t.yaml:1:9: error: the gfx942 target has no lowering for this fused program: it is neither GEMM-shaped") && errs.contains("(one reason below)"), "{errs}");
+    assert!(errs.contains("error: LDS over budget: the shared buffers need 67584 bytes (`Q_s` 33792, `K_s` 16896, `V_s` 16896) but gfx942 allows 65536 bytes per workgroup"), "{errs}");
     // A different scale inside exp2 than the spec's softmax: still attention, with that scale.
     let c = compile_for(bundled("flash_attention_fwd_bf16.yaml").replace("scale_log2: 0.12751743082459868", "scale_log2: 0.09"), Target::Gfx90a).unwrap();
     assert_eq!(c.plan.attention.as_ref().unwrap().scale_log2.value, 0.09);
@@ -477,6 +478,18 @@ fn amd_tile_lowering_gives_fragments_wave_grids_and_feeds_converted_fragments_fr
     // Whole waves only.
     let errs = compile_for(linear_attention().replace("threads: 128", "threads: 96"), Target::Gfx942).unwrap_err().join("\n");
     assert!(errs.contains("96 threads is not a multiple of 64"), "{errs}");
+    // Row statistics: one register per row block, on the waves that hold the rows.
+    let window = std::fs::read_to_string(format!("{}/tests/golden/specs/attention_window_bf16.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let c = compile_for(window.clone(), Target::Gfx942).unwrap();
+    let t = c.plan.tile.as_ref().unwrap();
+    assert_eq!(t.fragments[&buffer(&c, "m")], WaveGrid { rows: 64, cols: 0, wm: 2, wn: 1, ks: 1 });
+    assert_eq!(t.fragments[&buffer(&c, "S_f")], WaveGrid { rows: 64, cols: 32, wm: 2, wn: 1, ks: 1 });
+    // Column reductions, and row statistics read at a column index, are refused.
+    let square = window.replace("block_N: 32", "block_N: 64").replace("reduce_max(S_f, m, dim=1", "reduce_max(S_f, m, dim=0");
+    let errs = compile_for(square, Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("the gfx942 tile lowering reduces fragments along their rows (dim=1) only"), "{errs}");
+    let errs = compile_for(window.replace("          - O_f[i, j] *= alpha[i]", "          - O_f[i, j] *= alpha[j]"), Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("or, read-only, be its row statistics indexed [i]"), "{errs}");
 }
 
 #[test]

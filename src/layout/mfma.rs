@@ -25,7 +25,8 @@ pub const BLOCK: i64 = 16;
 /// How the waves of a workgroup share one fragment's 16x16 blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaveGrid {
-    /// Fragment rows and columns.
+    /// Fragment rows and columns (0 columns: a 1-D fragment of row statistics, one value
+    /// per row block per lane, for the rows the lane holds).
     pub rows: i64,
     /// See `rows`.
     pub cols: i64,
@@ -151,9 +152,19 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
                 let why = if pad > 0 { format!("{} bytes of padding per row: the 16 rows of one MFMA operand read start in different banks", pad * bytes) } else { "unpadded: read along its rows".into() };
                 plan.shared.insert(i, LdsBuffer { pad, bytes: (elems * bytes) as u64, why });
             }
+            Scope::Fragment if shape.len() == 1 => {
+                // Row statistics: one value per row, held by the lanes that hold the row.
+                if shape[0] % BLOCK != 0 || b.dtype.0 != DType::F32 {
+                    errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds row statistics as f32 per 16-row block: `{}` is {} [{}]", b.name.name, b.dtype.0, shape[0]))
+                        .hint("make it f32 with a multiple of 16 rows").unsupported_on_target());
+                    continue;
+                }
+                let g = wave_grid(shape[0], BLOCK, waves);
+                plan.fragments.insert(i, WaveGrid { rows: shape[0], cols: 0, wm: g.wm, wn: 1, ks: 1 });
+            }
             Scope::Fragment => {
                 if shape.len() != 2 {
-                    errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds 2-D fragments in MFMA blocks; `{}` is {}-D (row statistics have no lowering on this target yet)", b.name.name, shape.len()))
+                    errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds 1-D and 2-D fragments; `{}` is {}-D", b.name.name, shape.len()))
                         .hint("this spec renders for sm80 and sm90a").unsupported_on_target());
                     continue;
                 }
@@ -174,11 +185,26 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
         Some(Symbol::Buffer(b)) => Some(*b),
         _ => None,
     };
+    let row_stats = |b: usize| plan.fragments.get(&b).is_some_and(|g| g.cols == 0);
     spec.walk(&mut |s| match &s.kind {
-        StmtKind::Reduce { .. } => errors.push(Diagnostic::error(s.span, format!("the {target} tile lowering has no reductions yet (row statistics of a fragment)"))
-            .hint("this spec renders for sm80 and sm90a; softmax attention renders for AMD through composable_kernel's fused attention").unsupported_on_target()),
+        StmtKind::Reduce { src, dst, dim, .. } => {
+            let (Some(sb), Some(db)) = (buffer_of(src), buffer_of(dst)) else { return };
+            let (Some(gs), Some(gd)) = (plan.fragments.get(&sb), plan.fragments.get(&db)) else { return };
+            if dim.0 != 1 {
+                errors.push(Diagnostic::error(dim.1, format!("the {target} tile lowering reduces fragments along their rows (dim=1) only"))
+                    .hint("reduce along dim=1, or transpose the product that fills the fragment").unsupported_on_target());
+            } else if gs.cols == 0 || gd.cols != 0 || gs.wn != 1 || gs.ks != 1 || gs.wm != gd.wm {
+                errors.push(Diagnostic::error(s.span, format!(
+                    "the {target} tile lowering reduces a row inside the wave that holds it: `{}` must be 2-D with whole rows in each wave (its waves are {}x{}, {} k group(s)) and `{}` its row statistics",
+                    src.name, gs.wm, gs.wn, gs.ks, dst.name))
+                    .hint(format!("give `{}` at least {} row blocks of 16", src.name, waves)).unsupported_on_target());
+            }
+        }
         StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => {
             let (Some(ai), Some(bi), Some(ci)) = (buffer_of(a), buffer_of(b), buffer_of(c)) else { return };
+            if [ai, bi, ci].iter().any(|&x| row_stats(x)) {
+                return;  // the checker rejects 1-D gemm operands
+            }
             let (ab, bb, cb) = (&spec.buffers[ai], &spec.buffers[bi], &spec.buffers[ci]);
             let (sa, sb) = (&info.buffer_shapes[ai], &info.buffer_shapes[bi]);
             let (m, k) = if *transpose_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
@@ -215,6 +241,10 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
         }
         StmtKind::Copy { src, dst } => {
             let scope = |o: &Operand| buffer_of(&o.name).map(|b| spec.buffers[b].scope.0);
+            if [&src.name, &dst.name].into_iter().filter_map(buffer_of).any(row_stats) {
+                errors.push(Diagnostic::error(s.span, format!("the {target} tile lowering has no copies of row statistics yet")).unsupported_on_target());
+                return;
+            }
             match (scope(src), scope(dst)) {
                 (None, Some(Scope::Fragment)) | (Some(Scope::Shared), Some(Scope::Fragment)) => errors.push(Diagnostic::error(s.span, format!(
                     "the {target} tile lowering fills fragments only from gemms, `clear`, `fill` and `parallel`: this copy into `{}` has no lowering yet", dst.name.name))
@@ -230,19 +260,32 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
                 // domain's wave grid: each lane then works on its own registers.
                 let mut bad: Option<(crate::diag::Span, String)> = None;
                 let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
-                let mut check = |name: &Ident, idx: &[Expr], span: crate::diag::Span| {
+                let mut check = |name: &Ident, idx: &[Expr], span: crate::diag::Span, written: bool| {
                     let Some(b) = buffer_of(name) else { return };
-                    if spec.buffers[b].scope.0 != Scope::Fragment || bad.is_some() {
+                    if bad.is_some() {
                         return;
                     }
-                    let same_index = idx.len() == names.len() && idx.iter().zip(&names).all(|(e, v)| matches!(&e.kind, ExprKind::Name(n) if n == v));
-                    if !same_index || plan.fragments.get(&b) != Some(grid) {
-                        bad = Some((span, format!("the {target} tile lowering runs a `parallel` block over `{}` lane by lane, so every fragment in it must be indexed [{}] and have `{}`'s shape: `{}` here does not", spec.buffers[d].name.name, names.join(", "), spec.buffers[d].name.name, name.name)));
+                    if spec.buffers[b].scope.0 != Scope::Fragment {
+                        if written {
+                            bad = Some((span, format!("the {target} tile lowering writes only fragments in a `parallel` block over a fragment: `{}` is a shared buffer", name.name)));
+                        }
+                        return;
+                    }
+                    let Some(g) = plan.fragments.get(&b) else { return };
+                    let indexed = |n: usize| idx.len() == n && idx.iter().zip(&names).all(|(e, v)| matches!(&e.kind, ExprKind::Name(x) if x == v));
+                    // The block's own shape at [vars]; or, in a block over a 2-D fragment
+                    // whose waves hold whole rows, row statistics read at [row var].
+                    let ok = (indexed(names.len()) && g == grid)
+                        || (g.cols == 0 && grid.cols > 0 && !written && indexed(1) && g.rows == grid.rows && g.wm == grid.wm && grid.wn == 1 && grid.ks == 1);
+                    if !ok {
+                        bad = Some((span, format!("the {target} tile lowering runs a `parallel` block over `{}` lane by lane, so every fragment in it must be indexed [{}] and have `{}`'s shape (or, read-only, be its row statistics indexed [{}] with every row in one wave): `{}` here does not",
+                            spec.buffers[d].name.name, names.join(", "), spec.buffers[d].name.name, names[0], name.name)));
                     }
                 };
                 if let StmtKind::Parallel { body, .. } = &s.kind {
+                    let writes: std::collections::BTreeSet<crate::diag::Span> = assigned(body).into_iter().collect();
                     for (name, idx, span) in accesses(body) {
-                        check(name, idx, span);
+                        check(name, idx, span, writes.contains(&span));
                     }
                 }
                 if let Some((span, msg)) = bad {
@@ -256,7 +299,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
         _ => {}
     });
     plan_vectors(spec, info, &mut plan);
-    plan.scratch_bytes = plan.fragments.values().filter(|g| g.ks > 1).map(|g| (g.ks * g.rows * g.cols * 4) as u64).max().unwrap_or(0);
+    plan.scratch_bytes = plan.fragments.values().filter(|g| g.ks > 1 && g.cols > 0).map(|g| (g.ks * g.rows * g.cols * 4) as u64).max().unwrap_or(0);
     // Each array counted at the 128-byte alignment hipcc may give it.
     plan.lds_total = plan.shared.values().map(|b| b.bytes).chain([plan.scratch_bytes]).map(|b| b.div_ceil(128) * 128).sum::<u64>();
     let budget = target.smem_budget();
@@ -370,6 +413,22 @@ fn plan_vectors(spec: &Spec, info: &Info, plan: &mut TilePlan) {
             }
         }
     }
+}
+
+/// The spans of the assignments in a `parallel` body (its writes).
+fn assigned(body: &[Stmt]) -> Vec<crate::diag::Span> {
+    let mut out = Vec::new();
+    for s in body {
+        match &s.kind {
+            StmtKind::Assign { .. } => out.push(s.span),
+            StmtKind::If { then_body, else_body, .. } => {
+                out.extend(assigned(then_body));
+                out.extend(assigned(else_body));
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Every buffer or tensor element a `parallel` body reads or writes: name, indices, span.

@@ -1,10 +1,11 @@
 // A CPU emulation of the subset of HIP and composable_kernel that tilegen's AMD tile lowering
 // emits (tests only; see tests/amd_emulation.rs). Each workgroup runs as one OS thread per
 // GPU thread, one workgroup at a time, so `__shared__` arrays become function statics;
-// __syncthreads() is a barrier of the workgroup's threads; an MFMA is a barrier of the 64
-// lanes of a wave that trade operands, computed from the instruction's documented lane
-// layout (lane l gives row l % 16 of A and column l % 16 of B, 4 k values from
-// 4 * (l / 16); it gets D[4 * (l / 16) + i][l % 16]). Global memory is host memory.
+// __syncthreads() is a barrier of the workgroup's threads; __shfl_xor and an MFMA are
+// barriers of the 64 lanes of a wave that trade values. The MFMA is computed from the
+// instruction's documented lane layout (lane l gives row l % 16 of A and column l % 16 of
+// B, 4 k values from 4 * (l / 16); it gets D[4 * (l / 16) + i][l % 16]). Global memory is
+// host memory.
 #pragma once
 
 #include <barrier>
@@ -70,6 +71,7 @@ struct Wave {
   std::barrier<> sync{64};
   float a[64][4];
   float b[64][4];
+  float x[64];
 };
 
 inline thread_local dim3 thread_idx;
@@ -101,6 +103,17 @@ inline ck::float4_t mfma(V a, V b, ck::float4_t c) {
   }
   w.sync.arrive_and_wait();  // every lane has read the operands
   return d;
+}
+
+// __shfl_xor: every lane of the wave publishes its value, then reads its partner's.
+inline float shfl_xor(float v, int mask) {
+  int const lane = int(thread_idx.x % 64);
+  Wave& w = waves[thread_idx.x / 64];
+  w.x[lane] = v;
+  w.sync.arrive_and_wait();
+  float const got = w.x[(lane ^ mask) & 63];
+  w.sync.arrive_and_wait();
+  return got;
 }
 
 inline ck::float4_t mfma_bf16(ck::bhalf4_t a, ck::bhalf4_t b, ck::float4_t c, int, int, int) { return mfma(a, b, c); }
@@ -137,6 +150,7 @@ void launch(void (*kernel)(P...), dim3 grid, int threads, A... args) {
 #define __builtin_amdgcn_mfma_f32_16x16x16bf16_1k tilegen_emu::mfma_bf16
 #define __builtin_amdgcn_mfma_f32_16x16x16f16 tilegen_emu::mfma_f16
 inline void __syncthreads() { tilegen_emu::block_sync->arrive_and_wait(); }
+inline float __shfl_xor(float v, int mask) { return tilegen_emu::shfl_xor(v, mask); }
 
 // The HIP runtime calls the launcher makes.
 typedef void* hipStream_t;

@@ -20,10 +20,10 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(super) const TEMPLATE: &str = include_str!("../../../templates/ck/tile.hip.tera");
 
 /// Names the tile lowering's code declares (kernel locals and helpers).
-pub(crate) const RESERVED: [&str; 31] = [
+pub(crate) const RESERVED: [&str; 32] = [
     "ck", "kThreads", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
     "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "Vec", "grid_x", "grid_y", "grid_z",
-    "c", "grid", "word_scale", "total",
+    "c", "grid", "word_scale", "total", "part",
 ];
 
 #[derive(Serialize)]
@@ -88,14 +88,20 @@ struct Lower<'a> {
 /// LDS index.
 struct ParEnv<'a> {
     c: &'a Compiled,
+    plan: &'a TilePlan,
     conv: &'a Conv<'a>,
+}
+
+/// The register of element (bi, bj, r) of a fragment, or (bi) of row statistics.
+fn register(name: &str, row_stats: bool) -> String {
+    if row_stats { format!("{name}[bi]") } else { format!("{name}[bi][bj][r]") }
 }
 
 impl Env for ParEnv<'_> {
     fn buffer_element(&self, buffer: usize, idx: &[Expr]) -> Option<String> {
         let b = &self.c.spec.buffers[buffer];
         match b.scope.0 {
-            Scope::Fragment => Some(to_float(b.dtype.0, &format!("{}[bi][bj][r]", b.name.name))),
+            Scope::Fragment => Some(to_float(b.dtype.0, &register(&self.c.spec.buffers[buffer].name.name, self.plan.fragments.get(&buffer).is_some_and(|g| g.cols == 0)))),
             Scope::Shared => {
                 let ix: Vec<String> = idx.iter().map(|e| format!("[{}]", self.conv.expr(e, &PlainEnv))).collect();
                 Some(to_float(b.dtype.0, &format!("{}{}", b.name.name, ix.concat())))
@@ -227,6 +233,12 @@ impl<'a> Lower<'a> {
     fn for_each_element(&mut self, g: WaveGrid, body: impl FnOnce(&mut Self)) {
         self.line("#pragma unroll");
         self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
+        if g.cols == 0 {
+            // Row statistics: one register per row block.
+            body(self);
+            self.close();
+            return;
+        }
         self.line("#pragma unroll");
         self.open(format!("for (int bj = 0; bj < {}; ++bj)", g.col_blocks()));
         self.line("#pragma unroll");
@@ -359,7 +371,8 @@ impl<'a> Lower<'a> {
                         let g = self.grid(b);
                         let n = self.name(b);
                         let v = from_float(d, &value);
-                        self.for_each_element(g, |l| l.line(format!("{n}[bi][bj][r] = {v};")));
+                        let reg = register(n, g.cols == 0);
+                        self.for_each_element(g, |l| l.line(format!("{reg} = {v};")));
                         self.split.insert(b, if zero { Split::Zero } else { Split::Whole });
                     }
                     Scope::Shared => {
@@ -447,7 +460,8 @@ impl<'a> Lower<'a> {
                 self.hazards.read.extend(then_h.read);
                 self.hazards.written.extend(then_h.written);
             }
-            StmtKind::Assign { .. } | StmtKind::Reduce { .. } => {}
+            StmtKind::Reduce { op, src, dst, clear, .. } => self.reduce(s, *op, src, dst, *clear),
+            StmtKind::Assign { .. } => {}
         }
     }
 
@@ -592,6 +606,44 @@ impl<'a> Lower<'a> {
         }
     }
 
+    /// `reduce_max` / `reduce_sum` along the rows of a fragment: each lane folds its 4
+    /// columns of every block of a row, then the 4 lanes that hold the row (l, l ^ 16,
+    /// l ^ 32, l ^ 48) trade their partial results with two shuffles.
+    fn reduce(&mut self, s: &Stmt, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool) {
+        let (Some(sb), Some(db)) = (self.buffer(src), self.buffer(dst)) else { return };
+        self.whole(sb);
+        let g = self.grid(sb);
+        let (sn, dn) = (self.name(sb), self.name(db));
+        let st = self.c.spec.buffers[sb].dtype.0;
+        let identity = match op {
+            ReduceOp::Max => "-INFINITY",
+            ReduceOp::Sum => "0.f",
+        };
+        let fold = |a: &str, b: &str| match op {
+            ReduceOp::Max => format!("fmaxf({a}, {b})"),
+            ReduceOp::Sum => format!("{a} + {b}"),
+        };
+        self.comment(s, "each lane folds its 4 columns of every block of a row, then the row's 4 lanes trade with shuffles");
+        self.line("#pragma unroll");
+        self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
+        self.line(format!("float part = {identity};"));
+        self.line("#pragma unroll");
+        self.open(format!("for (int bj = 0; bj < {}; ++bj)", g.col_blocks()));
+        self.line("#pragma unroll");
+        self.open("for (int r = 0; r < 4; ++r)");
+        self.line(format!("part = {};", fold("part", &to_float(st, &format!("{sn}[bi][bj][r]")))));
+        self.close();
+        self.close();
+        self.line(format!("part = {};", fold("part", "__shfl_xor(part, 16)")));
+        self.line(format!("part = {};", fold("part", "__shfl_xor(part, 32)")));
+        if clear {
+            self.line(format!("{dn}[bi] = part;"));
+        } else {
+            self.line(format!("{dn}[bi] = {};", fold(&format!("{dn}[bi]"), "part")));
+        }
+        self.close();
+    }
+
     /// A construct the plan let through that the lowering cannot emit: an error, not silence.
     fn unsupported(&mut self, s: &Stmt, what: &str) {
         self.errors.push(Diagnostic::error(s.span, format!("the {} tile lowering has no code for {what}", self.c.plan.target)).unsupported_on_target());
@@ -682,24 +734,20 @@ impl<'a> Lower<'a> {
         self.sync_for(&shared_reads, &[]);
         let (row, col) = self.coords(d);
         // The index variables the body uses.
+        // A fragment's indices are its registers' positions, not uses of the variables.
         let mut used = BTreeSet::new();
-        walk(body, &mut |st| match &st.kind {
-            StmtKind::Assign { value, indices, .. } => {
-                for e in indices.iter().filter(|e| !matches!(e.kind, ExprKind::Name(_))).chain(std::iter::once(value)) {
-                    e.visit(&mut |x| {
-                        if let ExprKind::Name(n) = &x.kind {
-                            used.insert(n.clone());
-                        }
-                        true
-                    });
-                }
-            }
-            StmtKind::If { cond, .. } => cond.visit(&mut |x| {
-                if let ExprKind::Name(n) = &x.kind {
-                    used.insert(n.clone());
-                }
+        let fragment = |n: &Ident| self.buffer(n).is_some_and(|b| self.c.spec.buffers[b].scope.0 == Scope::Fragment);
+        let mut collect = |e: &Expr| e.visit(&mut |x| match &x.kind {
+            ExprKind::Index(n, _) if fragment(n) => false,
+            ExprKind::Name(n) => {
+                used.insert(n.clone());
                 true
-            }),
+            }
+            _ => true,
+        });
+        walk(body, &mut |st| match &st.kind {
+            StmtKind::Assign { value, .. } => collect(value),
+            StmtKind::If { cond, .. } => collect(cond),
             _ => {}
         });
         let names: Vec<String> = vars.iter().map(|v| v.name.clone()).collect();
@@ -726,11 +774,11 @@ impl<'a> Lower<'a> {
             match &st.kind {
                 StmtKind::Assign { target, op, value, .. } => {
                     let Some(b) = self.buffer(target) else { continue };
-                    let env = ParEnv { c: self.c, conv: &self.conv };
+                    let env = ParEnv { c: self.c, plan: self.plan, conv: &self.conv };
                     let v = self.conv.expr(value, &env);
                     let (n, dt) = (self.name(b), self.c.spec.buffers[b].dtype.0);
                     let text = self.c.file.snippet(st.span).trim().to_string();
-                    let reg = format!("{n}[bi][bj][r]");
+                    let reg = register(n, self.plan.fragments.get(&b).is_some_and(|g| g.cols == 0));
                     let line = match (op, dt) {
                         (AssignOp::Set, _) => format!("{reg} = {};", from_float(dt, &v)),
                         (_, DType::F32) => format!("{reg} {} {v};", op.symbol()),
@@ -739,7 +787,7 @@ impl<'a> Lower<'a> {
                     self.line(format!("{line}  // spec {}: {text}", self.c.line(st.span)));
                 }
                 StmtKind::If { cond, then_body, else_body } => {
-                    let env = ParEnv { c: self.c, conv: &self.conv };
+                    let env = ParEnv { c: self.c, plan: self.plan, conv: &self.conv };
                     let cond = self.conv.expr(cond, &env);
                     self.open(format!("if ({cond})"));
                     self.assigns(then_body);
@@ -917,11 +965,18 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
     let fragments: Vec<String> = plan.fragments.iter().flat_map(|(b, g)| {
         let buf = &spec.buffers[*b];
         let n = &buf.name.name;
-        let mut v = vec![
-            format!("// `{n}` (spec {}): [{}, {}] {}, waves {}x{} (rows x columns){}; each holds {}x{} blocks.", c.line(buf.span), g.rows, g.cols, buf.dtype.0, g.wm, g.wn,
-                if g.ks > 1 { format!(" in {} k groups", g.ks) } else { String::new() }, g.row_blocks(), g.col_blocks()),
-            format!("{} {n}[{}][{}];", block_type(buf.dtype.0), g.row_blocks(), g.col_blocks()),
-        ];
+        let mut v = if g.cols == 0 {
+            vec![
+                format!("// `{n}` (spec {}): [{}] {}, row statistics: one value per row block of 16, for the row each lane holds; waves {} along the rows.", c.line(buf.span), g.rows, buf.dtype.0, g.wm),
+                format!("float {n}[{}];", g.row_blocks()),
+            ]
+        } else {
+            vec![
+                format!("// `{n}` (spec {}): [{}, {}] {}, waves {}x{} (rows x columns){}; each holds {}x{} blocks.", c.line(buf.span), g.rows, g.cols, buf.dtype.0, g.wm, g.wn,
+                    if g.ks > 1 { format!(" in {} k groups", g.ks) } else { String::new() }, g.row_blocks(), g.col_blocks()),
+                format!("{} {n}[{}][{}];", block_type(buf.dtype.0), g.row_blocks(), g.col_blocks()),
+            ]
+        };
         let offsets = [
             (format!("{n}_row"), if g.wm == 1 { "0".into() } else { format!("wave % {} * {}", g.wm, g.row_blocks() * BLOCK) }, "the wave's first row"),
             (format!("{n}_col"), match (g.wm, g.wn) {
