@@ -100,16 +100,8 @@ fn emulation_catches_a_row_reduction_that_misses_lanes() {
     let rel = "tests/golden/specs/attention_window_bf16.yaml";
     let text = std::fs::read_to_string(root().join(rel)).unwrap();
     let c = tilegen::compile(SourceFile::new(rel, text), Target::Gfx942).map_err(|_| "compile").unwrap();
-    let dims: std::collections::BTreeMap<String, i64> = [("B", 1), ("S", 70), ("H", 1)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    let mut values = Values(0x2545_f491_4f6c_dd1d);
-    let mut inputs = std::collections::BTreeMap::new();
-    for t in c.spec.tensors.iter().filter(|t| !t.output) {
-        let shape = t.shape.iter().map(|d| d.eval(|n| c.info.const_int(n).or_else(|| dims.get(n).copied())).unwrap() as usize).collect();
-        inputs.insert(t.name.name.clone(), values.array(t.dtype.0, shape));
-    }
-    let mut expected = inputs.clone();
-    let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
-    tilegen::interp::run(&c.spec, &c.info, &line_of, &dims, &mut expected).unwrap();
+    let dims = [("B", 1), ("S", 70), ("H", 1)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let (inputs, expected) = interpreted(&c, &dims, 0x2545_f491_4f6c_dd1d);
     let dir = tempfile::tempdir().unwrap();
     let (c, exe) = build(rel, Target::Gfx942, dir.path(), |s| {
         assert!(s.contains("__shfl_xor(part, 32)"));
@@ -162,6 +154,23 @@ impl Values {
     }
 }
 
+type Arrays = std::collections::BTreeMap<String, tilegen::interp::npy::Array>;
+
+/// Random inputs for a spec at `dims` (from `seed`), and the CPU interpreter's run of the
+/// spec on them (inputs and outputs).
+fn interpreted(c: &tilegen::Compiled, dims: &std::collections::BTreeMap<String, i64>, seed: u64) -> (Arrays, Arrays) {
+    let mut values = Values(seed);
+    let mut inputs = Arrays::new();
+    for t in c.spec.tensors.iter().filter(|t| !t.output) {
+        let shape = t.shape.iter().map(|d| d.eval(|n| c.info.const_int(n).or_else(|| dims.get(n).copied())).unwrap() as usize).collect();
+        inputs.insert(t.name.name.clone(), values.array(t.dtype.0, shape));
+    }
+    let mut expected = inputs.clone();
+    let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
+    tilegen::interp::run(&c.spec, &c.info, &line_of, dims, &mut expected).unwrap();
+    (inputs, expected)
+}
+
 /// Every golden spec the tile lowering takes, at ragged sizes, on random inputs: the emulated
 /// kernel against the CPU interpreter's run of the spec.
 #[test]
@@ -185,16 +194,8 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         let Some((_, dims)) = sizes.iter().find(|(k, _)| *k == stem) else {
             panic!("{rel} takes the tile lowering: give it sizes in this test");
         };
-        let dims: std::collections::BTreeMap<String, i64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        let mut values = Values(0x9e37_79b9_7f4a_7c15);
-        let mut inputs = std::collections::BTreeMap::new();
-        for t in c.spec.tensors.iter().filter(|t| !t.output) {
-            let shape = t.shape.iter().map(|d| d.eval(|n| c.info.const_int(n).or_else(|| dims.get(n).copied())).unwrap() as usize).collect();
-            inputs.insert(t.name.name.clone(), values.array(t.dtype.0, shape));
-        }
-        let mut expected = inputs.clone();
-        let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
-        tilegen::interp::run(&c.spec, &c.info, &line_of, &dims, &mut expected).unwrap();
+        let dims = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let (inputs, expected) = interpreted(&c, &dims, 0x9e37_79b9_7f4a_7c15);
         let dir = tempfile::tempdir().unwrap();
         let (c, exe) = build(&rel, Target::Gfx942, dir.path(), |s| s);
         let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, dir.path()).unwrap();
