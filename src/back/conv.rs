@@ -155,21 +155,8 @@ impl Conv<'_> {
     /// A global element read: zero outside the tensor (the spec's semantics at ragged edges).
     fn tensor_element(&self, t: usize, idx: &[Expr], env: &dyn Env) -> String {
         let tensor = &self.spec.tensors[t];
-        let dims: Vec<String> = tensor.shape.iter().map(Dim::text).collect();
         let ix: Vec<String> = idx.iter().map(|e| self.expr(e, env)).collect();
-        let in_bounds = ix.iter().zip(&dims).map(|(i, d)| format!("{i} < {d}")).collect::<Vec<_>>().join(" && ");
-        let linear = match (ix.len(), tensor.order.0) {
-            (1, _) => ix[0].clone(),
-            (2, Order::RowMajor) => format!("int64_t({}) * {} + {}", ix[0], dims[1], ix[1]),
-            (2, Order::ColMajor) => format!("int64_t({}) * {} + {}", ix[1], dims[0], ix[0]),
-            _ => {
-                let mut lin = format!("int64_t({})", ix[0]);
-                for (i, d) in ix.iter().zip(&dims).skip(1) {
-                    lin = format!("({lin}) * {d} + {i}");
-                }
-                lin
-            }
-        };
+        let (linear, in_bounds) = offset(tensor, &ix);
         let zero = if tensor.dtype.0.is_float() { "0.f" } else { "0" };
         let conv = match (tensor.dtype.0.is_float(), self.hip) {
             (true, true) => "ck::type_convert<float>",
@@ -178,6 +165,26 @@ impl Conv<'_> {
         };
         format!("(({in_bounds}) ? {conv}({}[{linear}]) : {zero})", tensor.name.name)
     }
+}
+
+/// The element offset of `tensor` at the C++ indices `ix` (one per dimension, in its memory
+/// order, 64-bit), and the condition that they are inside it.
+pub fn offset(tensor: &Tensor, ix: &[String]) -> (String, String) {
+    let dims: Vec<String> = tensor.shape.iter().map(Dim::text).collect();
+    let in_bounds = ix.iter().zip(&dims).map(|(i, d)| format!("{i} < {d}")).collect::<Vec<_>>().join(" && ");
+    let linear = match (ix.len(), tensor.order.0) {
+        (1, _) => ix[0].clone(),
+        (2, Order::RowMajor) => format!("int64_t({}) * {} + {}", ix[0], dims[1], ix[1]),
+        (2, Order::ColMajor) => format!("int64_t({}) * {} + {}", ix[1], dims[0], ix[0]),
+        _ => {
+            let mut lin = format!("int64_t({})", ix[0]);
+            for (i, d) in ix.iter().zip(&dims).skip(1) {
+                lin = format!("({lin}) * {d} + {i}");
+            }
+            lin
+        }
+    };
+    (linear, in_bounds)
 }
 
 fn prec(op: BinOp) -> u8 {

@@ -257,21 +257,7 @@ impl<'a> Lower<'a> {
 
     /// The C++ linear offset and bounds condition of tensor `t` at `idx`.
     fn address(&self, t: usize, idx: &[String]) -> (String, String) {
-        let tensor = &self.c.spec.tensors[t];
-        let dims: Vec<String> = tensor.shape.iter().map(Dim::text).collect();
-        let bounds = idx.iter().zip(&dims).map(|(i, d)| format!("{i} < {d}")).collect::<Vec<_>>().join(" && ");
-        let linear = match (idx.len(), tensor.order.0) {
-            (1, _) => idx[0].clone(),
-            (2, Order::ColMajor) => format!("int64_t({}) * {} + ({})", idx[1], dims[0], idx[0]),
-            _ => {
-                let mut lin = format!("int64_t({})", idx[0]);
-                for (i, d) in idx.iter().zip(&dims).skip(1) {
-                    lin = format!("({lin}) * {d} + ({i})");
-                }
-                lin
-            }
-        };
-        (linear, bounds)
+        crate::back::conv::offset(&self.c.spec.tensors[t], idx)
     }
 
     /// Tensor indices of a tile element whose buffer coordinates are `coords`.
@@ -943,18 +929,7 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
             }
         }
     }
-    let mut kernel_params = Vec::new();
-    let mut kernel_args = Vec::new();
-    for t in &spec.tensors {
-        let (n, a) = (&t.name.name, alias(&t.name.name));
-        let cst = if t.output { "" } else { " const" };
-        kernel_params.push(format!("{a}{cst}* __restrict__ {n}"));
-        kernel_args.push(format!("static_cast<{a}{cst}*>({n})"));
-    }
-    for d in &c.info.runtime_dims {
-        kernel_params.push(format!("int {d}"));
-        kernel_args.push(d.clone());
-    }
+    let (kernel_params, kernel_args) = crate::back::sm80::kernel_signature(c);
     let axes = ["x", "y", "z"];
     let block_indices: Vec<(String, String)> = spec.grid.iter().enumerate().map(|(i, g)| (g.var.name.clone(), if g.descending {
         format!("int const {} = gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", g.var.name, d = axes[i])

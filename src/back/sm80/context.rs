@@ -874,7 +874,7 @@ pub(super) fn elements_ctx(c: &Compiled) -> Vec<ElementCtx> {
 }
 
 /// The kernel's parameters (tensors, then runtime sizes) and the launcher's arguments for them.
-pub(super) fn kernel_signature(c: &Compiled) -> (Vec<String>, Vec<String>) {
+pub(crate) fn kernel_signature(c: &Compiled) -> (Vec<String>, Vec<String>) {
     let mut params = Vec::new();
     let mut args = Vec::new();
     for t in &c.spec.tensors {

@@ -9,6 +9,7 @@
 
 mod body;
 mod context;
+pub(crate) use context::kernel_signature;
 mod dequant_gemm;
 
 use super::OutputFile;
