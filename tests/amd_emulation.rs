@@ -178,6 +178,8 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
     let sizes: &[(&str, &[(&str, i64)])] = &[
         ("attention_window_bf16", &[("B", 2), ("S", 100), ("H", 2)]),
         ("gemm_nt_f16", &[("M", 70), ("N", 90), ("K", 100)]),
+        ("gemm_rowmax_f16", &[("M", 70), ("N", 50), ("K", 100)]),
+        ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
         ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
         ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
     ];
@@ -207,5 +209,5 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "gemm_nt_f16", "gemm_serial_masked", "w4_stationary_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "w4_stationary_bf16"]);
 }

@@ -105,22 +105,22 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     for name in ["gemm_bf16.yaml", "flash_attention_fwd_bf16.yaml", "linear_attention_causal_bf16.yaml"] {
         std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs").join(name), specs.join(name)).unwrap();
     }
-    // A spec with row statistics that is not softmax attention has no AMD lowering.
-    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs/gemm_rowmax_f16.yaml"), specs.join("gemm_rowmax_f16.yaml")).unwrap();
+    // A spec with 8-row fragments and over 64 KB of shared tiles has no AMD lowering.
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs/w4_thin_f16.yaml"), specs.join("w4_thin_f16.yaml")).unwrap();
     let (code, text) = tilegen(dir.path(), &["gen"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("note: specs/gemm_rowmax_f16.yaml: skipped for gfx942: the gfx942 target has no lowering for this fused program"), "{text}");
-    assert!(text.contains("attention has three input tensors (Q, K, V) and one output), and tilegen's tile lowering on MFMAs cannot take it"), "{text}");
+    assert!(text.contains("note: specs/w4_thin_f16.yaml: skipped for gfx942: the gfx942 target has no lowering for this fused program"), "{text}");
+    assert!(text.contains("and tilegen's tile lowering on MFMAs cannot take it (2 reasons below)"), "{text}");
     let out = dir.path().join("generated");
     // Attention is recognised and goes to composable_kernel's fused attention on AMD.
     for f in ["sm80/flash_attention_fwd_bf16.cu", "sm90a/flash_attention_fwd_bf16.cu", "gfx942/gemm_bf16.hip", "gfx90a/gemm_bf16.hip", "gfx942/gemm_bf16.h",
               "gfx942/flash_attention_fwd_bf16.hip", "gfx90a/flash_attention_fwd_bf16.h", "sm80/linear_attention_causal_bf16.cu",
-              "gfx942/linear_attention_causal_bf16.hip", "gfx90a/linear_attention_causal_bf16.h", "sm80/gemm_rowmax_f16.cu"] {
+              "gfx942/linear_attention_causal_bf16.hip", "gfx90a/linear_attention_causal_bf16.h", "sm80/w4_thin_f16.cu"] {
         assert!(out.join(f).is_file(), "{f} was not written:\n{text}");
     }
-    assert!(!out.join("gfx942/gemm_rowmax_f16.hip").exists());
+    assert!(!out.join("gfx942/w4_thin_f16.hip").exists());
     // Asked for explicitly, the same pair is an error that says why.
-    let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/gemm_rowmax_f16.yaml"]);
+    let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/w4_thin_f16.yaml"]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("error: the gfx942 target has no lowering for this fused program"), "{text}");
     // AMD files are built with hipcc, not by `tilegen build` (nvcc): a usage error that says so.

@@ -154,9 +154,9 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
             }
             Scope::Fragment if shape.len() == 1 => {
                 // Row statistics: one value per row, held by the lanes that hold the row.
-                if shape[0] % BLOCK != 0 || b.dtype.0 != DType::F32 {
-                    errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds row statistics as f32 per 16-row block: `{}` is {} [{}]", b.name.name, b.dtype.0, shape[0]))
-                        .hint("make it f32 with a multiple of 16 rows").unsupported_on_target());
+                if shape[0] % BLOCK != 0 || !matches!(b.dtype.0, DType::F32 | DType::F16 | DType::BF16) {
+                    errors.push(Diagnostic::error(b.shape_span, format!("the {target} tile lowering holds row statistics per 16-row block, in f32, f16 or bf16: `{}` is {} [{}]", b.name.name, b.dtype.0, shape[0]))
+                        .hint("make it a float type with a multiple of 16 rows").unsupported_on_target());
                     continue;
                 }
                 let g = wave_grid(shape[0], BLOCK, waves);
@@ -213,8 +213,10 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
                 errors.push(Diagnostic::error(s.span, format!("the {target} tile lowering multiplies bf16 or f16 operands of one type on MFMAs: `{}` is {} and `{}` is {}", a.name, ab.dtype.0, b.name, bb.dtype.0)).unsupported_on_target());
                 return;
             };
-            if cb.dtype.0 != DType::F32 || cb.scope.0 != Scope::Fragment {
-                errors.push(Diagnostic::error(c.span, format!("the {target} tile lowering accumulates MFMAs in an f32 fragment; `{}` is a {} {} buffer", c.name, cb.dtype.0, cb.scope.0.name())).unsupported_on_target());
+            // An f16 accumulator is rounded to f16 after each MFMA (16 k values), as the
+            // interpreter does; the MFMA itself adds in f32.
+            if !matches!(cb.dtype.0, DType::F32 | DType::F16) || cb.scope.0 != Scope::Fragment {
+                errors.push(Diagnostic::error(c.span, format!("the {target} tile lowering accumulates MFMAs in an f32 or f16 fragment; `{}` is a {} {} buffer", c.name, cb.dtype.0, cb.scope.0.name())).unsupported_on_target());
                 return;
             }
             if k % BLOCK != 0 {

@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(super) const TEMPLATE: &str = include_str!("../../../templates/ck/tile.hip.tera");
 
 /// Names the tile lowering's code declares (kernel locals and helpers).
-pub(crate) const RESERVED: [&str; 32] = [
+pub(crate) const RESERVED: [&str; 33] = [
     "ck", "kThreads", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
-    "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "Vec", "grid_x", "grid_y", "grid_z",
+    "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "convert4", "Vec", "grid_x", "grid_y", "grid_z",
     "c", "grid", "word_scale", "total", "part",
 ];
 
@@ -600,7 +600,7 @@ impl<'a> Lower<'a> {
         self.whole(sb);
         let g = self.grid(sb);
         let (sn, dn) = (self.name(sb), self.name(db));
-        let st = self.c.spec.buffers[sb].dtype.0;
+        let (st, dt) = (self.c.spec.buffers[sb].dtype.0, self.c.spec.buffers[db].dtype.0);
         let identity = match op {
             ReduceOp::Max => "-INFINITY",
             ReduceOp::Sum => "0.f",
@@ -623,9 +623,9 @@ impl<'a> Lower<'a> {
         self.line(format!("part = {};", fold("part", "__shfl_xor(part, 16)")));
         self.line(format!("part = {};", fold("part", "__shfl_xor(part, 32)")));
         if clear {
-            self.line(format!("{dn}[bi] = part;"));
+            self.line(format!("{dn}[bi] = {};", from_float(dt, "part")));
         } else {
-            self.line(format!("{dn}[bi] = {};", fold(&format!("{dn}[bi]"), "part")));
+            self.line(format!("{dn}[bi] = {};", from_float(dt, &fold(&to_float(dt, &format!("{dn}[bi]")), "part"))));
         }
         self.close();
     }
@@ -684,7 +684,12 @@ impl<'a> Lower<'a> {
         self.line("#pragma unroll");
         self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
         let a_op = if m.a_in_registers { format!("{an}[bi][kk]") } else { "a_rows[bi]".into() };
-        self.line(format!("{cn}[bi][bj] = mfma_16x16x16(b_cols, {a_op}, {cn}[bi][bj]);"));
+        if self.c.spec.buffers[ci].dtype.0 == DType::F16 {
+            // An f16 accumulator: the MFMA adds in f32, and the block rounds to f16 after it.
+            self.line(format!("{cn}[bi][bj] = convert4<ck::half_t>(mfma_16x16x16(b_cols, {a_op}, convert4<float>({cn}[bi][bj])));"));
+        } else {
+            self.line(format!("{cn}[bi][bj] = mfma_16x16x16(b_cols, {a_op}, {cn}[bi][bj]);"));
+        }
         self.close();
         self.close();
         self.close();
@@ -943,7 +948,7 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
         let mut v = if g.cols == 0 {
             vec![
                 format!("// `{n}` (spec {}): [{}] {}, row statistics: one value per row block of 16, for the row each lane holds; waves {} along the rows.", c.line(buf.span), g.rows, buf.dtype.0, g.wm),
-                format!("float {n}[{}];", g.row_blocks()),
+                format!("{} {n}[{}];", element(buf.dtype.0), g.row_blocks()),
             ]
         } else {
             vec![
