@@ -607,19 +607,21 @@ impl Spec {
 
     /// Visits every statement in pre-order.
     pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Stmt)) {
-        fn go<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Stmt)) {
-            for s in stmts {
-                f(s);
-                match &s.kind {
-                    StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => go(body, f),
-                    StmtKind::If { then_body, else_body, .. } => {
-                        go(then_body, f);
-                        go(else_body, f);
-                    }
-                    _ => {}
-                }
+        walk_stmts(&self.body, f);
+    }
+}
+
+/// Visits every statement of `stmts` and of the blocks nested in them, in pre-order.
+pub fn walk_stmts<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Stmt)) {
+    for s in stmts {
+        f(s);
+        match &s.kind {
+            StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => walk_stmts(body, f),
+            StmtKind::If { then_body, else_body, .. } => {
+                walk_stmts(then_body, f);
+                walk_stmts(else_body, f);
             }
+            _ => {}
         }
-        go(&self.body, f);
     }
 }

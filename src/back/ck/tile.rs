@@ -736,7 +736,7 @@ impl<'a> Lower<'a> {
             }
             _ => true,
         });
-        walk(body, &mut |st| match &st.kind {
+        walk_stmts(body, &mut |st| match &st.kind {
             StmtKind::Assign { value, .. } => collect(value),
             StmtKind::If { cond, .. } => collect(cond),
             _ => {}
@@ -806,49 +806,35 @@ fn join(entry: Option<Split>, after: Split) -> Option<Split> {
     }
 }
 
-/// Every statement of `body`, nested ones included.
-fn walk<'s>(body: &'s [Stmt], f: &mut impl FnMut(&'s Stmt)) {
-    for s in body {
-        f(s);
-        match &s.kind {
-            StmtKind::Loop { body, .. } => walk(body, f),
-            StmtKind::If { then_body, else_body, .. } => {
-                walk(then_body, f);
-                walk(else_body, f);
-            }
-            _ => {}
-        }
-    }
-}
-
 /// The shared buffers a body reads and writes (any depth).
 fn shared_accesses(l: &Lower, body: &[Stmt]) -> (Vec<usize>, Vec<usize>) {
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
     let shared = |id: &Ident| l.buffer(id).filter(|b| l.c.spec.buffers[*b].scope.0 == Scope::Shared);
-    walk(body, &mut |s| match &s.kind {
-            StmtKind::Copy { src, dst } => {
-                reads.extend(shared(&src.name));
-                writes.extend(shared(&dst.name));
+    walk_stmts(body, &mut |s| match &s.kind {
+        StmtKind::Copy { src, dst } => {
+            reads.extend(shared(&src.name));
+            writes.extend(shared(&dst.name));
+        }
+        StmtKind::Gemm { a, b, .. } => {
+            reads.extend(shared(a));
+            reads.extend(shared(b));
+        }
+        StmtKind::Dequant { src, dst, scales, .. } => {
+            reads.extend(shared(src));
+            reads.extend(shared(scales));
+            writes.extend(shared(dst));
+        }
+        StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => writes.extend(shared(buf)),
+        StmtKind::Parallel { body, .. } => {
+            for (n, _, _) in crate::layout::mfma::accesses(body) {
+                reads.extend(shared(n));
             }
-            StmtKind::Gemm { a, b, .. } => {
-                reads.extend(shared(a));
-                reads.extend(shared(b));
-            }
-            StmtKind::Dequant { src, dst, scales, .. } => {
-                reads.extend(shared(src));
-                reads.extend(shared(scales));
-                writes.extend(shared(dst));
-            }
-            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => writes.extend(shared(buf)),
-            StmtKind::Parallel { body, .. } => {
-                for (n, _, _) in crate::layout::mfma::accesses(body) {
-                    reads.extend(shared(n));
-                }
-            }
-            _ => {}
-        });
+        }
+        _ => {}
+    });
     (reads, writes)
 }
+
 /// Whether `name` occurs in `text` as a whole C++ identifier.
 fn mentions(text: &str, name: &str) -> bool {
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
