@@ -23,6 +23,11 @@ pub fn explain(c: &Compiled) -> String {
     } else {
         let groups = if plan.mmas.values().any(|m| m.wgmma.is_some()) { format!(", {} warpgroup(s)", spec.threads.0 / 128) } else { String::new() };
         let _ = writeln!(o, "  threads: {} ({} warps{groups}); grid: {grid}", spec.threads.0, spec.threads.0 / 32);
+        if let Some(r) = &plan.raster {
+            let _ = writeln!(o, "  block order: grouped rasterization, {} rows of tiles per group\n    why: {}", r.group, r.why);
+        } else if let Some(why) = &plan.raster_reason {
+            let _ = writeln!(o, "  block order: the hardware's ({why})");
+        }
     }
     let _ = writeln!(o, "  launcher: tilegen_{}({}{}{}Stream_t)", spec.kernel.name,
         spec.tensors.iter().map(|t| format!("{}{}", if t.output { "void* " } else { "const void* " }, t.name.name)).collect::<Vec<_>>().join(", ") + ", ",

@@ -656,3 +656,37 @@ fn sm90a_overlaps_each_tiles_second_gemm_with_the_next_tiles_softmax_or_says_why
     let c = compile_for(without_targets(attention()), Target::Sm90a).unwrap();
     assert!(c.plan.overlap.is_none() && c.plan.overlap_reason.is_none());
 }
+
+#[test]
+fn gemm_blocks_take_tiles_in_groups_of_rows_and_other_grids_keep_the_hardware_order() {
+    let text = spec((128, 128, 32), 4, 128, "row_major", false);
+    let c = compile(text.clone()).unwrap();
+    let r = c.plan.raster.as_ref().expect("a GEMM's grid is rasterized");
+    assert_eq!((r.group_dim, r.walk_dim, r.group), (1, 0, tilegen::layout::RASTER_GROUP), "groups of `by` rows (A's panels)");
+    assert!(r.why.contains("8 panels of `A`"), "{}", r.why);
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("constexpr int kRasterGroup = 8;"), "{cu}");
+    assert!(cu.contains("int const by = group_first + int(block_linear % group_blocks % group_rows);"), "{cu}");
+    assert!(cu.contains("int const bx = int(block_linear % group_blocks / group_rows);"), "{cu}");
+    assert!(!cu.contains("int const bx = blockIdx.x;"), "{cu}");
+    // With the grid's roles swapped (A's tiles step along bx), the groups split bx.
+    let swapped = text
+        .replace("bx: ceildiv(N, block_N)\n  by: ceildiv(M, block_M)", "bx: ceildiv(M, block_M)\n  by: ceildiv(N, block_N)")
+        .replace("A[by*block_M", "A[bx*block_M").replace("bx*block_N], B_s", "by*block_N], B_s")
+        .replace("C[by*block_M, bx*block_N]", "C[bx*block_M, by*block_N]");
+    let c = compile(swapped).unwrap();
+    let r = c.plan.raster.as_ref().expect("still a GEMM's grid");
+    assert_eq!((r.group_dim, r.walk_dim), (0, 1));
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("int const group_rows = min(int(gridDim.x) - group_first, kRasterGroup);"), "{cu}");
+    // An order the spec asks for is kept, and so is a grid that is not a GEMM's two tile dims.
+    let c = compile(text.replace("by: ceildiv(M, block_M)", "by:\n    extent: ceildiv(M, block_M)\n    order: descending")).unwrap();
+    assert!(c.plan.raster.is_none());
+    assert!(c.plan.raster_reason.as_deref().unwrap().contains("`by` runs in descending order"), "{:?}", c.plan.raster_reason);
+    let attention = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_bf16.yaml")).unwrap();
+    let c = compile(attention).unwrap();
+    assert!(c.plan.raster.is_none());
+    assert!(c.plan.raster_reason.as_deref().unwrap().contains("3 dimension(s)"), "{:?}", c.plan.raster_reason);
+}

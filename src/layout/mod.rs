@@ -21,6 +21,7 @@ mod copy;
 mod dequant_gemm;
 mod mma;
 mod pipeline;
+mod raster;
 mod sm90;
 mod overlap;
 mod tma;
@@ -37,6 +38,7 @@ pub use dequant_gemm::{DequantGemmPlan, PaddedLayout};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
+pub use raster::{RasterPlan, RASTER_GROUP};
 pub use tma::{MbarrierRole, Mbarriers, TmaLoad, WarpSpecialization};
 pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
@@ -239,6 +241,11 @@ pub struct Plan {
     /// AMD: the tile lowering on MFMAs, for fused programs that are neither GEMM-shaped
     /// nor softmax attention.
     pub tile: Option<mfma::TilePlan>,
+    /// NVIDIA CuTe lowerings: the blocks take a GEMM's output tiles in groups of rows.
+    pub raster: Option<RasterPlan>,
+    /// Why the blocks keep the hardware's order (`None`: see `raster`, or a lowering that
+    /// does not plan it).
+    pub raster_reason: Option<String>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -289,6 +296,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             dequant_gemm: None,
             dequant_gemm_reason: None,
             tile: None,
+            raster: None,
+            raster_reason: None,
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -394,6 +403,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     if target == Target::Sm90a && cx.errors.is_empty() {
         cx.plan_overlap();
     }
+    // Block order: needs the copy plans (which grid index each operand's tiles step along).
+    cx.rasterization();
     // Budgets need everything above.
     cx.budgets();
     if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) }

@@ -52,6 +52,8 @@ pub struct Context {
     pub kernel_params: Vec<String>,
     pub kernel_args: Vec<String>,
     pub block_indices: Vec<BlockIndexCtx>,
+    /// Grouped rasterization, which replaces `block_indices`.
+    pub raster: Option<RasterCtx>,
     pub global_tensors: Vec<LineCtx>,
     pub shared_tensors: Vec<LineCtx>,
     pub body: Vec<BodyItem>,
@@ -216,6 +218,33 @@ pub struct BlockIndexCtx {
     pub name: String,
     /// The index's value, e.g. `blockIdx.x`, with a trailing comment when it needs one.
     pub value: String,
+}
+
+/// Grouped block rasterization (`crate::layout::RasterPlan`): the two block indices come
+/// from the block's place in the launch grid.
+#[derive(Serialize)]
+pub struct RasterCtx {
+    pub why: String,
+    pub group: i64,
+    /// The block index split into groups of rows, and its launch-grid dimension (`x`, `y`).
+    pub group_var: String,
+    pub group_dim: String,
+    /// The block index walked inside a group, and its launch-grid dimension.
+    pub walk_var: String,
+    pub walk_dim: String,
+}
+
+fn raster_ctx(c: &Compiled) -> Option<RasterCtx> {
+    let r = c.plan.raster.as_ref()?;
+    let dims = ["x", "y", "z"];
+    Some(RasterCtx {
+        why: r.why.clone(),
+        group: r.group,
+        group_var: c.spec.grid[r.group_dim].var.name.clone(),
+        group_dim: dims[r.group_dim].into(),
+        walk_var: c.spec.grid[r.walk_dim].var.name.clone(),
+        walk_dim: dims[r.walk_dim].into(),
+    })
 }
 
 #[derive(Serialize)]
@@ -825,6 +854,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         kernel_params,
         kernel_args,
         block_indices,
+        raster: raster_ctx(c),
         global_tensors,
         shared_tensors,
         body,

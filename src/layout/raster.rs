@@ -1,0 +1,95 @@
+//! Block rasterization: the order in which a GEMM's output tiles are given to blocks.
+//!
+//! Requires the copy plans (which global tile each shared operand is filled from). With the
+//! hardware's order (`bx` fastest) the blocks in flight at once cover one or two rows of
+//! output tiles: between them they read every column panel of B, which for a wide B is far
+//! more than L2 holds, so each panel comes from device memory once per row of tiles.
+//! Grouped rasterization hands out `RASTER_GROUP` rows of tiles at a time, walking down the
+//! columns inside the group: the blocks in flight then read a few panels of each operand,
+//! and those stay in L2 while the group's other blocks read them. Guarantees: the mapping is
+//! a bijection of the launch grid onto the spec's block indices, so the kernel computes
+//! the same tiles, in another order.
+
+use super::{CopyKind, Infer};
+use crate::ast::*;
+
+/// Rows of tiles per group. Measured on the H200 with the sm80 GEMM (128x128 tiles, two
+/// blocks per SM): 8 rows gained 4% at 8192³ and 16% at 4096x28672x8192 and lost nothing at
+/// 4096³, where 16 and 32 rows lost 8% (notes/PERF.md).
+pub const RASTER_GROUP: i64 = 8;
+
+/// Grouped rasterization of a two-dimensional grid.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RasterPlan {
+    /// The grid dimension (0 = x, 1 = y) of the rows of tiles, which the groups split: the
+    /// one the gemm's A operand is indexed by.
+    pub group_dim: usize,
+    /// The other grid dimension, walked inside a group: the one B is indexed by.
+    pub walk_dim: usize,
+    /// Rows of tiles per group.
+    pub group: i64,
+    /// Why.
+    pub why: String,
+}
+
+impl Infer<'_> {
+    /// Plans grouped rasterization where the grid is a GEMM's two tile dimensions, or says
+    /// why the hardware's order stays (`Plan::raster_reason`).
+    pub(super) fn rasterization(&mut self) {
+        match self.raster_fit() {
+            Ok(p) => self.plan.raster = Some(p),
+            Err(why) => self.plan.raster_reason = Some(why),
+        }
+    }
+
+    fn raster_fit(&self) -> Result<RasterPlan, String> {
+        let spec = self.spec;
+        if spec.grid.len() != 2 {
+            return Err(format!("the grid has {} dimension(s); tiles are regrouped only for the two tile dimensions of a GEMM", spec.grid.len()));
+        }
+        if let Some(g) = spec.grid.iter().find(|g| g.descending) {
+            return Err(format!("`{}` runs in descending order, which the spec asked for", g.var.name));
+        }
+        let vars: Vec<&str> = spec.grid.iter().map(|g| g.var.name.as_str()).collect();
+        // The grid variable the global tile of a pipelined copy into `buffer` is indexed by,
+        // if exactly one.
+        // The grid variable the global tile of a pipelined copy into `buffer` is indexed by
+        // (if exactly one), and the tensor it reads.
+        let indexed_by = |buffer: &str, body: &[Stmt]| -> Option<(usize, String)> {
+            body.iter().find_map(|st| {
+                let StmtKind::Copy { dst, .. } = &st.kind else { return None };
+                let cp = self.plan.copies.get(&st.id)?;
+                if dst.name.name != buffer || cp.kind != CopyKind::GlobalToShared {
+                    return None;
+                }
+                let used: Vec<usize> = (0..vars.len()).filter(|&v| cp.tile_coords.iter().any(|e| e.mentions(vars[v]))).collect();
+                let tensor = &spec.tensors[cp.tensor?].name.name;
+                (used.len() == 1).then(|| (used[0], tensor.clone()))
+            })
+        };
+        let mut found = None;
+        spec.walk(&mut |s| {
+            let StmtKind::Loop { kind: LoopKind::Pipelined, body, .. } = &s.kind else { return };
+            for st in body {
+                if let StmtKind::Gemm { a, b, .. } = &st.kind {
+                    if let (Some((va, ta)), Some((vb, tb))) = (indexed_by(&a.name, body), indexed_by(&b.name, body)) {
+                        if va != vb && found.is_none() {
+                            found = Some((va, vb, ta, tb));
+                        }
+                    }
+                }
+            }
+        });
+        let Some((group_dim, walk_dim, a, b)) = found else {
+            return Err("no pipelined gemm reads two shared tiles whose global tiles step along different grid dimensions".into());
+        };
+        let (gv, wv) = (vars[group_dim], vars[walk_dim]);
+        Ok(RasterPlan {
+            group_dim,
+            walk_dim,
+            group: RASTER_GROUP,
+            why: format!(
+                "blocks take the tiles in groups of {RASTER_GROUP} `{gv}` rows, walking `{wv}` inside a group: the blocks in flight at once read {RASTER_GROUP} panels of `{a}` and a few of `{b}`, which stay in L2 for the group's other blocks, instead of every panel of `{b}`"),
+        })
+    }
+}
