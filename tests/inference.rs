@@ -690,3 +690,24 @@ fn gemm_blocks_take_tiles_in_groups_of_rows_and_other_grids_keep_the_hardware_or
     assert!(c.plan.raster.is_none());
     assert!(c.plan.raster_reason.as_deref().unwrap().contains("3 dimension(s)"), "{:?}", c.plan.raster_reason);
 }
+
+#[test]
+fn amd_reports_why_both_lowerings_refuse_a_gemm() {
+    // Column-major A: CK's device GEMM refuses it. 32 threads: half a wave, which the tile
+    // lowering (the fallback for GEMMs CK refuses) refuses too. sm80 takes it.
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_nt_f16.yaml")).unwrap()
+        .replace("threads: 128", "threads: 32")
+        .replace("block_M: 64, block_N: 64, block_K: 64", "block_M: 32, block_N: 32, block_K: 32");
+    assert!(compile(text.clone()).is_ok());
+    let (file, diags) = tilegen::compile(SourceFile::new("t.yaml", text), Target::Gfx942).err().expect("no AMD lowering");
+    let msgs: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(msgs.len(), 3, "{msgs:?}");
+    assert!(msgs[0].starts_with("the gfx942 target has no lowering for this GEMM") && msgs[0].contains("CK refuses (one reason)"), "{msgs:?}");
+    assert!(msgs[1].contains("row-major A and output only"), "CK's reason is kept: {msgs:?}");
+    assert!(msgs[2].contains("32 threads is not a multiple of 64"), "the tile lowering's reason is shown: {msgs:?}");
+    // The thread count is the spec's to change (a `targets:` override), so `tilegen gen`
+    // reports it instead of skipping the spec for gfx942.
+    assert!(diags[0].unsupported && diags[1].unsupported && !diags[2].unsupported);
+    let report = tilegen::diag::render_all(&diags, &file);
+    assert!(report.contains("t.yaml:11:10") && report.contains("t.yaml:4:41"), "{report}");
+}

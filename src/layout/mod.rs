@@ -323,9 +323,22 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             // operators cannot spell, say) takes the tile lowering when that can run it.
             if !cx.errors.is_empty() {
                 let why = format!("GEMM-shaped, but composable_kernel's device GEMM cannot take it: {}", cx.errors.iter().map(|d| d.message.as_str()).collect::<Vec<_>>().join("; "));
-                if tile(&mut cx, why).is_ok() {
-                    cx.errors.clear();
-                    cx.plan.collective = None;
+                match tile(&mut cx, why) {
+                    Ok(()) => {
+                        cx.errors.clear();
+                        cx.plan.collective = None;
+                    }
+                    // Neither lowering takes it: say so first, then why for both.
+                    Err(errors) => {
+                        let ck = std::mem::take(&mut cx.errors);
+                        cx.err(Diagnostic::error(spec.kernel.span, format!(
+                            "the {target} target has no lowering for this GEMM: composable_kernel's device GEMM cannot take it ({}), and neither can tilegen's tile lowering on MFMAs, which takes the GEMMs CK refuses ({})",
+                            reasons(ck.len()), reasons(errors.len())))
+                            .hint(format!("the reasons follow; the spec renders for {target} once either lowering's reasons are gone"))
+                            .unsupported_on_target());
+                        cx.errors.extend(ck);
+                        cx.errors.extend(errors);
+                    }
                 }
             }
         } else {
@@ -338,7 +351,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
                     if let Err(errors) = tile(&mut cx, why.clone()) {
                         cx.err(Diagnostic::error(spec.kernel.span, format!(
                             "the {target} target has no lowering for this fused program: it is {why}, and tilegen's tile lowering on MFMAs cannot take it ({} below)",
-                            if errors.len() == 1 { "one reason".to_string() } else { format!("{} reasons", errors.len()) }))
+                            reasons(errors.len())))
                             .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
                             .unsupported_on_target());
                         cx.errors.extend(errors);
@@ -408,6 +421,11 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     // Budgets need everything above.
     cx.budgets();
     if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) }
+}
+
+/// "one reason" or "N reasons", for diagnostics that announce the ones after them.
+fn reasons(n: usize) -> String {
+    if n == 1 { "one reason".to_string() } else { format!("{n} reasons") }
 }
 
 impl<'a> Infer<'a> {
