@@ -71,12 +71,12 @@ impl Infer<'_> {
         spec.walk(&mut |s| {
             let StmtKind::Loop { kind: LoopKind::Pipelined, body, .. } = &s.kind else { return };
             for st in body {
-                if let StmtKind::Gemm { a, b, .. } = &st.kind {
-                    if let (Some((va, ta)), Some((vb, tb))) = (indexed_by(&a.name, body), indexed_by(&b.name, body)) {
-                        if va != vb && found.is_none() {
-                            found = Some((va, vb, ta, tb));
-                        }
-                    }
+                if let StmtKind::Gemm { a, b, .. } = &st.kind
+                    && let (Some((va, ta)), Some((vb, tb))) = (indexed_by(&a.name, body), indexed_by(&b.name, body))
+                    && va != vb
+                    && found.is_none()
+                {
+                    found = Some((va, vb, ta, tb));
                 }
             }
         });
