@@ -240,16 +240,16 @@ pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str,
         if let ExprKind::Call(f, _) = &x.kind {
             match f.name.as_str() {
                 "exp2" => {
-                    out.insert("fast_exp2", "// 2^x in one MUFU.EX2 (ex2.approx.ftz: relative error below 2^-22, results below\n// 2^-126 flush to zero): the exp2 of softmax, without exp2f's range fix-ups.\nCUTE_DEVICE float fast_exp2(float x) {\n  float y;\n  asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}");
+                    out.insert("fast_exp2", helper!("fast_exp2.cuh"));
                 }
                 "gelu" => {
-                    out.insert("gelu_erf", "// GELU, exact (erf) form: x/2 * (1 + erf(x/sqrt(2))).\nCUTE_DEVICE float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }");
+                    out.insert("gelu_erf", helper!("gelu_erf.cuh"));
                 }
                 "silu" => {
-                    out.insert("silu", "// SiLU: x * sigmoid(x).\nCUTE_DEVICE float silu(float x) { return x / (1.0f + expf(-x)); }");
+                    out.insert("silu", helper!("silu.cuh"));
                 }
                 "sigmoid" => {
-                    out.insert("sigmoid", "// Logistic sigmoid.\nCUTE_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }");
+                    out.insert("sigmoid", helper!("sigmoid.cuh"));
                 }
                 _ => {}
             }

@@ -7,6 +7,27 @@
 //! Each backend builds a flat, serialisable context (names chosen, C++ spellings
 //! computed) and hands it to Tera templates that only print.
 
+/// A C++ helper the generated code may need (a device function or a layout utility), kept
+/// as a plain C++ file under `templates/helpers/` so that it reads (and diffs) as C++; the
+/// text is the file's, without its final newline. Defined before the backend modules, which
+/// see it by textual scope.
+macro_rules! helper {
+    ($file:literal) => {
+        $crate::back::without_final_newline(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/templates/helpers/", $file)))
+    };
+}
+
+/// `text` without one final `\n`: the helper files end in a newline, the emitted blocks do not.
+pub(crate) const fn without_final_newline(text: &'static str) -> &'static str {
+    match text.as_bytes() {
+        [rest @ .., b'\n'] => match std::str::from_utf8(rest) {
+            Ok(t) => t,
+            Err(_) => panic!("a helper file is not UTF-8"),
+        },
+        _ => text,
+    }
+}
+
 pub mod ck;
 pub mod conv;
 pub mod launcher;

@@ -1,16 +1,16 @@
 //! Builds the flat template context for sm80: every name chosen, every C++ spelling made.
 
 use super::body::{self, BodyItem};
+use super::common::*;
+use super::tma::{tma_barriers, tma_contexts, TmaCtx};
 use crate::ast::*;
-use crate::back::conv::{cpp_type, Conv, Env};
+use crate::back::conv::cpp_type;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
-use crate::check::{ConstValue, Symbol};
 use crate::diag::Diagnostic;
-use crate::layout::{CopyKind, FragmentLayout, MbarrierRole, Swizzle};
+use crate::layout::{CopyKind, FragmentLayout, Swizzle};
 use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
-use std::collections::BTreeSet;
 
 #[derive(Serialize)]
 pub struct Context {
@@ -67,20 +67,6 @@ pub struct Context {
 }
 
 #[derive(Serialize)]
-pub struct ConstantCtx {
-    pub cpp_type: String,
-    pub name: String,
-    pub value: String,
-}
-
-#[derive(Serialize)]
-pub struct ElementCtx {
-    pub alias: String,
-    pub cpp_type: String,
-    pub of: String,
-}
-
-#[derive(Serialize)]
 pub struct SmemLayoutCtx {
     pub name: String,
     pub buffer: String,
@@ -99,28 +85,6 @@ pub struct SmemLayoutCtx {
     /// A staged tile that TMA loads write: the extents of one stage (empty otherwise), for
     /// the `...Tile` layout the tensor map's boxes are built from.
     pub tma_tile: String,
-}
-
-/// One global → shared copy lowered to TMA loads: the tensor map is built on the host by
-/// `make_fn` and reaches the kernel as a `__grid_constant__` parameter of type `name`.
-#[derive(Serialize)]
-pub struct TmaCtx {
-    pub line: usize,
-    pub why: String,
-    pub name: String,
-    pub make_fn: String,
-    pub var: String,
-    pub fn_params: String,
-    pub null_args: String,
-    pub args: String,
-    pub tensor_code: String,
-    pub tensor: String,
-    pub tensor_doc: String,
-    pub modes: String,
-    pub modes_doc: String,
-    pub smem_tile: String,
-    pub bytes_name: String,
-    pub elem: String,
 }
 
 #[derive(Serialize)]
@@ -214,200 +178,37 @@ pub struct MemberCtx {
 }
 
 #[derive(Serialize)]
-pub struct BlockIndexCtx {
-    pub name: String,
-    /// The index's value, e.g. `blockIdx.x`, with a trailing comment when it needs one.
-    pub value: String,
-}
-
-/// Grouped block rasterization (`crate::layout::RasterPlan`): the two block indices come
-/// from the block's place in the launch grid.
-#[derive(Serialize)]
-pub struct RasterCtx {
-    pub why: String,
-    pub group: i64,
-    /// The block index split into groups of rows, and its launch-grid dimension (`x`, `y`).
-    pub group_var: String,
-    pub group_dim: String,
-    /// The block index walked inside a group, and its launch-grid dimension.
-    pub walk_var: String,
-    pub walk_dim: String,
-}
-
-fn raster_ctx(c: &Compiled) -> Option<RasterCtx> {
-    let r = c.plan.raster.as_ref()?;
-    let dims = ["x", "y", "z"];
-    Some(RasterCtx {
-        why: r.why.clone(),
-        group: r.group,
-        group_var: c.spec.grid[r.group_dim].var.name.clone(),
-        group_dim: dims[r.group_dim].into(),
-        walk_var: c.spec.grid[r.walk_dim].var.name.clone(),
-        walk_dim: dims[r.walk_dim].into(),
-    })
-}
-
-#[derive(Serialize)]
 pub struct LineCtx {
     pub code: String,
     pub comment: String,
 }
 
-
 /// Unpacks one word of eight 4-bit values into 16-bit floats (dequant_int4).
-const DEQUANT_INT4X8: &str = "\
-// Eight 4-bit values packed in a 32-bit word (value i in bits 4i .. 4i+3) to (value - Zero) *
-// scale in f16 or bf16, as one 16-byte vector. Each value goes into the low mantissa bits of a
-// float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so subtracting that float plus Zero is
-// exact and only the product with the scale rounds, once: no integer-to-float conversions.
-template <int Zero, class T>
-CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
-  static_assert(0 <= Zero && Zero < 16, \"Zero is a stored 4-bit value\");
-  constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
-  constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
-  constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
-  constexpr uint32_t kNegBias = (0x8000u | (kMagic + Zero)) * 0x10001u;  // -(magic + Zero), twice
-  uint32_t const one = kOne * 0x10001u;
-  uint32_t const neg_zero = 0x80008000u;
-  uint32_t const scales = uint32_t(scale.raw()) * 0x10001u;
-  uint32_t const high = packed >> 4;  // byte p holds value 2p + 1 in its low bits
-  uint32_t const mask = 0x000F000Fu;
-  uint32_t const magic = kMagic * 0x10001u;
-  uint4 out;
-  uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
-  CUTE_UNROLL
-  for (int p = 0; p < 4; ++p) {
-    // Byte p of `packed` (value 2p in its low bits) and of `high` (value 2p + 1) into the
-    // two halves; one lop3 keeps those four bits of each and ORs in the magic float.
-    uint32_t const pair = __byte_perm(packed, high, 0x0400u + 0x0101u * p);
-    uint32_t x, v;
-    asm(\"lop3.b32 %0, %1, %2, %3, 0xEA;\" : \"=r\"(x) : \"r\"(pair), \"r\"(mask), \"r\"(magic));  // (a & b) | c
-    if constexpr (kBf16) {
-      asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(x), \"r\"(one), \"r\"(kNegBias));
-      asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(v), \"r\"(scales), \"r\"(neg_zero));
-    } else {
-      asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(x), \"r\"(one), \"r\"(kNegBias));
-      asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(v), \"r\"(scales), \"r\"(neg_zero));
-    }
-    halves[p] = v;
-  }
-  return out;
-}
-";
+const DEQUANT_INT4X8: &str = helper!("dequant_int4x8.cuh");
 
 /// Unpacks one pair of 4-bit values into a pair of 16-bit floats (fused dequant_int4).
-pub(super) const DEQUANT_INT4X2: &str = "\
-// Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - Zero) * scale in f16 or bf16, as one
-// 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
-// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so subtracting that float plus Zero is
-// exact and only the product with the scale (`scales`: the scale in both halves) rounds, once.
-template <int Zero, class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales) {
-  static_assert(0 <= Zero && Zero < 16, \"Zero is a stored 4-bit value\");
-  constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
-  constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
-  constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
-  constexpr uint32_t kNegBias = (0x8000u | (kMagic + Zero)) * 0x10001u;  // -(magic + Zero), twice
-  uint32_t const one = kOne * 0x10001u;
-  uint32_t const neg_zero = 0x80008000u;
-  uint32_t const mask = 0x000F000Fu;
-  uint32_t const magic = kMagic * 0x10001u;
-  // The byte into the low half and the same byte of the word shifted by a nibble into the
-  // high half; one lop3 keeps the four low bits of each and ORs in the magic float.
-  uint32_t const pair = __byte_perm(word, word >> 4, sel);
-  uint32_t x, v;
-  asm(\"lop3.b32 %0, %1, %2, %3, 0xEA;\" : \"=r\"(x) : \"r\"(pair), \"r\"(mask), \"r\"(magic));  // (a & b) | c
-  if constexpr (kBf16) {
-    asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(x), \"r\"(one), \"r\"(kNegBias));
-    asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(v), \"r\"(scales), \"r\"(neg_zero));
-  } else {
-    asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(x), \"r\"(one), \"r\"(kNegBias));
-    asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(v) : \"r\"(v), \"r\"(scales), \"r\"(neg_zero));
-  }
-  return v;
-}
-";
+pub(super) const DEQUANT_INT4X2: &str = helper!("dequant_int4x2.cuh");
 
 /// The (row, col) view of an SM80 m16n8 accumulator, for row statistics.
-const ACC_ROWS_COLS: &str = "\
-// An m16n8 MMA accumulator layout ((2, 2), MMA_M, MMA_N) viewed as (row, col) of the values
-// one thread holds: ((2, MMA_M), (2, MMA_N)). Value mode 1 steps 8 rows, value mode 0 one
-// column; the other three lanes of the thread's quad hold the rest of each row.
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto acc_rows_cols(Layout const& acc) {
-  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
-                     make_layout(get<0, 0>(acc), get<2>(acc)));
-}";
+const ACC_ROWS_COLS: &str = helper!("acc_rows_cols.cuh");
 
 /// The A-operand view of an accumulator, for register-sourced gemms.
-const ACC_AS_OPERAND_A: &str = "\
-// An m16n8 MMA accumulator layout ((2, 2), MMA_M, MMA_N) read as the A operand of an m16n8k16
-// MMA: ((2, 2, 2), MMA_M, MMA_N / 2). The accumulators of two neighbouring n-blocks hold
-// exactly the values one k16 block of A needs in each thread, so no data moves.
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
-  auto n = logical_divide(get<2>(acc), Int<2>{});  // (2, MMA_N / 2)
-  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
-}";
+const ACC_AS_OPERAND_A: &str = helper!("acc_as_operand_a.cuh");
 
 /// The (row, col) view of an SM90 warpgroup MMA accumulator, for row statistics.
-const ACC_ROWS_COLS_GMMA: &str = "\
-// A warpgroup MMA accumulator layout ((2, 2, N/8), MMA_M, MMA_N) viewed as (row, col) of the
-// values one thread holds: ((2, MMA_M), (2, N/8, MMA_N)). Each warp holds 16 rows of every
-// 64-row MMA in the m16n8 pattern: value mode 1 steps 8 rows, value mode 0 one column, mode 2
-// eight columns; the other three lanes of the thread's quad hold the rest of each row.
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto acc_rows_cols(Layout const& acc) {
-  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
-                     make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
-}";
+const ACC_ROWS_COLS_GMMA: &str = helper!("acc_rows_cols_gmma.cuh");
 
 /// The register-A view of a warpgroup MMA accumulator, for register-sourced gemms.
-const ACC_AS_OPERAND_A_GMMA: &str = "\
-// A warpgroup MMA accumulator layout ((2, 2, N/8), MMA_M, 1) read as the register A operand of
-// a 64xNx16 warpgroup MMA: ((2, 2, 2), MMA_M, N/16). Every 16 columns of the accumulator hold
-// exactly the values one k16 block of A needs in each thread, so no data moves.
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
-  static_assert(decltype(size<2>(acc))::value == 1, \"one MMA along N\");
-  auto n = logical_divide(get<0, 2>(acc), Int<2>{});  // (2, N/16)
-  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
-}";
+const ACC_AS_OPERAND_A_GMMA: &str = helper!("acc_as_operand_a_gmma.cuh");
 
 /// A barrier over the consumers only, for warp-specialised kernels.
-const CONSUMER_SYNC: &str = "\
-// A barrier over the consumer warpgroups only (named barrier 1, kThreads threads): the
-// producer warpgroup never reaches the consumers' barriers, so __syncthreads would hang.
-CUTE_DEVICE void consumer_sync() {
-  asm volatile(\"bar.sync 1, %0;\" :: \"n\"(kThreads) : \"memory\");
-}";
+const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
 
 /// The proxy fence between cp.async's shared-memory writes and WGMMA's reads.
-const FENCE_VIEW_ASYNC_SHARED: &str = "\
-// Makes this thread's shared-memory writes (cp.async, zero fills: the generic proxy) visible
-// to the async proxy that warpgroup MMAs read through; a barrier then publishes them.
-CUTE_DEVICE void fence_view_async_shared() {
-  asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
-}";
+const FENCE_VIEW_ASYNC_SHARED: &str = helper!("fence_view_async_shared.cuh");
 
 /// A shared layout with its first two modes swapped, for transposed operand views.
-const SWAP_MN: &str = "\
-// A shared tile's layout with modes 0 and 1 swapped (the stage mode, if any, stays last): the
-// same memory read as a transposed gemm operand. On a swizzled layout the swizzle applies to
-// the offsets, so only the inner layout's modes move.
-template <class Shape, class Stride>
-CUTE_HOST_DEVICE constexpr auto swap_mn(Layout<Shape, Stride> const& l) {
-  if constexpr (rank_v<Layout<Shape, Stride>> == 2) {
-    return select<1, 0>(l);
-  } else {
-    return select<1, 0, 2>(l);
-  }
-}
-template <class A, class O, class B>
-CUTE_HOST_DEVICE constexpr auto swap_mn(ComposedLayout<A, O, B> const& l) {
-  return composition(l.layout_a(), l.offset(), swap_mn(l.layout_b()));
-}";
+const SWAP_MN: &str = helper!("swap_mn.cuh");
 
 /// The suffix of gemm `gemm`'s TiledMma names (`tiled_mma1`, `thr_mma1`): its index among the
 /// gemms, or nothing when there is one.
@@ -431,30 +232,6 @@ pub fn operand_key(c: &Compiled, gemm: StmtId, buf: usize) -> String {
     }
 }
 
-/// Reads that are not allowed outside `parallel` blocks never reach this environment.
-pub struct PlainEnv;
-
-impl Env for PlainEnv {
-    fn buffer_element(&self, _buffer: usize, _idx: &[Expr]) -> Option<String> {
-        None
-    }
-}
-
-/// `Int<expr>` spellings of buffer extents, using the spec's own constant names.
-pub fn static_extents(c: &Compiled, buffer: usize, dims: &[usize]) -> Vec<String> {
-    let conv = Conv { spec: &c.spec, info: &c.info, hip: false };
-    let b = &c.spec.buffers[buffer];
-    dims.iter().map(|d| format!("Int<{}>{{}}", conv.expr(&b.shape[*d], &PlainEnv))).collect()
-}
-
-pub fn element_alias(name: &str) -> String {
-    format!("Element{}", upper_first(name))
-}
-
-
-pub(super) fn swizzle_text(s: Swizzle) -> String {
-    format!("{}, {}, {}", s.bits, s.base, s.shift)
-}
 
 fn atom_text(shape: (i64, i64), first_contiguous: bool) -> (String, String) {
     let shape_s = format!("Int<{}>, Int<{}>", shape.0, shape.1);
@@ -867,89 +644,6 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     })
 }
 
-/// The `-gencode` argument of a CuTe target's build line.
-pub(super) fn gencode(target: crate::target::Target) -> String {
-    match target {
-        crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),
-        crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
-        _ => String::new(),  // AMD targets never reach this backend
-    }
-}
-
-/// The spec's constants as C++ declarations.
-pub(super) fn constants_ctx(c: &Compiled) -> Vec<ConstantCtx> {
-    c.spec.constants.iter().map(|k| {
-        let (cpp_type, value) = match c.info.symbols.get(&k.name.name) {
-            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
-            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", crate::back::conv::float_literal(s)),
-            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
-            _ => ("int", "0".into()),
-        };
-        ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value }
-    }).collect()
-}
-
-/// One element-type alias per tensor and buffer (`ElementA`), each spelled once.
-pub(super) fn elements_ctx(c: &Compiled) -> Vec<ElementCtx> {
-    let mut elements = Vec::new();
-    for t in &c.spec.tensors {
-        elements.push(ElementCtx { alias: element_alias(&t.name.name), cpp_type: cpp_type(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) });
-    }
-    for b in &c.spec.buffers {
-        elements.push(ElementCtx { alias: element_alias(&b.name.name), cpp_type: cpp_type(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) });
-    }
-    let mut seen = BTreeSet::new();
-    elements.retain(|e| seen.insert(e.alias.clone()));
-    elements
-}
-
-/// The kernel's parameters (tensors, then runtime sizes) and the launcher's arguments for them.
-pub(crate) fn kernel_signature(c: &Compiled) -> (Vec<String>, Vec<String>) {
-    let mut params = Vec::new();
-    let mut args = Vec::new();
-    for t in &c.spec.tensors {
-        let (n, alias) = (&t.name.name, element_alias(&t.name.name));
-        let cst = if t.output { "" } else { " const" };
-        params.push(format!("{alias}{cst}* __restrict__ {n}"));
-        args.push(format!("static_cast<{alias}{cst}*>({n})"));
-    }
-    for d in &c.info.runtime_dims {
-        params.push(format!("int {d}"));
-        args.push(d.clone());
-    }
-    (params, args)
-}
-
-/// The spec's block indices as kernel locals.
-pub(super) fn block_indices_ctx(c: &Compiled) -> Vec<BlockIndexCtx> {
-    let grid_dims = ["x", "y", "z"];
-    c.spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx {
-        name: g.var.name.clone(),
-        value: if g.descending {
-            format!("gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", d = grid_dims[i])
-        } else {
-            format!("blockIdx.{};", grid_dims[i])
-        },
-    }).collect()
-}
-
-/// The launch grid: its three extents as C++, the checks against CUDA's limits, and the
-/// extents as the spec wrote them (for the header).
-pub(super) fn grid_ctx(c: &Compiled) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let conv = Conv { spec: &c.spec, info: &c.info, hip: false };
-    let mut grid: Vec<String> = c.spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
-    while grid.len() < 3 {
-        grid.push("1".into());
-    }
-    let limits = vec![
-        "grid_x < 1 || grid_x > 2147483647".to_string(),
-        "grid_y < 1 || grid_y > 65535".to_string(),
-        "grid_z < 1 || grid_z > 65535".to_string(),
-    ];
-    let doc = c.spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect();
-    (grid, limits, doc)
-}
-
 fn ldsm(k_major: bool, which: &str) -> (String, String) {
     if k_major {
         ("SM75_U32x4_LDSM_N".into(), format!("{which} is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction"))
@@ -974,111 +668,4 @@ fn stage_count_text(c: &Compiled, b: usize) -> String {
     let name = &c.spec.buffers[b].name.name;
     let fills = |body: &[Stmt]| body.iter().any(|x| matches!(&x.kind, StmtKind::Copy { dst, .. } if dst.name.name == *name));
     c.spec.pipelined_stages(fills).map(|st| c.file.snippet(st.span).to_string()).unwrap_or_else(|| c.plan.shared[&b].stages.to_string())
-}
-
-/// The "full" mbarrier(s) of a pipeline (named by its loop variable) or of a single TMA
-/// copy (named by its buffer): the tile has landed.
-pub fn full_barrier(name: &str) -> String {
-    format!("smem.full_{name}")
-}
-
-/// The "empty" mbarriers of a warp-specialised pipeline: the consumers released the stage.
-pub fn empty_barrier(name: &str) -> String {
-    format!("smem.empty_{name}")
-}
-
-/// The TMA loads' host-side pieces: one per global → shared copy lowered to TMA.
-fn tma_contexts(c: &Compiled, tensor_codes: &std::collections::BTreeMap<usize, (String, Vec<String>)>) -> Vec<TmaCtx> {
-    let (spec, info, plan) = (&c.spec, &c.info, &c.plan);
-    let mut out = Vec::new();
-    for (&sid, cp) in &plan.copies {
-        let (Some(load), Some(ti)) = (&cp.tma, cp.tensor) else { continue };
-        let Some((code, dims)) = tensor_codes.get(&ti) else { continue };
-        let t = &spec.tensors[ti];
-        let buf = &spec.buffers[cp.buffer];
-        let (n, b) = (&t.name.name, &buf.name.name);
-        // The runtime sizes the tensor's shape names, in the kernel's parameter order.
-        let sizes: Vec<&String> = info.runtime_dims.iter().filter(|d| dims.iter().any(|x| x.split(|ch: char| !(ch.is_alphanumeric() || ch == '_')).any(|w| w == d.as_str()))).collect();
-        let alias = element_alias(n);
-        let mut fn_params = vec![format!("{alias} const* {n}")];
-        fn_params.extend(sizes.iter().map(|d| format!("int {d}")));
-        let mut null_args = vec!["nullptr".to_string()];
-        null_args.extend(sizes.iter().map(|_| "0".to_string()));
-        let mut args = vec![format!("static_cast<{alias} const*>({n})")];
-        args.extend(sizes.iter().map(|d| d.to_string()));
-        let layout = &plan.shared[&cp.buffer];
-        let smem = format!("SmemLayout{}", upper_first(b));
-        out.push(TmaCtx {
-            line: spec.stmt(sid).map(|s| c.line(s.span)).unwrap_or(0),
-            why: cp.why.clone(),
-            name: format!("Tma{}", upper_first(b)),
-            make_fn: format!("make_tma_{b}"),
-            var: format!("tma_{b}"),
-            fn_params: fn_params.join(", "),
-            null_args: null_args.join(", "),
-            args: args.join(", "),
-            tensor_code: code.clone(),
-            tensor: format!("m{n}"),
-            tensor_doc: format!("`{n}` [{}]", dims.join(", ")),
-            modes: load.tensor_modes.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
-            modes_doc: load.tensor_modes.iter().map(|m| dims[*m].clone()).collect::<Vec<_>>().join(", "),
-            smem_tile: if layout.staged { format!("{smem}Tile") } else { smem },
-            bytes_name: format!("kTmaBytes{}", upper_first(b)),
-            elem: element_alias(b),
-        });
-    }
-    out
-}
-
-/// The mbarriers TMA loads complete on: one per stage of each pipeline whose tiles are
-/// TMA loads, one per TMA copy outside pipelines. Returns the shared-storage members and
-/// the lines of their one-thread initialisation.
-fn tma_barriers(c: &Compiled, loads: &[TmaCtx]) -> (Vec<LineCtx>, Vec<String>) {
-    let (spec, plan) = (&c.spec, &c.plan);
-    let mut members = Vec::new();
-    let mut inits = Vec::new();
-    if loads.is_empty() {
-        return (members, inits);
-    }
-    for m in &plan.mbarriers {
-        let Some(s) = spec.stmt(m.owner) else { continue };
-        match &s.kind {
-            StmtKind::Loop { var, stages, .. } => {
-                let stages_text = stages.as_ref().map(|e| c.file.snippet(e.span).to_string()).unwrap_or_else(|| "1".into());
-                if m.role == MbarrierRole::Empty {
-                    members.push(LineCtx {
-                        code: format!("uint64_t empty_{}[{stages_text}];", var.name),
-                        comment: "every consumer thread is done with stage i: the producer may refill it".into(),
-                    });
-                    continue;
-                }
-                let p = &plan.pipelines[&m.owner];
-                let tiles: Vec<String> = p.producers.iter().filter_map(|id| plan.copies.get(id)).map(|cp| format!("`{}`", spec.buffers[cp.buffer].name.name)).collect();
-                members.push(LineCtx {
-                    code: format!("uint64_t full_{}[{stages_text}];", var.name),
-                    comment: format!("pipeline over `{}` (spec {}): stage i's {} tiles have landed", var.name, c.line(s.span), tiles.join(" and ")),
-                });
-                // The stage's "empty" barrier, if any, is initialised in the same loop.
-                let empty = if plan.mbarriers.iter().any(|e| e.owner == m.owner && e.role == MbarrierRole::Empty) {
-                    format!("\n      initialize_barrier({}[stage], kThreads);  // every consumer thread arrives", empty_barrier(&var.name))
-                } else {
-                    String::new()
-                };
-                inits.push(format!("for (int stage = 0; stage < {stages_text}; ++stage) {{\n      initialize_barrier({}[stage], 1);  // one arrival: the issuing thread's{empty}\n    }}", full_barrier(&var.name)));
-            }
-            _ => {
-                let Some(cp) = plan.copies.get(&m.owner) else { continue };
-                let b = &spec.buffers[cp.buffer].name.name;
-                members.push(LineCtx {
-                    code: format!("uint64_t full_{b};"),
-                    comment: format!("`{b}`'s tile has landed (spec {})", c.line(s.span)),
-                });
-                inits.push(format!("initialize_barrier({}, 1);", full_barrier(b)));
-            }
-        }
-    }
-    for l in loads {
-        inits.push(format!("prefetch_tma_descriptor({}.get_tma_descriptor());", l.var));
-    }
-    (members, inits)
 }

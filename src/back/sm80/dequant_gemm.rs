@@ -1,7 +1,8 @@
 //! The template context of the thin-tile 4-bit-weight GEMM ([`DequantGemmPlan`]): the spec's
 //! names, the plan's numbers and layouts, and the comments tying them to spec lines.
 
-use super::context::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, gencode, grid_ctx, kernel_signature, swizzle_text, ConstantCtx, ElementCtx, BlockIndexCtx, PlainEnv, DEQUANT_INT4X2};
+use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, gencode, grid_ctx, kernel_signature, swizzle_text, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
+use super::context::DEQUANT_INT4X2;
 use crate::back::conv::Conv;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::layout::{DequantGemmPlan, PaddedLayout};
@@ -9,29 +10,7 @@ use crate::Compiled;
 use serde::Serialize;
 
 /// 16- and 2-byte loads from shared memory at 32-bit shared addresses.
-const LD_SHARED: &str = "\
-// Loads from shared memory at a 32-bit shared-window address (ld.shared): the addresses below
-// are computed once per thread, so each load is one instruction with a constant offset.
-CUTE_DEVICE uint4 ld_shared_v4(uint32_t addr) {
-  uint4 v;
-  asm volatile(\"ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"r\"(addr));
-  return v;
-}
-CUTE_DEVICE uint32_t ld_shared_u16(uint32_t addr) {
-  uint16_t v;
-  asm volatile(\"ld.shared.u16 %0, [%1];\" : \"=h\"(v) : \"r\"(addr));
-  return v;
-}
-
-// cp.async of 16 or 4 bytes to a 32-bit shared-window address, zero-filled when `valid` is
-// false: CuTe's SM80_CP_ASYNC_CACHEGLOBAL_ZFILL and SM80_CP_ASYNC_CACHEALWAYS_ZFILL, addressed
-// so that each of a thread's shared offsets takes one register.
-CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
-  asm volatile(\"cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\" :: \"r\"(smem), \"l\"(gmem), \"r\"(valid ? 16 : 0));
-}
-CUTE_DEVICE void cp_async_4(uint32_t smem, void const* gmem, bool valid) {
-  asm volatile(\"cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;\" :: \"r\"(smem), \"l\"(gmem), \"r\"(valid ? 4 : 0));
-}";
+const LD_SHARED: &str = helper!("ld_shared_cp_async.cuh");
 
 #[derive(Serialize)]
 pub struct Context {

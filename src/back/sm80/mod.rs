@@ -8,9 +8,11 @@
 //! lower; the text depends only on the spec, its display path and tilegen's version.
 
 mod body;
+mod common;
 mod context;
-pub(crate) use context::kernel_signature;
+pub(crate) use common::kernel_signature;
 mod dequant_gemm;
+mod tma;
 
 use super::OutputFile;
 use crate::diag::Diagnostic;

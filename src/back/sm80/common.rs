@@ -1,0 +1,166 @@
+//! What every sm80-family kernel context shares (the CuTe kernels and the thin-tile dequant
+//! GEMM): spec constants, element aliases, the kernel's signature, its block indices (or
+//! their rasterized decode), the launch grid and the `-gencode` line.
+
+use crate::ast::*;
+use crate::back::conv::{cpp_type, upper_first, Conv, Env};
+use crate::check::{ConstValue, Symbol};
+use crate::layout::Swizzle;
+use crate::Compiled;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+#[derive(Serialize)]
+pub struct ConstantCtx {
+    pub cpp_type: String,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Serialize)]
+pub struct ElementCtx {
+    pub alias: String,
+    pub cpp_type: String,
+    pub of: String,
+}
+
+#[derive(Serialize)]
+pub struct BlockIndexCtx {
+    pub name: String,
+    /// The index's value, e.g. `blockIdx.x`, with a trailing comment when it needs one.
+    pub value: String,
+}
+
+/// Grouped block rasterization (`crate::layout::RasterPlan`): the two block indices come
+/// from the block's place in the launch grid.
+#[derive(Serialize)]
+pub struct RasterCtx {
+    pub why: String,
+    pub group: i64,
+    /// The block index split into groups of rows, and its launch-grid dimension (`x`, `y`).
+    pub group_var: String,
+    pub group_dim: String,
+    /// The block index walked inside a group, and its launch-grid dimension.
+    pub walk_var: String,
+    pub walk_dim: String,
+}
+
+/// Reads that are not allowed outside `parallel` blocks never reach this environment.
+pub struct PlainEnv;
+
+impl Env for PlainEnv {
+    fn buffer_element(&self, _buffer: usize, _idx: &[Expr]) -> Option<String> {
+        None
+    }
+}
+
+/// `Int<expr>` spellings of buffer extents, using the spec's own constant names.
+pub(super) fn static_extents(c: &Compiled, buffer: usize, dims: &[usize]) -> Vec<String> {
+    let conv = Conv { spec: &c.spec, info: &c.info, hip: false };
+    let b = &c.spec.buffers[buffer];
+    dims.iter().map(|d| format!("Int<{}>{{}}", conv.expr(&b.shape[*d], &PlainEnv))).collect()
+}
+
+pub(super) fn element_alias(name: &str) -> String {
+    format!("Element{}", upper_first(name))
+}
+
+pub(super) fn swizzle_text(s: Swizzle) -> String {
+    format!("{}, {}, {}", s.bits, s.base, s.shift)
+}
+
+/// The `-gencode` argument of a CuTe target's build line.
+pub(super) fn gencode(target: crate::target::Target) -> String {
+    match target {
+        crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),
+        crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
+        _ => String::new(),  // AMD targets never reach this backend
+    }
+}
+
+/// The spec's constants as C++ declarations.
+pub(super) fn constants_ctx(c: &Compiled) -> Vec<ConstantCtx> {
+    c.spec.constants.iter().map(|k| {
+        let (cpp_type, value) = match c.info.symbols.get(&k.name.name) {
+            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
+            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", crate::back::conv::float_literal(s)),
+            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
+            _ => ("int", "0".into()),
+        };
+        ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value }
+    }).collect()
+}
+
+/// One element-type alias per tensor and buffer (`ElementA`), each spelled once.
+pub(super) fn elements_ctx(c: &Compiled) -> Vec<ElementCtx> {
+    let mut elements = Vec::new();
+    for t in &c.spec.tensors {
+        elements.push(ElementCtx { alias: element_alias(&t.name.name), cpp_type: cpp_type(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) });
+    }
+    for b in &c.spec.buffers {
+        elements.push(ElementCtx { alias: element_alias(&b.name.name), cpp_type: cpp_type(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) });
+    }
+    let mut seen = BTreeSet::new();
+    elements.retain(|e| seen.insert(e.alias.clone()));
+    elements
+}
+
+/// The kernel's parameters (tensors, then runtime sizes) and the launcher's arguments for them.
+pub(crate) fn kernel_signature(c: &Compiled) -> (Vec<String>, Vec<String>) {
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    for t in &c.spec.tensors {
+        let (n, alias) = (&t.name.name, element_alias(&t.name.name));
+        let cst = if t.output { "" } else { " const" };
+        params.push(format!("{alias}{cst}* __restrict__ {n}"));
+        args.push(format!("static_cast<{alias}{cst}*>({n})"));
+    }
+    for d in &c.info.runtime_dims {
+        params.push(format!("int {d}"));
+        args.push(d.clone());
+    }
+    (params, args)
+}
+
+/// The spec's block indices as kernel locals.
+pub(super) fn block_indices_ctx(c: &Compiled) -> Vec<BlockIndexCtx> {
+    let grid_dims = ["x", "y", "z"];
+    c.spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx {
+        name: g.var.name.clone(),
+        value: if g.descending {
+            format!("gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", d = grid_dims[i])
+        } else {
+            format!("blockIdx.{};", grid_dims[i])
+        },
+    }).collect()
+}
+
+/// The launch grid: its three extents as C++, the checks against CUDA's limits, and the
+/// extents as the spec wrote them (for the header).
+pub(super) fn grid_ctx(c: &Compiled) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let conv = Conv { spec: &c.spec, info: &c.info, hip: false };
+    let mut grid: Vec<String> = c.spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
+    while grid.len() < 3 {
+        grid.push("1".into());
+    }
+    let limits = vec![
+        "grid_x < 1 || grid_x > 2147483647".to_string(),
+        "grid_y < 1 || grid_y > 65535".to_string(),
+        "grid_z < 1 || grid_z > 65535".to_string(),
+    ];
+    let doc = c.spec.grid.iter().map(|g| c.file.snippet(g.extent.span).to_string()).collect();
+    (grid, limits, doc)
+}
+
+pub(super) fn raster_ctx(c: &Compiled) -> Option<RasterCtx> {
+    let r = c.plan.raster.as_ref()?;
+    let dims = ["x", "y", "z"];
+    Some(RasterCtx {
+        why: r.why.clone(),
+        group: r.group,
+        group_var: c.spec.grid[r.group_dim].var.name.clone(),
+        group_dim: dims[r.group_dim].into(),
+        walk_var: c.spec.grid[r.walk_dim].var.name.clone(),
+        walk_dim: dims[r.walk_dim].into(),
+    })
+}
