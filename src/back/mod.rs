@@ -252,6 +252,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn helpers_lose_one_final_newline_only() {
+        assert_eq!(without_final_newline("a\nb\n"), "a\nb");
+        assert_eq!(without_final_newline("a\n\n"), "a\n");
+        assert_eq!(without_final_newline("a"), "a");
+        let fast_exp2 = helper!("fast_exp2.cuh");
+        assert!(fast_exp2.starts_with("// 2^x") && fast_exp2.ends_with('}'), "{fast_exp2}");
+    }
+
+    #[test]
     fn long_comments_wrap_and_code_stays() {
         let long = format!("  // {}", "word ".repeat(40));
         let out = tidy(&format!("{long}\nint x = 1;  // {}\n", "y".repeat(120)));
