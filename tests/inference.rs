@@ -286,7 +286,10 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     assert!(d.guarded && d.per_round.is_none() && d.per_thread == 1);
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
-    assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])") && !cu.contains("dequant_int4x2"));
+    // Whole words: the kernel calls dequant_int4x8, which unpacks its four pairs with
+    // dequant_int4x2; no gemm unpacks its own fragments.
+    assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])"), "{cu}");
+    assert_eq!(cu.matches("dequant_int4x2<").count(), 1, "only inside dequant_int4x8: {cu}");
     assert!(cu.contains("if (r * 4 + wc < 64) {"), "the guard");
 }
 

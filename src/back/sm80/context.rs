@@ -183,7 +183,7 @@ pub struct LineCtx {
     pub comment: String,
 }
 
-/// Unpacks one word of eight 4-bit values into 16-bit floats (dequant_int4).
+/// Unpacks one word of eight 4-bit values into 16-bit floats (dequant_int4), pair by pair.
 const DEQUANT_INT4X8: &str = helper!("dequant_int4x8.cuh");
 
 /// Unpacks one pair of 4-bit values into a pair of 16-bit floats (fused dequant_int4).
@@ -579,11 +579,12 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if wgmma && generic_writes {
         helpers.push(FENCE_VIEW_ASYNC_SHARED.into());
     }
+    // dequant_int4x8 is four calls of dequant_int4x2, which comes first.
+    if !plan.dequants.is_empty() {
+        helpers.push(DEQUANT_INT4X2.into());
+    }
     if plan.dequants.values().any(|d| d.fused_into.is_none()) {
         helpers.push(DEQUANT_INT4X8.into());
-    }
-    if plan.dequants.values().any(|d| d.fused_into.is_some()) {
-        helpers.push(DEQUANT_INT4X2.into());
     }
     if !transposed_views.is_empty() {
         helpers.push(SWAP_MN.into());
