@@ -265,6 +265,16 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "    why: {}", p.why);
     }
 
+    if !plan.unit_scale_skips.is_empty() {
+        let _ = writeln!(o, "\nRow scales a warp may skip");
+        for (id, stats) in &plan.unit_scale_skips {
+            let names = stats.iter().map(|b| format!("`{}`", spec.buffers[*b].name.name)).collect::<Vec<_>>().join(" and ");
+            let _ = writeln!(o, "  {}", heading(*id));
+            let _ = writeln!(o, "    skipped by a warp when every {names} value it holds is 1: the block only multiplies accumulators by row statistics, and x * 1 is x (at least {} values per thread)",
+                crate::layout::UNIT_SCALE_MIN_VALUES);
+        }
+    }
+
     if let Some(w) = &plan.warp_specialization {
         let threads = spec.threads.0;
         let _ = writeln!(o, "\nWarp roles");

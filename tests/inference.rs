@@ -714,3 +714,25 @@ fn amd_reports_why_both_lowerings_refuse_a_gemm() {
     let report = tilegen::diag::render_all(&diags, &file);
     assert!(report.contains("t.yaml:11:10") && report.contains("t.yaml:4:41"), "{report}");
 }
+
+#[test]
+fn warps_skip_row_scales_of_one_on_wide_mma_sync_accumulators_only() {
+    let spec = |name: &str| std::fs::read_to_string(format!("{}/specs/{name}.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let c = compile(spec("flash_attention_fwd_bf16")).unwrap();
+    let (id, stats) = c.plan.unit_scale_skips.iter().next().expect("the rescale of O is skippable");
+    assert_eq!(c.plan.unit_scale_skips.len(), 1, "only the rescale inside the loop, not the final 1/l");
+    assert_eq!(stats.iter().map(|b| c.spec.buffers[*b].name.name.as_str()).collect::<Vec<_>>(), ["alpha"]);
+    let tilegen::ast::StmtKind::Parallel { body, .. } = &c.spec.stmt(*id).unwrap().kind else { panic!("a parallel block") };
+    assert_eq!(c.file.snippet(body[0].span).trim(), "O_f[i, j] *= alpha[i]");
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("scaled |= alpha(r) != 1.0f;") && cu.contains("if (__any_sync(0xffffffffu, scaled)) {"), "{cu}");
+    // Head dim 64: 64 accumulator values per thread, below the threshold.
+    assert!(compile(spec("flash_attention_fwd_d64_bf16")).unwrap().plan.unit_scale_skips.is_empty());
+    // Anything but a plain multiply by a row statistic keeps the block unconditional.
+    let c = compile(spec("flash_attention_fwd_bf16").replace("O_f[i, j] *= alpha[i]", "O_f[i, j] *= alpha[i] * 1.0")).unwrap();
+    assert!(c.plan.unit_scale_skips.is_empty());
+    // Warpgroup MMA accumulators (sm90a) are never written conditionally inside the loop.
+    let c = tilegen::compile(SourceFile::new("t.yaml", spec("flash_attention_fwd_bf16")), Target::Sm90a).unwrap_or_else(|_| panic!("plans"));
+    assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()) && c.plan.unit_scale_skips.is_empty());
+}

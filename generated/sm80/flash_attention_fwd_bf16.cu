@@ -451,14 +451,23 @@ flash_attention_fwd_bf16_kernel(ElementQ const* __restrict__ Q,
 
       // spec 56: parallel(i, j)
       // Element-wise over `O_f` by (row, col) of the values each thread holds, so
-      // that row statistics are read once per row.
+      // that row statistics are read once per row. It only multiplies by row statistics, and x * 1
+      // is x: a warp skips it when every `alpha` value it holds is 1, as an online softmax's
+      // rescale is once the row maxima settle.
       {
-        Tensor O_f_rc = make_tensor(O_f.data(), acc_rows_cols(O_f.layout()));
+        bool scaled = false;
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(O_f_rc); ++r) {
+        for (int r = 0; r < size(alpha); ++r) {
+          scaled |= alpha(r) != 1.0f;
+        }
+        if (__any_sync(0xffffffffu, scaled)) {
+          Tensor O_f_rc = make_tensor(O_f.data(), acc_rows_cols(O_f.layout()));
           CUTE_UNROLL
-          for (int c = 0; c < size<1>(O_f_rc); ++c) {
-            O_f_rc(r, c) *= alpha(r);  // spec 57
+          for (int r = 0; r < size<0>(O_f_rc); ++r) {
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(O_f_rc); ++c) {
+              O_f_rc(r, c) *= alpha(r);  // spec 57
+            }
           }
         }
       }

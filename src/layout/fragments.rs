@@ -7,6 +7,12 @@
 
 use super::*;
 
+/// Accumulator values per thread from which skipping a unit row scale pays. Measured on the
+/// H200 with the sm80 attention kernels (B4 S4096 / B2 S8192, same process as
+/// FlashAttention-2): 128 values (head dim 128) ran 2-4% faster with the skip, 64 values
+/// (head dim 64) 7% slower (notes/PERF.md, session 12).
+pub const UNIT_SCALE_MIN_VALUES: i64 = 128;
+
 impl<'a> Infer<'a> {
     pub(super) fn row_stats(&mut self) {
         for s in self.statements() {
@@ -179,5 +185,50 @@ impl<'a> Infer<'a> {
                 self.plan.fragments.insert(i, FragmentLayout::Striped { per_thread: (elems + threads - 1) / threads });
             }
         }
+    }
+
+    /// Parallel blocks inside loops that only scale accumulators by row statistics
+    /// (`O[i, j] *= alpha[i]`) on the mma.sync path: a warp skips the block when every
+    /// statistic it holds is exactly 1, which changes nothing (x · 1 = x for every float)
+    /// and saves the multiplies of online-softmax rescales once the row maxima settle.
+    /// Warpgroup MMA accumulators are left alone: a conditional write of one inside the
+    /// loop can make ptxas serialise the warpgroup MMAs. So are fragments of fewer than
+    /// [`UNIT_SCALE_MIN_VALUES`] values per thread, where the check and the branch cost
+    /// more than the multiplies they save.
+    pub(super) fn unit_scale_skips(&mut self) {
+        let in_loops = self.statements_in_loops();
+        let mut out = BTreeMap::new();
+        for s in self.statements() {
+            let StmtKind::Parallel { vars, body } = &s.kind else { continue };
+            if !in_loops.contains(&s.id) || body.is_empty() {
+                continue;
+            }
+            let Some(&domain) = self.info.parallel_domains.get(&s.id) else { continue };
+            let Some(FragmentLayout::MmaAccumulator { gemm }) = self.plan.fragments.get(&domain) else { continue };
+            if self.plan.mmas.get(gemm).is_none_or(|m| m.wgmma.is_some()) {
+                continue;
+            }
+            let per_thread = self.shape(domain).iter().product::<i64>() / self.spec.threads.0.max(1);
+            if per_thread < UNIT_SCALE_MIN_VALUES {
+                continue;
+            }
+            let mut scales: Vec<usize> = Vec::new();
+            let all = body.iter().all(|st| {
+                let StmtKind::Assign { target, indices, op: AssignOp::Mul, value } = &st.kind else { return false };
+                let plain = indices.len() == vars.len() && indices.iter().zip(vars).all(|(e, v)| matches!(&e.kind, ExprKind::Name(n) if *n == v.name));
+                let on_domain = self.buffer_index(&target.name).is_some_and(|t| matches!(self.plan.fragments.get(&t), Some(FragmentLayout::MmaAccumulator { .. })));
+                let ExprKind::Index(stat, idx) = &value.kind else { return false };
+                let row = idx.len() == 1 && matches!(&idx[0].kind, ExprKind::Name(n) if *n == vars[0].name);
+                let Some(b) = self.buffer_index(&stat.name).filter(|b| matches!(self.plan.fragments.get(b), Some(FragmentLayout::RowStats { .. }))) else { return false };
+                if !scales.contains(&b) {
+                    scales.push(b);
+                }
+                plain && on_domain && row
+            });
+            if all {
+                out.insert(s.id, scales);
+            }
+        }
+        self.plan.unit_scale_skips = out;
     }
 }

@@ -39,6 +39,7 @@ pub use dequant_gemm::{DequantGemmPlan, PaddedLayout};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
+pub use fragments::UNIT_SCALE_MIN_VALUES;
 pub use raster::{RasterPlan, RASTER_GROUP};
 pub use tma::{MbarrierRole, Mbarriers, TmaLoad, WarpSpecialization};
 pub use sm90::{collect_broadcasts, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
@@ -247,6 +248,9 @@ pub struct Plan {
     /// Why the blocks keep the hardware's order (`None`: see `raster`, or a lowering that
     /// does not plan it).
     pub raster_reason: Option<String>,
+    /// mma.sync path: parallel blocks (in loops) that only scale accumulators by row
+    /// statistics, which a warp skips when every statistic it holds is 1; the statistics.
+    pub unit_scale_skips: BTreeMap<StmtId, Vec<usize>>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -299,6 +303,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             tile: None,
             raster: None,
             raster_reason: None,
+            unit_scale_skips: BTreeMap::new(),
         },
         errors: Vec::new(),
         fixed_at: BTreeMap::new(),
@@ -417,6 +422,9 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     if target == Target::Sm90a && cx.errors.is_empty() {
         cx.plan_overlap();
     }
+    // Row-statistic scales a warp may skip: needs the fragment layouts and, on sm90a, the
+    // warpgroup MMA decision (their accumulators are left alone).
+    cx.unit_scale_skips();
     // Block order: needs the copy plans (which grid index each operand's tiles step along).
     cx.rasterization();
     // Budgets need everything above.

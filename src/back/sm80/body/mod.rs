@@ -43,7 +43,9 @@ pub enum BodyItem {
     /// Element-wise over an accumulator, register by register.
     Parallel { pad: String, line: usize, text: String, thr_mma: String, frag: String, coords: String, shape: String, var_decls: Vec<String>, assigns: Vec<AssignCtx> },
     /// Element-wise over an accumulator that also reads row statistics: (row, col) loops.
-    ParallelRows { pad: String, line: usize, text: String, frag: String, views: Vec<String>, coords: Vec<String>, var_decls: Vec<String>, assigns: Vec<AssignCtx> },
+    /// `unit_scales`: the row statistics a warp checks before running the block (skipped
+    /// when every one it holds is 1: the block only multiplies by them).
+    ParallelRows { pad: String, line: usize, text: String, frag: String, views: Vec<String>, coords: Vec<String>, var_decls: Vec<String>, assigns: Vec<AssignCtx>, unit_scales: Vec<String> },
     /// Element-wise over row statistics.
     ParallelStats { pad: String, line: usize, text: String, frag: String, assigns: Vec<AssignCtx> },
     /// `dequant_int4`: each thread unpacks whole words into 16-byte stores.
@@ -563,7 +565,8 @@ impl Lower<'_> {
             var_decls = vars.iter().enumerate().filter(|(i, _)| used[*i])
                 .map(|(i, v)| format!("int const {} = get<{i}>(tCc{frag}_rc(r, c));", v.name)).collect();
         }
-        self.items.push(BodyItem::ParallelRows { pad: pad(depth), line: c.line(s.span), text: self.text(s), frag, views, coords, var_decls, assigns });
+        let unit_scales = c.plan.unit_scale_skips.get(&s.id).map_or_else(Vec::new, |v| v.iter().map(|b| c.spec.buffers[*b].name.name.clone()).collect());
+        self.items.push(BodyItem::ParallelRows { pad: pad(depth), line: c.line(s.span), text: self.text(s), frag, views, coords, var_decls, assigns, unit_scales });
     }
 
     fn acc_to_shared(&mut self, s: &Stmt, depth: usize) {
