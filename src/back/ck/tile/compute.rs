@@ -190,9 +190,7 @@ impl<'a> Lower<'a> {
                     self.open(format!("if ({cond})"));
                     self.assigns(then_body);
                     if !else_body.is_empty() {
-                        self.depth -= 1;
-                        self.line("} else {");
-                        self.depth += 1;
+                        self.else_branch();
                         self.assigns(else_body);
                     }
                     self.close();

@@ -171,6 +171,13 @@ impl<'a> Lower<'a> {
         self.line("}");
     }
 
+    /// `} else {` between the two branches of an open `if`.
+    fn else_branch(&mut self) {
+        self.depth -= 1;
+        self.line("} else {");
+        self.depth += 1;
+    }
+
     fn comment(&mut self, s: &Stmt, extra: &str) {
         let text = self.c.file.snippet(s.span).lines().next().unwrap_or("").trim().to_string();
         let line = self.c.line(s.span);
@@ -440,9 +447,7 @@ impl<'a> Lower<'a> {
                 self.stmts(then_body);
                 let then_h = std::mem::replace(&mut self.hazards, entry);
                 if !else_body.is_empty() {
-                    self.depth -= 1;
-                    self.line("} else {");
-                    self.depth += 1;
+                    self.else_branch();
                     self.stmts(else_body);
                 }
                 self.close();
