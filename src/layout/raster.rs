@@ -11,7 +11,6 @@
 //! the same tiles, in another order.
 
 use super::{CopyKind, Infer};
-use crate::ast::*;
 
 /// Rows of tiles per group. Measured on the H200 with the sm80 GEMM (128x128 tiles, two
 /// blocks per SM): 8 rows gained 4% at 8192³ and 16% at 4096x28672x8192 and lost nothing at
@@ -51,35 +50,27 @@ impl Infer<'_> {
             return Err(format!("`{}` runs in descending order, which the spec asked for", g.var.name));
         }
         let vars: Vec<&str> = spec.grid.iter().map(|g| g.var.name.as_str()).collect();
-        // The grid variable the global tile of a pipelined copy into `buffer` is indexed by,
-        // if exactly one.
-        // The grid variable the global tile of a pipelined copy into `buffer` is indexed by
-        // (if exactly one), and the tensor it reads.
-        let indexed_by = |buffer: &str, body: &[Stmt]| -> Option<(usize, String)> {
-            body.iter().find_map(|st| {
-                let StmtKind::Copy { dst, .. } = &st.kind else { return None };
-                let cp = self.plan.copies.get(&st.id)?;
-                if dst.name.name != buffer || cp.kind != CopyKind::GlobalToShared {
-                    return None;
-                }
+        // A gemm among a pipelined loop's consumers whose two shared operands are filled by
+        // the loop's producers from global tiles that step along different grid variables.
+        let mut found = None;
+        for p in self.plan.pipelines.values() {
+            // The grid variable the global tile copied into `buffer` steps along (if exactly
+            // one), and the tensor it reads.
+            let along = |buffer: usize| -> Option<(usize, String)> {
+                let cp = p.producers.iter().filter_map(|id| self.plan.copies.get(id))
+                    .find(|cp| cp.buffer == buffer && cp.kind == CopyKind::GlobalToShared)?;
                 let used: Vec<usize> = (0..vars.len()).filter(|&v| cp.tile_coords.iter().any(|e| e.mentions(vars[v]))).collect();
                 let tensor = &spec.tensors[cp.tensor?].name.name;
                 (used.len() == 1).then(|| (used[0], tensor.clone()))
-            })
-        };
-        let mut found = None;
-        spec.walk(&mut |s| {
-            let StmtKind::Loop { kind: LoopKind::Pipelined, body, .. } = &s.kind else { return };
-            for st in body {
-                if let StmtKind::Gemm { a, b, .. } = &st.kind
-                    && let (Some((va, ta)), Some((vb, tb))) = (indexed_by(&a.name, body), indexed_by(&b.name, body))
-                    && va != vb
-                    && found.is_none()
-                {
-                    found = Some((va, vb, ta, tb));
-                }
+            };
+            found = p.consumers.iter().filter_map(|id| self.plan.mmas.get(id)).find_map(|m| match (along(m.a), along(m.b)) {
+                (Some((va, ta)), Some((vb, tb))) if va != vb => Some((va, vb, ta, tb)),
+                _ => None,
+            });
+            if found.is_some() {
+                break;
             }
-        });
+        }
         let Some((group_dim, walk_dim, a, b)) = found else {
             return Err("no pipelined gemm reads two shared tiles whose global tiles step along different grid dimensions".into());
         };

@@ -44,8 +44,9 @@ pub enum BodyItem {
     Parallel { pad: String, line: usize, text: String, thr_mma: String, frag: String, coords: String, shape: String, var_decls: Vec<String>, assigns: Vec<AssignCtx> },
     /// Element-wise over an accumulator that also reads row statistics: (row, col) loops.
     /// `unit_scales`: the row statistics a warp checks before running the block (skipped
-    /// when every one it holds is 1: the block only multiplies by them).
-    ParallelRows { pad: String, line: usize, text: String, frag: String, views: Vec<String>, coords: Vec<String>, var_decls: Vec<String>, assigns: Vec<AssignCtx>, unit_scales: Vec<String> },
+    /// when every one it holds is 1: the block only multiplies by them), `unit_scales_text`
+    /// their names for the comment; `body_pad`: the loops' indent (inside the check if any).
+    ParallelRows { pad: String, body_pad: String, line: usize, text: String, frag: String, views: Vec<String>, coords: Vec<String>, var_decls: Vec<String>, assigns: Vec<AssignCtx>, unit_scales: Vec<String>, unit_scales_text: String },
     /// Element-wise over row statistics.
     ParallelStats { pad: String, line: usize, text: String, frag: String, assigns: Vec<AssignCtx> },
     /// `dequant_int4`: each thread unpacks whole words into 16-byte stores.
@@ -565,8 +566,10 @@ impl Lower<'_> {
             var_decls = vars.iter().enumerate().filter(|(i, _)| used[*i])
                 .map(|(i, v)| format!("int const {} = get<{i}>(tCc{frag}_rc(r, c));", v.name)).collect();
         }
-        let unit_scales = c.plan.unit_scale_skips.get(&s.id).map_or_else(Vec::new, |v| v.iter().map(|b| c.spec.buffers[*b].name.name.clone()).collect());
-        self.items.push(BodyItem::ParallelRows { pad: pad(depth), line: c.line(s.span), text: self.text(s), frag, views, coords, var_decls, assigns, unit_scales });
+        let unit_scales: Vec<String> = c.plan.unit_scale_skips.get(&s.id).map_or_else(Vec::new, |v| v.iter().map(|b| c.spec.buffers[*b].name.name.clone()).collect());
+        let unit_scales_text = unit_scales.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(" and ");
+        let body_pad = pad(depth + usize::from(!unit_scales.is_empty()));
+        self.items.push(BodyItem::ParallelRows { pad: pad(depth), body_pad, line: c.line(s.span), text: self.text(s), frag, views, coords, var_decls, assigns, unit_scales, unit_scales_text });
     }
 
     fn acc_to_shared(&mut self, s: &Stmt, depth: usize) {
