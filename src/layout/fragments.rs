@@ -54,7 +54,7 @@ impl<'a> Infer<'a> {
 
     /// The layout a fragment read (or written) at `idx` inside a parallel block over a
     /// domain with layout `domain` must have, if the read is one the target lowers.
-    pub(super) fn implied_layout(&self, domain: &FragmentLayout, idx_plain: bool, row_only: bool) -> Option<FragmentLayout> {
+    fn implied_layout(&self, domain: &FragmentLayout, idx_plain: bool, row_only: bool) -> Option<FragmentLayout> {
         match domain {
             FragmentLayout::MmaAccumulator { gemm } if row_only => Some(FragmentLayout::RowStats { gemm: *gemm }),
             l if idx_plain => Some(l.clone()),
@@ -62,7 +62,7 @@ impl<'a> Infer<'a> {
         }
     }
 
-    pub(super) fn compatible(&self, want: &FragmentLayout, have: &FragmentLayout) -> bool {
+    fn compatible(&self, want: &FragmentLayout, have: &FragmentLayout) -> bool {
         match (want, have) {
             (FragmentLayout::RowStats { gemm: a }, FragmentLayout::RowStats { gemm: b }) => self.same_rows(*a, *b),
             (FragmentLayout::MmaAccumulator { gemm: a }, FragmentLayout::MmaAccumulator { gemm: b }) => {
@@ -84,7 +84,7 @@ impl<'a> Infer<'a> {
     /// One propagation pass over the parallel blocks; with `report`, reports conflicts and
     /// reads the target cannot lower instead of fixing layouts. Returns whether a layout
     /// was fixed.
-    pub(super) fn propagate(&mut self, blocks: &[&'a Stmt], report: bool) -> bool {
+    fn propagate(&mut self, blocks: &[&'a Stmt], report: bool) -> bool {
         let mut changed = false;
         for s in blocks {
             let StmtKind::Parallel { vars, body } = &s.kind else { continue };

@@ -103,7 +103,7 @@ impl<'a> Lower<'a> {
     }
 
     /// A shared buffer's row pitch in elements.
-    pub(super) fn pitch(&self, b: usize) -> String {
+    fn pitch(&self, b: usize) -> String {
         let shape = &self.c.spec.buffers[b].shape;
         let pad = self.plan.shared[&b].pad;
         format!("{} + {pad}", self.ex(&shape[1]))

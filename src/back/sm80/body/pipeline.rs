@@ -120,7 +120,7 @@ impl Lower<'_> {
     }
 
     /// The fused dequant feeding gemm `gemm`'s B, if any.
-    pub(super) fn packed_b(&self, gemm: StmtId, stage: Option<&str>) -> Option<PackedBCtx> {
+    fn packed_b(&self, gemm: StmtId, stage: Option<&str>) -> Option<PackedBCtx> {
         let c = self.c;
         let (&dq, plan) = c.plan.dequants.iter().find(|(_, d)| d.fused_into == Some(gemm))?;
         let s = c.spec.stmt(dq)?;
