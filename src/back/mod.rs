@@ -51,24 +51,40 @@ pub struct OutputFile {
 pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
 
 /// Names every backend's generated code declares itself (namespaces, types, locals).
-const RESERVED_ALL: [&str; 12] = ["int", "float", "auto", "const", "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a"];
+const RESERVED_ALL: [&str; 18] = [
+    "int", "float", "auto", "const", "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a", "err",
+    "grid", "grid_x", "grid_y", "grid_z", "gelu_erf",
+];
 /// Names the CuTe code (sm80, and sm90a's fused programs) declares or calls.
-const RESERVED_CUTE: [&str; 28] = [
+const RESERVED_CUTE: [&str; 37] = [
     "cute", "cutlass", "Tensor", "Layout", "Shape", "Stride", "Int", "copy", "gemm", "clear", "size", "shape",
-    "smem", "smem_buf", "tiled_mma", "thr_mma", "load_tile", "read_stage", "write_stage", "num_tiles", "k_block", "fast_exp2",
-    "GMMA", "fence_view_async_shared", "warpgroup_arrive", "warpgroup_commit_batch", "warpgroup_wait", "warpgroup_fence_operand",
+    "smem", "smem_buf", "tiled_mma", "thr_mma", "load_tile", "read_stage", "write_stage", "num_tiles", "k_block",
+    "fast_exp2", "GMMA", "fence_view_async_shared", "warpgroup_arrive", "warpgroup_commit_batch", "warpgroup_wait",
+    "warpgroup_fence_operand", "SharedStorage", "stage", "tile", "block_linear", "group_blocks", "group_first",
+    "group_rows", "scaled", "swap_mn",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 43] = [
-    "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage",
-    "kernel", "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_col", "scale_copier",
-    "words_lo", "words_hi", "scale_lo", "scale_hi", "lo", "hi", "x", "d", "mt", "s", "h", "i", "in_k", "k_left", "accum",
-    "Mma", "partials", "SharedStorage",
+const RESERVED_THIN: [&str; 56] = [
+    "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage", "kernel",
+    "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_col", "scale_copier", "words_lo",
+    "words_hi", "scale_lo", "scale_hi", "lo", "hi", "x", "d", "mt", "s", "h", "i", "in_k", "k_left", "accum", "Mma",
+    "partials", "SharedStorage", "cp_async_16", "cp_async_4", "dequant_int4x2", "ld_shared_u16", "ld_shared_v4",
+    "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7",
+];
+/// Names sm90a's fused programs (TMA, WGMMA, warp specialisation) declare besides the CuTe ones.
+const RESERVED_SM90A_FUSED: [&str; 5] = [
+    "phase", "prev_stage", "after_mma", "consumer_sync", "during_mma",
 ];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
-const RESERVED_SM90A: [&str; 9] = ["cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes"];
+const RESERVED_SM90A: [&str; 25] = [
+    "cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes", "Acc",
+    "ClusterShape", "Epilogue", "EpilogueSchedule", "EpilogueTile", "Gemm", "GemmKernel", "KernelSchedule",
+    "LayoutA", "LayoutB", "LayoutC", "LayoutD", "RoundStyle", "TileScheduler", "TileShape", "sm_count",
+];
 /// Names the composable_kernel code declares.
-const RESERVED_CK: [&str; 12] = ["ck", "argument", "acc", "d0", "d1", "d2", "d3", "Row", "Col", "S", "PassThrough", "DeviceGemm"];
+const RESERVED_CK: [&str; 13] = [
+    "ck", "argument", "acc", "d0", "d1", "d2", "d3", "Row", "Col", "S", "PassThrough", "DeviceGemm", "Epilogue",
+];
 /// Names the composable_kernel fused attention code declares.
 const RESERVED_CK_ATTENTION: [&str; 20] = [
     "ck", "argument", "attention", "PassThrough", "Scale", "Seq", "GemmSpecialization", "MaskingSpecialization",
@@ -76,19 +92,47 @@ const RESERVED_CK_ATTENTION: [&str; 20] = [
     "v_lengths", "v_strides", "o_lengths", "o_strides",
 ];
 
-/// Spec names that would collide with names the target's generated C++ declares: one
-/// error each, at the declaration.
-fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
-    let thin: Vec<&str> = if c.plan.dequant_gemm.is_some() { RESERVED_CUTE.iter().chain(&RESERVED_THIN).copied().collect() } else { Vec::new() };
+/// Prefixes the generated code's own names are built from (CUTLASS's `kName` constants aside):
+/// element and layout aliases, tiled MMAs, TMA descriptors, copy atoms and their thread
+/// slices; and the CUDA and HIP runtimes' functions. Followed by an upper-case letter, a
+/// digit, `_` or nothing.
+const RESERVED_TYPE_PREFIXES: [&str; 12] = ["Element", "SmemLayout", "Tiled", "Tma", "S2R", "R2S", "G2S", "S2G", "Collective", "Alignment", "cuda", "hip"];
+/// Prefixes of generated locals and functions, followed by anything.
+const RESERVED_PREFIXES: [&str; 10] = ["s2r_", "r2s_", "g2s_", "s2g_", "tma_", "make_tma_", "thr_mma", "tiled_mma", "tilegen", "__"];
+
+/// Whether `name` follows one of the generated code's naming conventions: `kName`
+/// constants ([`RESERVED_TYPE_PREFIXES`], [`RESERVED_PREFIXES`]).
+fn reserved_by_convention(name: &str) -> bool {
+    let k_constant = name.strip_prefix('k').and_then(|rest| rest.chars().next()).is_some_and(|ch| ch.is_ascii_uppercase());
+    let typed = RESERVED_TYPE_PREFIXES.iter().any(|p| {
+        name.strip_prefix(p).is_some_and(|rest| rest.chars().next().is_none_or(|ch| ch.is_ascii_uppercase() || ch.is_ascii_digit() || ch == '_'))
+    });
+    k_constant || typed || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Whether the C++ that `c`'s target renders for it declares or calls `name` itself (a
+/// local, a type, a helper), so that a spec name spelled so would clash with it or be
+/// shadowed by it. The lists are checked against the rendered bundled specs by
+/// `tests/reserved_names.rs`.
+pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     let extra: &[&str] = match c.plan.target {
-        _ if c.plan.dequant_gemm.is_some() => &thin,
-        Target::Sm80 => &RESERVED_CUTE,
+        _ if c.plan.dequant_gemm.is_some() => &RESERVED_THIN,
+        Target::Sm80 => &[],
         Target::Sm90a if c.plan.collective.is_some() => &RESERVED_SM90A,
-        Target::Sm90a => &RESERVED_CUTE,
+        Target::Sm90a => &RESERVED_SM90A_FUSED,
         Target::Gfx942 | Target::Gfx90a if c.plan.attention.is_some() => &RESERVED_CK_ATTENTION,
         Target::Gfx942 | Target::Gfx90a if c.plan.tile.is_some() => &ck::RESERVED_TILE,
         Target::Gfx942 | Target::Gfx90a => &RESERVED_CK,
     };
+    let cute = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none());
+    // The collective's epilogue visitor tree numbers its nodes and scalars.
+    let evt = c.plan.collective.is_some() && ["Node", "Scalar"].iter().any(|p| name.strip_prefix(p).is_some_and(|n| n.chars().all(|ch| ch.is_ascii_digit())));
+    evt || RESERVED_ALL.contains(&name) || extra.contains(&name) || (cute && RESERVED_CUTE.contains(&name)) || reserved_by_convention(name)
+}
+
+/// Spec names that would collide with names the target's generated C++ declares: one
+/// error each, at the declaration.
+fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     // CuTe code spells every spec name; the library paths (CUTLASS collectives, CK) only the
     // launcher's parameters and the constants.
@@ -106,10 +150,14 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
     names.sort();
     names.dedup();
     for name in names {
-        if RESERVED_ALL.contains(&name.as_str()) || extra.contains(&name.as_str()) {
+        if is_reserved(c, name) {
             let span = decl_span(c, name).unwrap_or(c.spec.kernel.span);
-            errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated {} code", c.plan.target))
-                .hint("rename it in the spec"));
+            let hint = if reserved_by_convention(name) {
+                "rename it in the spec: generated code owns the names of the forms kName, ElementName, SmemLayoutName, TiledName, TmaName, s2r_name and tilegen_name"
+            } else {
+                "rename it in the spec"
+            };
+            errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated {} code", c.plan.target)).hint(hint));
         }
     }
     errors
