@@ -100,8 +100,8 @@ const RESERVED_TYPE_PREFIXES: [&str; 12] = ["Element", "SmemLayout", "Tiled", "T
 /// Prefixes of generated locals and functions, followed by anything.
 const RESERVED_PREFIXES: [&str; 10] = ["s2r_", "r2s_", "g2s_", "s2g_", "tma_", "make_tma_", "thr_mma", "tiled_mma", "tilegen", "__"];
 
-/// Whether `name` follows one of the generated code's naming conventions: `kName`
-/// constants ([`RESERVED_TYPE_PREFIXES`], [`RESERVED_PREFIXES`]).
+/// Whether `name` follows one of the generated code's naming conventions: a CUTLASS-style
+/// `kName` constant, or a prefix of [`RESERVED_TYPE_PREFIXES`] or [`RESERVED_PREFIXES`].
 fn reserved_by_convention(name: &str) -> bool {
     let k_constant = name.strip_prefix('k').and_then(|rest| rest.chars().next()).is_some_and(|ch| ch.is_ascii_uppercase());
     let typed = RESERVED_TYPE_PREFIXES.iter().any(|p| {
