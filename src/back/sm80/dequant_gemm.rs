@@ -47,7 +47,12 @@ pub struct Context {
     pub wq: String,
     pub sc: String,
     pub c: String,
-    /// Row strides (leading dimensions) of Wq, scales and C.
+    /// The GEMM's extents as the spec names them: A's rows, the weight rows, A's columns.
+    pub m_ext: String,
+    pub n_ext: String,
+    pub k_ext: String,
+    /// Row strides (leading dimensions) of A, Wq, scales and C.
+    pub a_ld: String,
     pub wq_ld: String,
     pub sc_ld: String,
     pub c_ld: String,
@@ -174,6 +179,10 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         wq: tname(tw),
         sc: tname(ts),
         c: tname(tc),
+        m_ext: spec.tensors[ta].shape[0].text(),
+        n_ext: spec.tensors[tw].shape[0].text(),
+        k_ext: spec.tensors[ta].shape[1].text(),
+        a_ld: ld(ta),
         wq_ld: ld(tw),
         sc_ld: ld(ts),
         c_ld: ld(tc),
