@@ -104,12 +104,38 @@ pub fn check(spec: &Spec) -> Result<Info, Vec<Diagnostic>> {
     if c.errors.is_empty() { Ok(c.info) } else { Err(c.errors) }
 }
 
+/// C++17 keywords and alternative tokens, C++20's, the standard macros, CUDA's built-in
+/// variables and the C and CUDA types generated code uses: none can be a name in the
+/// generated C++.
+const CPP_WORDS: [&str; 126] = [
+    "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch",
+    "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr",
+    "constinit", "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete",
+    "do", "double", "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for",
+    "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
+    "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register", "reinterpret_cast",
+    "requires", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch",
+    "template", "this", "thread_local", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned",
+    "using", "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq", "NULL", "INFINITY", "NAN", "assert",
+    "INT32_MAX", "INT64_MAX", "UINT32_MAX", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "int8_t",
+    "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t", "uintptr_t",
+    "ptrdiff_t", "dim3", "uint2", "uint4", "int2", "int4", "float2", "float4", "half", "half2", "nv_bfloat16",
+    "nv_bfloat162",
+];
+
+/// Whether the checker refuses `name` for every target: a C++ or CUDA word ([`CPP_WORDS`]),
+/// an intrinsic of the spec language or a dtype name.
+pub fn refused_name(name: &str) -> bool {
+    CPP_WORDS.contains(&name) || crate::check::expr::INTRINSICS.contains(&name) || DType::from_name(name).is_some()
+}
+
 impl Checker<'_> {
     pub fn err(&mut self, d: Diagnostic) {
         self.errors.push(d);
     }
 
     fn declare(&mut self, ident: &Ident, sym: Symbol) {
+        self.not_cpp_word(ident);
         if let Some(first) = self.declared.get(&ident.name) {
             let first = *first;
             self.err(Diagnostic::error(ident.span, format!("`{}` is declared twice", ident.name))
@@ -129,6 +155,8 @@ impl Checker<'_> {
         let spec = self.spec;
         if !crate::front::is_identifier(&spec.kernel.name) {
             self.err(Diagnostic::error(spec.kernel.span, "the kernel name must be a C identifier"));
+        } else {
+            self.not_cpp_word(&spec.kernel);
         }
         for c in &spec.constants {
             let v = match &c.value.kind {
@@ -243,8 +271,20 @@ impl Checker<'_> {
         None
     }
 
+    /// Refuses a name generated C++ cannot spell: a C++ keyword, a standard macro or a CUDA
+    /// built-in variable. Spec names appear in the generated code as written. The name is
+    /// still declared, so that its uses report nothing more.
+    fn not_cpp_word(&mut self, ident: &Ident) {
+        if !CPP_WORDS.contains(&ident.name.as_str()) {
+            return;
+        }
+        self.err(Diagnostic::error(ident.span, format!("`{}` is reserved in C++ or CUDA (a keyword, a standard macro or a built-in variable), and spec names appear in the generated C++ as written", ident.name))
+            .hint("rename it"));
+    }
+
     /// Binds a loop or parallel variable for the duration of a block.
     pub fn bind_var(&mut self, ident: &Ident) -> bool {
+        self.not_cpp_word(ident);
         match self.info.symbols.get(&ident.name) {
             Some(Symbol::Var) if !self.scope_vars.contains(&ident.name) => {}
             Some(Symbol::Var) => {
