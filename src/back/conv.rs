@@ -3,6 +3,13 @@
 use crate::ast::*;
 use crate::check::{ConstValue, Info, Symbol};
 
+/// The C functions and generated helpers the spec's intrinsics render to (`max` on floats is
+/// `fmaxf`, `exp2` is `fast_exp2` or `exp2f`, `gelu` is `gelu_erf`): a spec name spelled so
+/// would hide them.
+pub const MATH_FUNCTIONS: [&str; 13] = [
+    "fminf", "fmaxf", "fabsf", "exp2f", "fast_exp2", "expf", "log2f", "logf", "sqrtf", "rsqrtf", "tanhf", "erff", "gelu_erf",
+];
+
 /// The CUTLASS type for a dtype.
 pub fn cpp_type(d: DType) -> &'static str {
     match d {

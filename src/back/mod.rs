@@ -50,18 +50,23 @@ pub struct OutputFile {
 /// The version of CUTLASS generated code is written against (the pinned wheel).
 pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
 
-/// Names every backend's generated code declares itself (namespaces, types, locals).
-const RESERVED_ALL: [&str; 18] = [
-    "int", "float", "auto", "const", "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a", "err",
-    "grid", "grid_x", "grid_y", "grid_z", "gelu_erf",
+/// Names every backend's generated code declares itself (locals of the launcher, helpers).
+/// C++ keywords and types are the checker's ([`crate::check::refused_name`]).
+const RESERVED_ALL: [&str; 13] = [
+    "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a", "err", "grid", "grid_x", "grid_y",
+    "grid_z",
 ];
 /// Names the CuTe code (sm80, and sm90a's fused programs) declares or calls.
-const RESERVED_CUTE: [&str; 37] = [
+const RESERVED_CUTE: [&str; 65] = [
     "cute", "cutlass", "Tensor", "Layout", "Shape", "Stride", "Int", "copy", "gemm", "clear", "size", "shape",
     "smem", "smem_buf", "tiled_mma", "thr_mma", "load_tile", "read_stage", "write_stage", "num_tiles", "k_block",
-    "fast_exp2", "GMMA", "fence_view_async_shared", "warpgroup_arrive", "warpgroup_commit_batch", "warpgroup_wait",
+    "GMMA", "fence_view_async_shared", "warpgroup_arrive", "warpgroup_commit_batch", "warpgroup_wait",
     "warpgroup_fence_operand", "SharedStorage", "stage", "tile", "block_linear", "group_blocks", "group_first",
-    "group_rows", "scaled", "swap_mn",
+    "group_rows", "scaled", "swap_mn", "Copy_Atom", "MMA_Atom", "Swizzle", "Tile", "UniversalCopy",
+    "cast_smem_ptr_to_uint", "composition", "cp_async_fence", "cp_async_wait", "elem_less", "fill", "get",
+    "local_tile", "make_coord", "make_fragment_like", "make_gmem_ptr", "make_identity_tensor", "make_shape",
+    "make_smem_ptr", "make_stride", "make_tensor", "make_tiled_copy", "make_tiled_copy_A", "make_tiled_copy_B",
+    "make_tiled_copy_C", "partition_fragment_C", "tile_to_shape", "make_tiled_mma", "cosize_v",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
 const RESERVED_THIN: [&str; 56] = [
@@ -71,25 +76,30 @@ const RESERVED_THIN: [&str; 56] = [
     "partials", "SharedStorage", "cp_async_16", "cp_async_4", "dequant_int4x2", "ld_shared_u16", "ld_shared_v4",
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7",
 ];
+/// Names the CuTe lowering of a `dequant_int4` statement declares (its helpers and locals).
+const RESERVED_DEQUANT: [&str; 5] = ["dequant_int4x2", "dequant_int4x8", "packed", "scale", "wc"];
 /// Names sm90a's fused programs (TMA, WGMMA, warp specialisation) declare besides the CuTe ones.
-const RESERVED_SM90A_FUSED: [&str; 5] = [
-    "phase", "prev_stage", "after_mma", "consumer_sync", "during_mma",
+const RESERVED_SM90A_FUSED: [&str; 10] = [
+    "phase", "prev_stage", "after_mma", "consumer_sync", "during_mma", "arrive_barrier", "initialize_barrier",
+    "prefetch_tma_descriptor", "set_barrier_transaction_bytes", "wait_barrier",
 ];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
-const RESERVED_SM90A: [&str; 25] = [
+const RESERVED_SM90A: [&str; 28] = [
     "cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes", "Acc",
     "ClusterShape", "Epilogue", "EpilogueSchedule", "EpilogueTile", "Gemm", "GemmKernel", "KernelSchedule",
-    "LayoutA", "LayoutB", "LayoutC", "LayoutD", "RoundStyle", "TileScheduler", "TileShape", "sm_count",
+    "LayoutA", "LayoutB", "LayoutC", "LayoutD", "RoundStyle", "TileScheduler", "TileShape", "sm_count", "Int",
+    "Shape", "Stride",
 ];
 /// Names the composable_kernel code declares.
-const RESERVED_CK: [&str; 13] = [
+const RESERVED_CK: [&str; 14] = [
     "ck", "argument", "acc", "d0", "d1", "d2", "d3", "Row", "Col", "S", "PassThrough", "DeviceGemm", "Epilogue",
+    "StreamConfig",
 ];
 /// Names the composable_kernel fused attention code declares.
-const RESERVED_CK_ATTENTION: [&str; 20] = [
+const RESERVED_CK_ATTENTION: [&str; 21] = [
     "ck", "argument", "attention", "PassThrough", "Scale", "Seq", "GemmSpecialization", "MaskingSpecialization",
-    "TensorSpecialization", "DeviceAttention", "kSoftmaxScale", "kHeadDim", "q_lengths", "q_strides", "k_lengths", "k_strides",
-    "v_lengths", "v_strides", "o_lengths", "o_strides",
+    "TensorSpecialization", "DeviceAttention", "kSoftmaxScale", "kHeadDim", "q_lengths", "q_strides", "k_lengths",
+    "k_strides", "v_lengths", "v_strides", "o_lengths", "o_strides", "StreamConfig",
 ];
 
 /// Prefixes the generated code's own names are built from (CUTLASS's `kName` constants aside):
@@ -97,17 +107,21 @@ const RESERVED_CK_ATTENTION: [&str; 20] = [
 /// slices; and the CUDA and HIP runtimes' functions. Followed by an upper-case letter, a
 /// digit, `_` or nothing.
 const RESERVED_TYPE_PREFIXES: [&str; 12] = ["Element", "SmemLayout", "Tiled", "Tma", "S2R", "R2S", "G2S", "S2G", "Collective", "Alignment", "cuda", "hip"];
-/// Prefixes of generated locals and functions, followed by anything.
-const RESERVED_PREFIXES: [&str; 10] = ["s2r_", "r2s_", "g2s_", "s2g_", "tma_", "make_tma_", "thr_mma", "tiled_mma", "tilegen", "__"];
+/// Prefixes of generated locals, functions and macros, followed by anything (`_` covers
+/// CuTe's `_` and `_1`, `_16`, ... as well as names C++ keeps for itself).
+const RESERVED_PREFIXES: [&str; 12] = ["s2r_", "r2s_", "g2s_", "s2g_", "tma_", "make_tma_", "thr_mma", "tiled_mma", "tilegen", "_", "CUTE_", "CUTLASS_"];
 
 /// Whether `name` follows one of the generated code's naming conventions: a CUTLASS-style
-/// `kName` constant, or a prefix of [`RESERVED_TYPE_PREFIXES`] or [`RESERVED_PREFIXES`].
+/// `kName` constant, a CuTe atom (`SM80_...`, `Sm90...`), or a prefix of
+/// [`RESERVED_TYPE_PREFIXES`] or [`RESERVED_PREFIXES`].
 fn reserved_by_convention(name: &str) -> bool {
     let k_constant = name.strip_prefix('k').and_then(|rest| rest.chars().next()).is_some_and(|ch| ch.is_ascii_uppercase());
+    // CuTe's MMA and copy atoms and CUTLASS's epilogue operations: SM80_16x8x16_..., Sm90EVT.
+    let atom = ["SM", "Sm"].iter().any(|p| name.strip_prefix(p).and_then(|rest| rest.chars().next()).is_some_and(|ch| ch.is_ascii_digit()));
     let typed = RESERVED_TYPE_PREFIXES.iter().any(|p| {
         name.strip_prefix(p).is_some_and(|rest| rest.chars().next().is_none_or(|ch| ch.is_ascii_uppercase() || ch.is_ascii_digit() || ch == '_'))
     });
-    k_constant || typed || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+    k_constant || atom || typed || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Whether the C++ that `c`'s target renders for it declares or calls `name` itself (a
@@ -127,7 +141,11 @@ pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     let cute = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none());
     // The collective's epilogue visitor tree numbers its nodes and scalars.
     let evt = c.plan.collective.is_some() && ["Node", "Scalar"].iter().any(|p| name.strip_prefix(p).is_some_and(|n| n.chars().all(|ch| ch.is_ascii_digit())));
-    evt || RESERVED_ALL.contains(&name) || extra.contains(&name) || (cute && RESERVED_CUTE.contains(&name)) || reserved_by_convention(name)
+    let mut dequant = false;
+    c.spec.walk(&mut |s| dequant |= matches!(s.kind, crate::ast::StmtKind::Dequant { .. }));
+    let dequant = cute && dequant && RESERVED_DEQUANT.contains(&name);
+    evt || dequant || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || extra.contains(&name)
+        || (cute && RESERVED_CUTE.contains(&name)) || reserved_by_convention(name)
 }
 
 /// Spec names that would collide with names the target's generated C++ declares: one
