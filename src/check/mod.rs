@@ -271,14 +271,14 @@ impl Checker<'_> {
         None
     }
 
-    /// Refuses a name generated C++ cannot spell: a C++ keyword, a standard macro or a CUDA
-    /// built-in variable. Spec names appear in the generated code as written. The name is
-    /// still declared, so that its uses report nothing more.
+    /// Refuses a name generated C++ cannot spell: a C++ keyword, a standard macro, a CUDA
+    /// built-in variable or a C/CUDA type ([`CPP_WORDS`]). Spec names appear in the generated
+    /// code as written. The name is still declared, so that its uses report nothing more.
     fn not_cpp_word(&mut self, ident: &Ident) {
         if !CPP_WORDS.contains(&ident.name.as_str()) {
             return;
         }
-        self.err(Diagnostic::error(ident.span, format!("`{}` is reserved in C++ or CUDA (a keyword, a standard macro or a built-in variable), and spec names appear in the generated C++ as written", ident.name))
+        self.err(Diagnostic::error(ident.span, format!("`{}` is reserved in C++ or CUDA (a keyword, a standard macro, a built-in variable or a type), and spec names appear in the generated C++ as written", ident.name))
             .hint("rename it"));
     }
 
