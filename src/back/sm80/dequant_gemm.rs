@@ -11,6 +11,8 @@ use serde::Serialize;
 
 /// 16- and 2-byte loads from shared memory at 32-bit shared addresses.
 const LD_SHARED: &str = helper!("ld_shared_cp_async.cuh");
+/// sm_80 mbarriers: the pipeline's full and empty stages.
+const MBARRIER: &str = helper!("mbarrier_sm80.cuh");
 
 #[derive(Serialize)]
 pub struct Context {
@@ -153,7 +155,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         },
         gencode: gencode(target),
         threads: spec.threads.0,
-        helpers: vec![DEQUANT_INT4X2.into(), LD_SHARED.into()],
+        helpers: vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into()],
         constants: constants_ctx(c),
         elements: elements_ctx(c),
         block_indices: block_indices_ctx(c),

@@ -75,12 +75,33 @@ CUTE_DEVICE uint32_t ld_shared_u16(uint32_t addr) {
 
 // cp.async of 16 or 4 bytes to a 32-bit shared-window address, zero-filled when `valid` is
 // false: CuTe's SM80_CP_ASYNC_CACHEGLOBAL_ZFILL and SM80_CP_ASYNC_CACHEALWAYS_ZFILL, addressed
-// so that each of a thread's shared offsets takes one register.
+// so that each of a thread's shared offsets takes one register. cp_async_16 bypasses L1 (data
+// read once); cp_async_16_l1 keeps the line in L1 for other blocks on the SM that read it too.
 CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
+CUTE_DEVICE void cp_async_16_l1(uint32_t smem, void const* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
+}
 CUTE_DEVICE void cp_async_4(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 4 : 0));
+}
+
+// Shared-memory mbarriers as sm_80 has them (PTX 7.0): a stage is full once every thread's
+// cp.async copies into it have landed (each thread's cp.async.mbarrier.arrive.noinc arrives
+// when they have), and empty once every thread has arrived after reading it. A wait spins on
+// the phase parity.
+CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+}
+CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
+  asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
+}
+CUTE_DEVICE void mbarrier_arrive_on_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" :: "r"(bar) : "memory");
 }
 
 // Element types.
@@ -135,7 +156,7 @@ using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<(depth / 256)>, Int<stages>>, 
 static_assert(kStageX_t % 128 == 0 && kStageP_t % 128 == 0, "stages are translates of stage 0");
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
-// their place.
+// their place; and each stage's two mbarriers.
 struct SharedStorage {
   union {
     struct {
@@ -145,6 +166,8 @@ struct SharedStorage {
     } mainloop;
     float partials[kKSplit][rows][cols + 4];  // [k share][row of C][column of C], rows padded
   };
+  uint64_t full[stages];   // the stage's copies have landed
+  uint64_t empty[stages];  // every thread has read the stage
 };
 
 constexpr size_t kSmemBytes = sizeof(SharedStorage);
@@ -221,7 +244,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     if (k_left >= depth) {
       CUTE_UNROLL
       for (int i = 0; i < kChunksX; ++i) {
-        cp_async_16(X_dst[i] + stage * kStageX_t * sizeof(ElementX_t), X_src[i], X_in[i]);
+        cp_async_16_l1(X_dst[i] + stage * kStageX_t * sizeof(ElementX_t), X_src[i], X_in[i]);
       }
       CUTE_UNROLL
       for (int i = 0; i < kChunksWp; ++i) {
@@ -234,7 +257,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
       CUTE_UNROLL
       for (int i = 0; i < kChunksX; ++i) {
         bool const in_k = (tid + i * kThreads) % (depth / 8) * 8 < k_left;
-        cp_async_16(X_dst[i] + stage * kStageX_t * sizeof(ElementX_t), X_src[i], X_in[i] && in_k);
+        cp_async_16_l1(X_dst[i] + stage * kStageX_t * sizeof(ElementX_t), X_src[i], X_in[i] && in_k);
       }
       CUTE_UNROLL
       for (int i = 0; i < kChunksWp; ++i) {
@@ -273,6 +296,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int h = 0; h < 2; ++h) {
       Wp_rd[h][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
       Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h, (k0 + s) * 128 / kGroup, 0));
+      asm volatile("" : "+r"(Wp_rd[h][s]), "+r"(Sc_rd[h][s]));  // kept in registers (below)
     }
   }
   uint32_t X_rd[kMTiles][4];  // row 8 mt + g, k + 32t + 8i of step k0 (the other steps: + 128 s)
@@ -281,8 +305,11 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int i = 0; i < 4; ++i) {
       X_rd[mt][i] = cast_smem_ptr_to_uint(&sX_t(8 * mt + g, 128 * k0 + 32 * t + 8 * i, 0));
+      asm volatile("" : "+r"(X_rd[mt][i]));
     }
   }
+  // The empty asm statements make the offsets opaque to ptxas, which would otherwise recompute
+  // the swizzles in every k-tile (about 40 instructions of each warp's 300 at a 16-row tile).
 
   // spec 18: `y`, transposed: Cᵀ tiles of 16 weight rows x 8 rows of `X`, two accumulator chains
   // each (words 0, 2 and 1, 3) so that consecutive MMAs do not wait on each other.
@@ -331,31 +358,49 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   };
 
   // spec 21: pipelined(kt, ceildiv(hidden, depth), stages)
-  // cp.async multistage: stages - 1 k-tiles in flight while one feeds the MMAs.
+  // cp.async multistage on mbarriers: before computing tile j, a thread issues its copies of
+  // tile j + kPrefetch into the stage that held tile j + kPrefetch - stages, once every thread has
+  // read that tile; it then waits for tile j's copies only. With kPrefetch = stages - 2, the stage
+  // refilled was read two tiles ago, so warps do not meet at every tile as they would at a
+  // block barrier, and a warp may run a tile ahead of the slowest.
+  constexpr int kPrefetch = stages > 2 ? stages - 2 : 1;
+  uint32_t const full = cast_smem_ptr_to_uint(&smem.full[0]);
+  uint32_t const empty = cast_smem_ptr_to_uint(&smem.empty[0]);
+  if (tid == 0) {
+    for (int stage = 0; stage < stages; ++stage) {
+      mbarrier_init(full + 8 * stage, kThreads);
+      mbarrier_init(empty + 8 * stage, kThreads);
+    }
+  }
+  __syncthreads();  // the mbarriers are initialised
   int const num_tiles = ((hidden + depth - 1) / depth);
   CUTE_UNROLL
-  for (int stage = 0; stage < stages - 1; ++stage) {
+  for (int stage = 0; stage < kPrefetch; ++stage) {
     if (stage < num_tiles) {
       load_tile(stage);
+      mbarrier_arrive_on_copies(full + 8 * stage);
     }
-    cp_async_fence();  // every stage commits a group, even an empty one: the wait counts stay uniform
   }
   for (int tile = 0; tile < num_tiles; tile += stages) {
     CUTE_UNROLL
     for (int stage = 0; stage < stages; ++stage) {
-      if (tile + stage < num_tiles) {
-        cp_async_wait<stages - 2>();  // tile `tile + stage` has landed for this thread,
-        __syncthreads();                 // for every thread; the stage before it is free again
-        if (tile + stage + stages - 1 < num_tiles) {
-          load_tile((stage + stages - 1) % stages);
+      int const j = tile + stage;
+      if (j < num_tiles) {
+        if (j + kPrefetch < num_tiles) {
+          int const next = j + kPrefetch, next_stage = (stage + kPrefetch) % stages;
+          if (next >= stages) {
+            mbarrier_wait(empty + 8 * next_stage, (next / stages - 1) % 2);  // tile next - stages is read
+          }
+          load_tile(next_stage);
+          mbarrier_arrive_on_copies(full + 8 * next_stage);
         }
-        cp_async_fence();
+        mbarrier_wait(full + 8 * stage, (tile / stages) % 2);  // tile j has landed
         mma_tile(stage);
+        mbarrier_arrive(empty + 8 * stage);
       }
     }
   }
-  cp_async_wait<0>();
-  __syncthreads();  // the stages are free: the partial sums take their place
+  __syncthreads();  // every copy has landed (each tile's was waited for) and every thread is done: the partial sums take the stages' place
 
   // spec 27: copy(y, Y[mb*rows, nb*cols])
   // Each k share's Cᵀ fragment (rows w_row, w_row + 8; columns 8 mt + 2t, +1) into shared memory,
