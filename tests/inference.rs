@@ -218,14 +218,18 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert_eq!((p.a_layout.pad, p.a_layout.swizzle.bits, p.a_layout.swizzle.base, p.a_layout.swizzle.shift), (16, 1, 3, 3));
     assert_eq!((p.w_layout.pad, p.w_layout.swizzle.bits, p.w_layout.swizzle.base, p.w_layout.swizzle.shift), (0, 1, 4, 2));
     assert_eq!((p.a_chunks, p.w_chunks, p.scale_pairs), (4, 2, 64));
-    assert_eq!(c.plan.smem.total, 4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 4 * 2));
+    // Four stages, and a full and an empty mbarrier per stage.
+    assert_eq!(c.plan.smem.total, 4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 4 * 2) + 4 * 16);
     // The general tables stay empty: nothing else plans this program.
     assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty());
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<8, ElementS_s>(lo, 0x0400u, scale_lo)",
                    "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "M <= 8 ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
-                   "(K / 128) % 2 != 0", "smem.partials[wk][row][w_row]"] {
+                   "(K / 128) % 2 != 0", "smem.partials[wk][row][w_row]",
+                   // The mbarrier pipeline: refill two tiles ahead, wait for the tile, release it; A through L1.
+                   "constexpr int kPrefetch = stages > 2 ? stages - 2 : 1;", "mbarrier_arrive_on_copies(full + 8 * next_stage);",
+                   "mbarrier_wait(full + 8 * stage, (tile / stages) % 2);", "mbarrier_arrive(empty + 8 * stage);", "cp_async_16_l1(A_dst[i]"] {
         assert!(cu.contains(needle), "the kernel lacks {needle}");
     }
     // sm90a takes the same lowering (mma.sync), and says why not warpgroup MMAs.

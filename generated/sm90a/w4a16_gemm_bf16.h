@@ -27,7 +27,7 @@ extern "C" {
 //   `Wq`).
 //   scales must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves `scales` in pairs,
 //   4 bytes at a time).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 101376 bytes of dynamic
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 101440 bytes of dynamic
 // shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:

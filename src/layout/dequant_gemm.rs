@@ -356,8 +356,10 @@ impl<'a> Infer<'a> {
     /// checked as for every program.
     pub(super) fn adopt_dequant_gemm(&mut self, p: DequantGemmPlan) {
         let buffers = p.stages as u64 * p.stage_bytes.iter().sum::<u64>();
-        let total = buffers.max(p.partial_bytes);
-        self.plan.smem = super::SmemUse { buffers, staging: p.partial_bytes, staging_reuses_buffers: true, barriers: 0, total, budget: self.target.smem_budget() };
+        // A full and an empty mbarrier (8 bytes each) per stage, beside the stages.
+        let barriers = 16 * p.stages as u64;
+        let total = buffers.max(p.partial_bytes) + barriers;
+        self.plan.smem = super::SmemUse { buffers, staging: p.partial_bytes, staging_reuses_buffers: true, barriers, total, budget: self.target.smem_budget() };
         if total > self.target.smem_budget() {
             let span = match self.spec.stmt(p.pipeline).map(|s| &s.kind) {
                 Some(StmtKind::Loop { stages: Some(st), .. }) => st.span,

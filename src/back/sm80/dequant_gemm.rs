@@ -150,8 +150,8 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         header: header(c),
         launcher_ctx: launcher(c),
         target_banner: match target {
-            crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
-            _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
+            crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
+            _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
         gencode: gencode(target),
         threads: spec.threads.0,

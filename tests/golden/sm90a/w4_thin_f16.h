@@ -28,7 +28,7 @@ extern "C" {
 //   `Wp`).
 //   Sc must be 4-byte aligned and (hidden / 256) a multiple of 2 (cp.async moves `Sc` in pairs, 4
 //   bytes at a time).
-// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, 75264 bytes of
+// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, 75312 bytes of
 // dynamic shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
