@@ -449,8 +449,7 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         let _ = writeln!(o, "  {}: {per}", heading(id));
     }
     let _ = writeln!(o, "\nPipeline");
-    let ahead = if p.stages > 2 { p.stages - 2 } else { 1 };
-    let _ = writeln!(o, "  {}: cp.async multistage on mbarriers, {} stages: each stage has a full mbarrier (every thread's copies landed) and an empty one (every thread read it); before computing a k-tile a thread issues the copies of the tile {ahead} ahead, into the stage read {} tile(s) before, so warps need not meet at every tile; the ring unrolled so that stage offsets are constants", heading(p.pipeline), p.stages, p.stages - ahead);
+    let _ = writeln!(o, "  {}: cp.async multistage on mbarriers, {} stages: each stage has a full mbarrier (every thread's copies landed) and an empty one (every thread read it); before computing a k-tile a thread issues the copies of the tile {} ahead, into the stage read {} tile(s) before, so warps need not meet at every tile; the ring unrolled so that stage offsets are constants", heading(p.pipeline), p.stages, p.prefetch, p.stages - p.prefetch);
     let _ = writeln!(o, "\nResources");
     let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {} + {}, and {} bytes of mbarriers) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.stage_bytes[2], c.plan.smem.barriers, c.plan.smem.budget);
     let _ = writeln!(o, "  registers: about {} per thread (estimate)", c.plan.regs_per_thread);

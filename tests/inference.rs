@@ -228,7 +228,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
                    "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "M <= 8 ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
                    "(K / 128) % 2 != 0", "smem.partials[wk][row][w_row]",
                    // The mbarrier pipeline: refill two tiles ahead, wait for the tile, release it; A through L1.
-                   "constexpr int kPrefetch = stages > 2 ? stages - 2 : 1;", "mbarrier_arrive_on_copies(full + 8 * next_stage);",
+                   "constexpr int kPrefetch = 2;", "mbarrier_arrive_on_copies(full + 8 * next_stage);",
                    "mbarrier_wait(full + 8 * stage, (tile / stages) % 2);", "mbarrier_arrive(empty + 8 * stage);", "cp_async_16_l1(A_dst[i]"] {
         assert!(cu.contains(needle), "the kernel lacks {needle}");
     }

@@ -104,7 +104,7 @@ fn used_in(t: &[String]) -> BTreeSet<String> {
 /// (constants, aliases, helper and type names) and anywhere in the kernel and the launcher
 /// (parameters, locals, lambdas), which use spec names. A helper's parameters and locals
 /// and a struct's members live in scopes no spec name reaches, so only their names count.
-fn declared(text: &str) -> BTreeSet<String> {
+fn reachable_names(text: &str) -> BTreeSet<String> {
     let t = tokens(text);
     let mut names = BTreeSet::new();
     let mut i = 0;
@@ -263,7 +263,7 @@ fn every_name_the_generated_code_declares_is_reserved() {
             let files = tilegen::back::render(&marked).unwrap_or_else(|e| panic!("{shown} marked ({target}): {e:?}"));
             paths += 1;
             for f in files {
-                for name in declared(&f.contents) {
+                for name in reachable_names(&f.contents) {
                     if !name.contains(MARK) && !tilegen::check::refused_name(&name) && !ATTRIBUTES.contains(&name.as_str()) && !SELF_CONTAINED.contains(&name.as_str()) && !tilegen::back::is_reserved(&marked, &name) {
                         missing.push(format!("{target} {} declares `{name}`", f.name.replace(MARK, "")));
                     }
@@ -283,7 +283,7 @@ fn the_scanner_finds_declarations() {
         template <class T> CUTE_DEVICE T helper(T a) { int local = 1; return a; }\n\
         __global__ void kern(int p) {\nint const tid = threadIdx.x;\nauto load = [&](int stage) {};\nfloat accum[2][4];\nfoo(x); thr.slice(tid); cute::copy(x); // int hidden = 1;\n}\n}\n\
         extern \"C\" int launch(int q) { int const grid_x = 1; return 0; }";
-    let found = declared(code);
+    let found = reachable_names(code);
     // Declared at namespace scope or in the kernel and launcher, or used there unqualified.
     for name in ["ns", "kX", "Mma", "X", "Storage", "helper", "kern", "p", "tid", "load", "stage", "accum", "foo", "x", "launch", "q", "grid_x"] {
         assert!(found.contains(name), "{name} in {found:?}");

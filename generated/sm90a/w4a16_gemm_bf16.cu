@@ -361,10 +361,10 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // spec 24: pipelined(k, ceildiv(K, block_K), stages)
   // cp.async multistage on mbarriers: before computing tile j, a thread issues its copies of
   // tile j + kPrefetch into the stage that held tile j + kPrefetch - stages, once every thread has
-  // read that tile; it then waits for tile j's copies only. With kPrefetch = stages - 2, the stage
-  // refilled was read two tiles ago, so warps do not meet at every tile as they would at a
-  // block barrier, and a warp may run a tile ahead of the slowest.
-  constexpr int kPrefetch = stages > 2 ? stages - 2 : 1;
+  // read that tile; it then waits for tile j's copies only. The stage refilled was read
+  // stages - kPrefetch tiles ago, so warps do not meet at every tile as they would at a block
+  // barrier, and a warp may run ahead of the slowest.
+  constexpr int kPrefetch = 2;
   uint32_t const full = cast_smem_ptr_to_uint(&smem.full[0]);
   uint32_t const empty = cast_smem_ptr_to_uint(&smem.empty[0]);
   if (tid == 0) {

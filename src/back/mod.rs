@@ -142,9 +142,7 @@ pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     let cute = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none());
     // The collective's epilogue visitor tree numbers its nodes and scalars.
     let evt = c.plan.collective.is_some() && ["Node", "Scalar"].iter().any(|p| name.strip_prefix(p).is_some_and(|n| n.chars().all(|ch| ch.is_ascii_digit())));
-    let mut dequant = false;
-    c.spec.walk(&mut |s| dequant |= matches!(s.kind, crate::ast::StmtKind::Dequant { .. }));
-    let dequant = cute && dequant && RESERVED_DEQUANT.contains(&name);
+    let dequant = cute && !c.plan.dequants.is_empty() && RESERVED_DEQUANT.contains(&name);
     evt || dequant || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || extra.contains(&name)
         || (cute && RESERVED_CUTE.contains(&name)) || reserved_by_convention(name)
 }
@@ -155,11 +153,11 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     // CuTe code spells every spec name; the library paths (CUTLASS collectives, CK) only the
     // launcher's parameters and the constants.
-    let cute = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none()) || c.plan.tile.is_some();
+    let spells_all = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none()) || c.plan.tile.is_some();
     let mut names: Vec<&String> = c.info.symbols.iter()
-        .filter(|(_, sym)| cute || matches!(sym, crate::check::Symbol::Tensor(_) | crate::check::Symbol::RuntimeDim | crate::check::Symbol::Constant(_)))
+        .filter(|(_, sym)| spells_all || matches!(sym, crate::check::Symbol::Tensor(_) | crate::check::Symbol::RuntimeDim | crate::check::Symbol::Constant(_)))
         .map(|(n, _)| n).collect();
-    if cute {
+    if spells_all {
         c.spec.walk(&mut |s| {
             if let crate::ast::StmtKind::Parallel { vars, .. } = &s.kind {
                 names.extend(vars.iter().map(|v| &v.name));

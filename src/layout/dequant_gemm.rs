@@ -58,6 +58,10 @@ pub struct DequantGemmPlan {
     pub block: (i64, i64, i64),
     /// Shared stages.
     pub stages: i64,
+    /// How many k-tiles ahead a thread issues copies: the stage it refills was read
+    /// `stages - prefetch` tiles before (two, when there are more than two stages), so warps
+    /// need not meet at every tile.
+    pub prefetch: i64,
     /// 8-row tiles of A per block: block_M / 8 (the MMA's N is 8).
     pub m_tiles: i64,
     /// With two m-tiles, the launcher runs a one-tile instantiation when M <= 8 (a single
@@ -332,6 +336,7 @@ impl<'a> Infer<'a> {
             buffers: [a_s, wq_s, s_s, w_s, acc],
             block: (bm, bn, bk),
             stages,
+            prefetch: if stages > 2 { stages - 2 } else { 1 },
             m_tiles: bm / 8,
             small_m: bm == 16,
             row_groups,

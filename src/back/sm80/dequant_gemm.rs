@@ -53,8 +53,7 @@ pub struct Context {
     pub m_ext: String,
     pub n_ext: String,
     pub k_ext: String,
-    /// Row strides (leading dimensions) of A, Wq, scales and C.
-    pub a_ld: String,
+    /// Row strides (leading dimensions) of Wq, scales and C (A's is `k_ext`).
     pub wq_ld: String,
     pub sc_ld: String,
     pub c_ld: String,
@@ -78,6 +77,8 @@ pub struct Context {
     pub w_cols: String,
     pub s_cols: String,
     pub stages: String,
+    /// k-tiles a thread's copies run ahead of its MMAs (the plan's `prefetch`).
+    pub prefetch: i64,
     /// Shared layouts: padding, `Swizzle<..>` arguments and the swizzle's period (elements).
     pub a_pad: i64,
     pub a_swizzle: String,
@@ -184,7 +185,6 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         m_ext: spec.tensors[ta].shape[0].text(),
         n_ext: spec.tensors[tw].shape[0].text(),
         k_ext: spec.tensors[ta].shape[1].text(),
-        a_ld: ld(ta),
         wq_ld: ld(tw),
         sc_ld: ld(ts),
         c_ld: ld(tc),
@@ -205,6 +205,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         w_cols: extent(wq_s, 1),
         s_cols: extent(s_s, 1),
         stages,
+        prefetch: p.prefetch,
         a_pad: p.a_layout.pad,
         a_swizzle,
         a_period,
