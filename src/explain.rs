@@ -433,28 +433,53 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         bm.min(8), name(w_s), p.group, p.zero);
     let _ = writeln!(o, "    why: {}", p.why);
     let _ = writeln!(o, "  row tiles: {} of 8 rows per block{}", p.m_tiles, if p.small_m { "; the launcher runs a one-tile instantiation when M <= 8" } else { "" });
-    let _ = writeln!(o, "\nWarps ({} threads)", spec.threads.0);
+    match &p.tma {
+        Some(t) => {
+            let _ = writeln!(o, "\nWarp roles ({} threads)", spec.threads.0 + crate::layout::PRODUCER_THREADS);
+            let _ = writeln!(o, "  producer: threads {}..{} (one warp): lane 0 issues the TMA loads, every lane copies scales; __launch_bounds__ minimum {} block(s) per SM", spec.threads.0, spec.threads.0 + crate::layout::PRODUCER_THREADS - 1, t.min_blocks);
+            let _ = writeln!(o, "  consumers: threads 0..{} (the spec's), waiting on the stages, unpacking and multiplying", spec.threads.0 - 1);
+        }
+        None => {
+            let _ = writeln!(o, "\nWarps ({} threads)", spec.threads.0);
+        }
+    }
     let _ = writeln!(o, "  {} row group(s) of 16 weight rows x {} k share(s): each warp takes {} of the {} 128-deep step(s) of every {bn}x{bk} tile",
         p.row_groups, p.k_split, p.k_steps / p.k_split, p.k_steps);
     let _ = writeln!(o, "  the k shares' partial sums of `{}` meet in shared memory ({} bytes, in the stages' place) before the store", name(acc), p.partial_bytes);
     let _ = writeln!(o, "\nShared layouts");
-    for (b, l, why) in [(a_s, p.a_layout, &p.why_a), (wq_s, p.w_layout, &p.why_w)] {
+    for (b, l, why, span_row) in [(a_s, p.a_layout, &p.why_a, "256 values"), (wq_s, p.w_layout, &p.why_w, "32 words")] {
+        if let Some(t) = &p.tma {
+            let _ = writeln!(o, "  `{}`: {} span(s) of {} k per tile, each [row][{span_row}], 128-byte swizzle (Swizzle<3,4,3> on byte addresses)\n    why: {why}", name(b), t.spans, t.span);
+            continue;
+        }
         let cols = spec.buffers[b].shape.get(1).map_or(String::new(), |e| c.file.snippet(e.span).to_string());
         let pad = if l.pad > 0 { format!(" + {} (padding)", l.pad) } else { String::new() };
         let _ = writeln!(o, "  `{}`: rows of {cols}{pad} elements, Swizzle<{},{},{}>\n    why: {why}", name(b), l.swizzle.bits, l.swizzle.base, l.swizzle.shift);
     }
     let _ = writeln!(o, "  `{}`: row-major, {} scale(s) per weight row per tile", name(s_s), bk / p.group);
+    if let Some(t) = &p.tma {
+        let _ = writeln!(o, "\nCopies (TMA, completing on the stage's full mbarrier; rows past the tensors arrive as zeros)");
+        let _ = writeln!(o, "  {}: {} box(es) of (64, 4, rows, 1) per tile, one per span, from a 4-D tensor map (64 values, 4 pieces, rows, spans); the launcher gives the box as many rows as a tile has rows of A (1 for a decode step); kept in L2 (EVICT_LAST)", heading(p.copies[0]), t.spans);
+        let _ = writeln!(o, "  {}: 1 box of (32 words, {bn} rows, {}) per tile from a 3-D tensor map (words, rows, spans); read once (EVICT_FIRST)", heading(p.copies[1]), t.spans);
+        let _ = writeln!(o, "  {}: cp.async by the producer's lanes, {} pair(s) of 4 bytes each, zero-filled past the tensor", heading(p.copies[2]), t.scale_copies);
+        let _ = writeln!(o, "\nPipeline");
+        let _ = writeln!(o, "  {}: TMA multistage, warp-specialised, {} stages: each stage has a full mbarrier (lane 0's expected bytes and every producer lane's scale copies) and an empty one (every consumer thread read it); the producer refills a stage as soon as it is empty, the consumers never meet at a block barrier inside the loop", heading(p.pipeline), p.stages);
+    } else {
     let _ = writeln!(o, "\nCopies (cp.async, 16-byte chunks zero-filled past the tensors; the scales 4 bytes at a time; A's chunks through L1, where the blocks on an SM share its tiles)");
     for (id, per) in [(p.copies[0], format!("{} chunk(s) per thread{}", p.a_chunks, if p.small_m { format!(" ({} with one row tile)", p.a_chunks * 8 / bm) } else { String::new() })), (p.copies[1], format!("{} chunk(s) per thread", p.w_chunks)), (p.copies[2], format!("the first {} threads, a pair each", p.scale_pairs))] {
         let _ = writeln!(o, "  {}: {per}", heading(id));
     }
     let _ = writeln!(o, "\nPipeline");
     let _ = writeln!(o, "  {}: cp.async multistage on mbarriers, {} stages: each stage has a full mbarrier (every thread's copies landed) and an empty one (every thread read it); before computing a k-tile a thread issues the copies of the tile {} ahead, into the stage read {} tile(s) before, so warps need not meet at every tile; the ring unrolled so that stage offsets are constants", heading(p.pipeline), p.stages, p.prefetch, p.stages - p.prefetch);
+    }
     let _ = writeln!(o, "\nResources");
     let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {} + {}, and {} bytes of mbarriers) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.stage_bytes[2], c.plan.smem.barriers, c.plan.smem.budget);
     let _ = writeln!(o, "  registers: about {} per thread (estimate)", c.plan.regs_per_thread);
     let _ = writeln!(o, "  launcher checks:");
     alignment_lines(o, c);
+    if p.tma.is_some() {
+        let _ = writeln!(o, "    `{}`'s columns a multiple of 256 (TMA loads 256-deep spans)", spec.tensors[p.tensors[0]].name.name);
+    }
 }
 
 fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::CollectivePlan) {

@@ -69,8 +69,8 @@ CUTE_HOST_DEVICE constexpr auto acc_as_operand_a(Layout const& acc) {
   return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0>(n)), get<1>(acc), get<1>(n));
 }
 
-// A barrier over the consumer warpgroups only (named barrier 1, kThreads threads): the
-// producer warpgroup never reaches the consumers' barriers, so __syncthreads would hang.
+// A barrier over the consumer threads only (named barrier 1, kThreads threads): the producer
+// threads never reach the consumers' barriers, so __syncthreads would hang.
 CUTE_DEVICE void consumer_sync() {
   asm volatile("bar.sync 1, %0;" :: "n"(kThreads) : "memory");
 }

@@ -20,19 +20,19 @@ extern "C" {
 //   scales [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
-// it); tiles at ragged edges are predicated.
+// it); tiles at ragged edges are predicated; K a multiple of 256 (TMA loads 256-deep spans).
 // Alignment:
-//   A must be 16-byte aligned and K a multiple of 8 (cp.async moves 16-byte vectors of `A`).
-//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (cp.async moves 16-byte vectors of
+//   A must be 16-byte aligned and K a multiple of 8 (TMA reads 16-byte aligned rows of `A`).
+//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (TMA reads 16-byte aligned rows of
 //   `Wq`).
 //   scales must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves `scales` in pairs,
 //   4 bytes at a time).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 101440 bytes of dynamic
-// shared memory (the limit is raised when over 48 KB).
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 288 threads (the spec's 256 and a TMA
+// producer warp), 100352 bytes of dynamic shared memory.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
+//   alignment, or the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream);

@@ -94,11 +94,36 @@ pub struct DequantGemmPlan {
     pub partial_bytes: u64,
     /// Why this lowering, for the file header and `explain`.
     pub why: String,
+    /// On sm90a: one producer warp loads the stages with TMA (see [`DequantGemmTma`]);
+    /// otherwise every thread issues cp.async copies.
+    pub tma: Option<DequantGemmTma>,
     /// Why each shared layout.
     pub why_a: String,
     /// See `why_a`.
     pub why_w: String,
 }
+
+/// The sm90a flavour of the lowering: a producer warp beside the spec's threads, one lane of
+/// which issues TMA loads of A's and the packed words' tiles (the others copy the scales with
+/// cp.async), completing on each stage's full mbarrier; the spec's threads only wait, unpack
+/// and multiply. TMA writes rows of 128 bytes with the 128-byte swizzle, so the tiles are kept
+/// as 256-deep k spans: A_s as [span][row][256 values], Wq_s as [span][row][32 words], and
+/// thread t of a quad reads 32-value chunk 2t + h of each span (h: which of the span's two
+/// 128-deep steps), which keeps its reads free of bank conflicts (checked by the planner).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DequantGemmTma {
+    /// k values per span: one 128-byte row of packed words, two of A.
+    pub span: i64,
+    /// Spans per k-tile.
+    pub spans: i64,
+    /// Scale pairs (4 bytes) each producer lane copies per tile.
+    pub scale_copies: i64,
+    /// Blocks per SM the shared memory allows (the kernel's `__launch_bounds__` minimum).
+    pub min_blocks: i64,
+}
+
+/// Threads in the sm90a flavour's producer warp.
+pub const PRODUCER_THREADS: i64 = 32;
 
 /// The statements of the shape, found by [`Infer::dequant_gemm_shape`].
 pub(super) struct Shape<'a> {
@@ -310,6 +335,31 @@ impl<'a> Infer<'a> {
         let (Some(a_layout), Some(w_layout)) = (pick_layout(bm, bk, half_bytes, &a_access), pick_layout(bn, bk / 8, 4, &w_access)) else {
             return Err("no padded, swizzled layout keeps its shared tiles free of bank conflicts".into());
         };
+        // sm90a: TMA's 128-byte swizzle over 256-deep spans, with the reads described at
+        // `DequantGemmTma` (thread t takes chunk 2t + h of each span's rows).
+        let tma_layouts = (self.target == crate::target::Target::Sm90a && bk % 256 == 0 && bn <= 256)
+            .then(|| {
+                let (unit_a, unit_w) = ((16 / half_bytes).trailing_zeros(), 2);
+                let sw = |base| PaddedLayout { pad: 0, swizzle: Swizzle { bits: 3, base, shift: 3 } };
+                let mut a_reads: Vec<WarpAccess> = Vec::new();
+                let mut w_reads: Vec<WarpAccess> = Vec::new();
+                for step in 0..k_steps {
+                    let h = step % 2;
+                    for mt in 0..bm / 8 {
+                        for i in 0..4 {
+                            a_reads.push(lanes().map(|(g, t)| (mt * 8 + g, 64 * t + 32 * h + 8 * i)).collect());
+                        }
+                    }
+                    for rg in 0..row_groups {
+                        for r in [0, 8] {
+                            w_reads.push(lanes().map(|(g, t)| (16 * rg + r + g, 8 * t + 4 * h)).collect());
+                        }
+                    }
+                }
+                (sw(unit_a), sw(unit_w), conflict_free(sw(unit_a), 256, half_bytes, &a_reads) && conflict_free(sw(unit_w), 32, 4, &w_reads))
+            })
+            .filter(|l| l.2);
+        let (a_layout, w_layout) = tma_layouts.map_or((a_layout, w_layout), |l| (l.0, l.1));
         let stage_bytes = [
             (bm * (bk + a_layout.pad) * half_bytes) as u64,
             (bn * (bk / 8 + w_layout.pad) * 4) as u64,
@@ -321,11 +371,25 @@ impl<'a> Infer<'a> {
             format!("{pad}Swizzle<{},{},{}>: the first layout under which the cp.async writes and {what} hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen)",
                 l.swizzle.bits, l.swizzle.base, l.swizzle.shift)
         };
+        let tma = tma_layouts.map(|_| {
+            let stage: i64 = stage_bytes.iter().sum::<u64>() as i64;
+            // Blocks per SM: what shared memory allows (228 KB per SM on sm_90, 1 KB of it
+            // reserved per block), at most what leaves each thread 96 registers.
+            let by_smem = 233_472 / (stage * stages + 16 * stages + 2048);
+            let by_regs = 65_536 / ((threads + PRODUCER_THREADS) * 96);
+            let min_blocks = by_smem.min(by_regs).clamp(1, 8);
+            DequantGemmTma { span: 256, spans: bk / 256, scale_copies: (bn * ss[1] / 2 + PRODUCER_THREADS - 1) / PRODUCER_THREADS, min_blocks }
+        });
         let why = format!(
             "{} {bm}-row tile: C is computed transposed (Cᵀ = W · Aᵀ) on m16n8k16 MMAs, the unpacked weights as the A operand (16 weight rows per MMA) and A's rows as the B operand ({} of 8 per MMA{}); \
              the k order inside the MMAs is permuted alike for both operands, so that thread t of a quad owns k + 32t .. k + 32t + 31 of each 128-deep step: four whole packed words of each of its two weight rows (one 16-byte load), unpacked pair by pair into the A registers, \
              and one 16-byte load of each of its A rows, which is already the B registers; {warps} warps as {row_groups} group(s) of 16 weight rows x {k_split} share(s) of each k-tile's {k_steps} step(s), their partial sums added in shared memory before the store",
             if bm == 8 { "an" } else { "a" }, bm.min(8), if bm == 16 { ", twice; when M <= 8 the launcher runs an instantiation with one 8-row tile" } else { "" });
+        let why = match &tma {
+            Some(_) => why.replace("k + 32t .. k + 32t + 31 of each 128-deep step", "k + 64t + 32h .. + 31 of each 256-deep span (h: the span's first or second 128-deep step)"),
+            None => why,
+        };
+        let tma_why = |what: &str| format!("256-deep spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which {what} hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen)");
         Ok(DequantGemmPlan {
             pipeline: shape.pipeline.id,
             gemm: shape.gemm.id,
@@ -352,8 +416,9 @@ impl<'a> Infer<'a> {
             stage_bytes,
             partial_bytes,
             why,
-            why_a: layout_why(a_layout, "the 16-byte reads of A's rows (the B operand)"),
-            why_w: layout_why(w_layout, "the 16-byte reads of each thread's four words"),
+            why_a: if tma.is_some() { tma_why("the 16-byte reads of A's rows (the B operand)") } else { layout_why(a_layout, "the 16-byte reads of A's rows (the B operand)") },
+            why_w: if tma.is_some() { tma_why("the 16-byte reads of each thread's four words") } else { layout_why(w_layout, "the 16-byte reads of each thread's four words") },
+            tma,
         })
     }
 
@@ -363,7 +428,11 @@ impl<'a> Infer<'a> {
         let buffers = p.stages as u64 * p.stage_bytes.iter().sum::<u64>();
         // A full and an empty mbarrier (8 bytes each) per stage, beside the stages.
         let barriers = 16 * p.stages as u64;
-        let total = buffers.max(p.partial_bytes) + barriers;
+        let mut total = buffers.max(p.partial_bytes) + barriers;
+        if p.tma.is_some() {
+            // The storage is 1024-byte aligned (the 128-byte swizzle's period), its size too.
+            total = total.div_ceil(1024) * 1024;
+        }
         self.plan.smem = super::SmemUse { buffers, staging: p.partial_bytes, staging_reuses_buffers: true, barriers, total, budget: self.target.smem_budget() };
         if total > self.target.smem_budget() {
             let span = match self.spec.stmt(p.pipeline).map(|s| &s.kind) {
@@ -378,9 +447,10 @@ impl<'a> Infer<'a> {
         let [ta, tw, ts, _] = p.tensors;
         let name = |t: usize| self.spec.tensors[t].name.name.clone();
         let half = 16 / self.spec.tensors[ta].dtype.0.bytes() as i64;
+        let mover = if p.tma.is_some() { "TMA reads 16-byte aligned rows" } else { "cp.async moves 16-byte vectors" };
         self.plan.alignment = vec![
-            super::Alignment { tensor: ta, vector_elems: half, why: format!("cp.async moves 16-byte vectors of `{}`", name(ta)) },
-            super::Alignment { tensor: tw, vector_elems: 4, why: format!("cp.async moves 16-byte vectors of `{}`", name(tw)) },
+            super::Alignment { tensor: ta, vector_elems: half, why: format!("{mover} of `{}`", name(ta)) },
+            super::Alignment { tensor: tw, vector_elems: 4, why: format!("{mover} of `{}`", name(tw)) },
             super::Alignment { tensor: ts, vector_elems: 2, why: format!("cp.async moves `{}` in pairs, 4 bytes at a time", name(ts)) },
         ];
         // Accumulators (2 chains per m-tile), a stage's words and scales, the unpacked pairs,
@@ -417,5 +487,21 @@ mod tests {
         let l = pick_layout(32, 64, 4, &acc).expect("a layout");
         assert_eq!((l.pad, l.swizzle), (0, Swizzle { bits: 1, base: 4, shift: 2 }), "{l:?}");
         assert!(conflict_free(l, 64, 4, &acc) && !conflict_free(PaddedLayout { pad: 0, swizzle: Swizzle { bits: 0, base: 2, shift: 0 } }, 64, 4, &acc));
+    }
+
+    #[test]
+    fn tma_spans_read_without_conflicts() {
+        // sm90a: TMA writes 256-deep spans as 128-byte lines under the 128-byte swizzle (XOR of
+        // the 16-byte chunk index with the line index). Thread t reading chunk 2t + h of its
+        // rows keeps a quarter-warp on eight bank groups; the sm80 order (k + 32t, chunks
+        // 4t + i) would not: threads t and t + 2 meet.
+        let sw = |base| PaddedLayout { pad: 0, swizzle: Swizzle { bits: 3, base, shift: 3 } };
+        let a_reads = |k: &dyn Fn(i64, i64) -> i64| -> Vec<WarpAccess> { (0..4).map(|i| (0..32).map(|l| (l / 4, k(l % 4, i))).collect()).collect() };
+        for h in [0, 1] {
+            assert!(conflict_free(sw(3), 256, 2, &a_reads(&|t, i| 64 * t + 32 * h + 8 * i)), "A, half {h}");
+            let w: Vec<WarpAccess> = [0, 8].iter().map(|r| (0..32).map(|l| (r + l / 4, 8 * (l % 4) + 4 * h)).collect()).collect();
+            assert!(conflict_free(sw(2), 32, 4, &w), "Wq, half {h}");
+        }
+        assert!(!conflict_free(sw(3), 256, 2, &a_reads(&|t, i| 32 * t + 8 * i)));
     }
 }

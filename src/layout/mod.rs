@@ -35,7 +35,7 @@ use crate::target::Target;
 use std::collections::BTreeMap;
 
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
-pub use dequant_gemm::{DequantGemmPlan, PaddedLayout};
+pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, PaddedLayout, PRODUCER_THREADS};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};

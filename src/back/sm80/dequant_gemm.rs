@@ -13,6 +13,8 @@ use serde::Serialize;
 const LD_SHARED: &str = helper!("ld_shared_cp_async.cuh");
 /// sm_80 mbarriers: the pipeline's full and empty stages.
 const MBARRIER: &str = helper!("mbarrier_sm80.cuh");
+/// A barrier over the consumer threads (the producer warp leaves early).
+const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
 
 #[derive(Serialize)]
 pub struct Context {
@@ -90,6 +92,15 @@ pub struct Context {
     pub m0: String,
     pub n0: String,
     pub num_tiles: String,
+    /// sm90a: a TMA producer warp (see `DequantGemmTma`); its numbers.
+    pub tma: bool,
+    pub spans: i64,
+    pub scale_copies: i64,
+    pub min_blocks: i64,
+    /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
+    pub smem_align: i64,
+    /// Whether A is f16 (else bf16), for its tensor map's data type.
+    pub a_elem_f16: bool,
     /// Spec lines and statement texts for the comments.
     pub gemm_line: usize,
     pub dequant_line: usize,
@@ -147,16 +158,24 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
     let (kernel_params, kernel_args) = kernel_signature(c);
     let half = spec.buffers[a_s].dtype.0;
     let target = c.plan.target;
+    let mut launcher_ctx = launcher(c);
+    if p.tma.is_some() {
+        // TMA loads 256-deep spans of A and the packed words (their tensor maps' outer mode).
+        let k = spec.tensors[ta].shape[1].text();
+        launcher_ctx.size_checks.push(format!("{k} % 256 != 0"));
+        launcher_ctx.doc_sizes.push_str(&format!("; {k} a multiple of 256 (TMA loads 256-deep spans)"));
+    }
     Context {
         header: header(c),
-        launcher_ctx: launcher(c),
+        launcher_ctx,
         target_banner: match target {
+            crate::target::Target::Sm90a if p.tma.is_some() => "Target sm90a: the thin-tile 4-bit-weight GEMM (a TMA producer warp filling mbarrier stages, weights unpacked into mma.sync's A operand).".into(),
             crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
             _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
         gencode: gencode(target),
         threads: spec.threads.0,
-        helpers: vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into()],
+        helpers: if p.tma.is_some() { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into(), CONSUMER_SYNC.into()] } else { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into()] },
         constants: constants_ctx(c),
         elements: elements_ctx(c),
         block_indices: block_indices_ctx(c),
@@ -164,9 +183,13 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         kernel_args,
         grid,
         grid_limits,
-        doc_launch: format!("grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
-            grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
-        doc_invalid: "the grid exceeds CUDA's limits".into(),
+        doc_launch: match &p.tma {
+            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), {} bytes of dynamic shared memory",
+                grid_doc.join(", "), spec.threads.0 + crate::layout::PRODUCER_THREADS, spec.threads.0, c.plan.smem.total),
+            None => format!("grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
+                grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
+        },
+        doc_invalid: if p.tma.is_some() { "the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors".into() } else { "the grid exceeds CUDA's limits".into() },
         doc_errors: "cudaFuncSetAttribute or the launch".into(),
         why: p.why.clone(),
         why_a: p.why_a.clone(),
@@ -215,6 +238,12 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         m0: origin(p.copies[0], 0),
         n0: origin(p.copies[1], 0),
         num_tiles: count,
+        tma: p.tma.is_some(),
+        spans: p.tma.as_ref().map_or(0, |t| t.spans),
+        scale_copies: p.tma.as_ref().map_or(0, |t| t.scale_copies),
+        min_blocks: p.tma.as_ref().map_or(0, |t| t.min_blocks),
+        smem_align: if p.tma.is_some() { 1024 } else { 128 },
+        a_elem_f16: half == crate::ast::DType::F16,
         gemm_line: line(p.gemm),
         dequant_line: line(p.dequant),
         pipeline_line: line(p.pipeline),

@@ -21,19 +21,20 @@ extern "C" {
 //   Sc     [features, (hidden / 256)] f16, row-major (input)
 //   Y      [tokens, features] f16, row-major (output)
 // Sizes: tokens, features, hidden >= 1, hidden a multiple of 8, hidden a multiple of 256 (packed or
-// grouped tensors divide it); tiles at ragged edges are predicated.
+// grouped tensors divide it); tiles at ragged edges are predicated; hidden a multiple of 256 (TMA
+// loads 256-deep spans).
 // Alignment:
-//   X must be 16-byte aligned and hidden a multiple of 8 (cp.async moves 16-byte vectors of `X`).
-//   Wp must be 16-byte aligned and (hidden / 8) a multiple of 4 (cp.async moves 16-byte vectors of
+//   X must be 16-byte aligned and hidden a multiple of 8 (TMA reads 16-byte aligned rows of `X`).
+//   Wp must be 16-byte aligned and (hidden / 8) a multiple of 4 (TMA reads 16-byte aligned rows of
 //   `Wp`).
 //   Sc must be 4-byte aligned and (hidden / 256) a multiple of 2 (cp.async moves `Sc` in pairs, 4
 //   bytes at a time).
-// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, 75312 bytes of
-// dynamic shared memory (the limit is raised when over 48 KB).
+// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 288 threads (the spec's 256 and a
+// TMA producer warp), 74752 bytes of dynamic shared memory.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
+//   alignment, or the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden, cudaStream_t stream);
