@@ -232,9 +232,27 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
                    "mbarrier_wait(full + 8 * stage, (tile / stages) % 2);", "mbarrier_arrive(empty + 8 * stage);", "cp_async_16_l1(A_dst[i]"] {
         assert!(cu.contains(needle), "the kernel lacks {needle}");
     }
-    // sm90a takes the same lowering (mma.sync), and says why not warpgroup MMAs.
+    assert!(p.tma.is_none(), "sm80 has no TMA");
+    // sm90a takes the same lowering (mma.sync), and says why not warpgroup MMAs; a producer warp
+    // loads its stages with TMA, the tiles kept as 256-deep spans under the 128-byte swizzle.
     let c9 = compile_for(w4a16(), Target::Sm90a).unwrap();
     assert!(c9.plan.dequant_gemm.is_some() && c9.plan.mma_sync_reason.as_deref().is_some_and(|r| r.contains("64 rows per warpgroup")));
+    let p9 = c9.plan.dequant_gemm.as_ref().unwrap();
+    let t = p9.tma.as_ref().expect("a TMA producer on sm90a");
+    assert_eq!((t.span, t.spans, t.scale_copies, t.min_blocks), (256, 2, 2, 2));
+    assert_eq!((p9.a_layout.pad, p9.a_layout.swizzle.bits, p9.a_layout.swizzle.base, p9.a_layout.swizzle.shift), (0, 3, 3, 3));
+    assert_eq!((p9.w_layout.pad, p9.w_layout.swizzle.bits, p9.w_layout.swizzle.base, p9.w_layout.swizzle.shift), (0, 3, 2, 3));
+    // Unpadded stages and their mbarriers, the storage rounded to the swizzle's 1024 bytes.
+    assert_eq!(c9.plan.smem.total, (4 * (16 * 512 * 2 + 32 * 64 * 4 + 32 * 4 * 2) + 4 * 16u64).div_ceil(1024) * 1024);
+    let files = tilegen::back::render(&c9).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    for needle in ["__launch_bounds__(kThreads + kProducerThreads, 2)", "SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage]", "SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage]",
+                   "set_barrier_transaction_bytes(smem.full[stage], tma_bytes);", "wait_barrier(smem.empty[stage], (j / stages - 1) % 2);",
+                   "make_coord(64 * t + 32 * h + 8 * i, span)", "CU_TENSOR_MAP_SWIZZLE_128B", "int const tma_rows = M < tile_rows ? M : tile_rows;",
+                   "K % 256 != 0", "kernel<<<grid, kThreads + kProducerThreads, kSmemBytes, stream>>>"] {
+        assert!(cu.contains(needle), "the sm90a kernel lacks {needle}");
+    }
+    assert!(!cu.contains("load_tile") && !cu.contains("A_dst"), "the computing threads copy nothing");
 
     // What the lowering does not take runs the general one, with the reason kept for explain.
     let reason = |text: String| {
