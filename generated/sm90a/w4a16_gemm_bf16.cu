@@ -175,7 +175,10 @@ static_assert(8 * 256 * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(El
 // 64-value pieces contiguous. A box of (64, 4, box_rows, 1) loads one span of a tile's rows, which
 // lands as [row][256 values]; rows past M arrive as zeros. The launcher builds the map on the
 // host with as many box rows as the tile has rows of `A`, so that a decode step (one row)
-// moves one row.
+// moves one row. The maps are encoded directly (cuTensorMapEncodeTiled, through CUTLASS's driver
+// wrapper): CuTe's make_tma_copy derives the box from the shared layout, and in a trial it asked
+// for boxes as wide as the tile's contiguous rows, wider than the swizzle allows, which the driver
+// refused.
 inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int box_rows) {
   cuuint64_t const dims[4] = {64, 4, cuuint64_t(M), cuuint64_t(K / 256)};
   cuuint64_t const strides[3] = {64 * sizeof(ElementA), cuuint64_t(K) * sizeof(ElementA), 256 * sizeof(ElementA)};  // bytes, dims 1..3
