@@ -118,7 +118,8 @@ pub struct DequantGemmTma {
     pub spans: i64,
     /// Scale pairs (4 bytes) each producer lane copies per tile.
     pub scale_copies: i64,
-    /// Blocks per SM the shared memory allows (the kernel's `__launch_bounds__` minimum).
+    /// Blocks per SM the kernel's `__launch_bounds__` asks for: what shared memory allows, at
+    /// most what leaves each thread 96 registers.
     pub min_blocks: i64,
 }
 
@@ -380,15 +381,12 @@ impl<'a> Infer<'a> {
             let min_blocks = by_smem.min(by_regs).clamp(1, 8);
             DequantGemmTma { span: 256, spans: bk / 256, scale_copies: (bn * ss[1] / 2 + PRODUCER_THREADS - 1) / PRODUCER_THREADS, min_blocks }
         });
+        let owns = if tma.is_some() { "k + 64t + 32h .. + 31 of each 256-deep span (h: the span's first or second 128-deep step)" } else { "k + 32t .. k + 32t + 31 of each 128-deep step" };
         let why = format!(
             "{} {bm}-row tile: C is computed transposed (Cᵀ = W · Aᵀ) on m16n8k16 MMAs, the unpacked weights as the A operand (16 weight rows per MMA) and A's rows as the B operand ({} of 8 per MMA{}); \
-             the k order inside the MMAs is permuted alike for both operands, so that thread t of a quad owns k + 32t .. k + 32t + 31 of each 128-deep step: four whole packed words of each of its two weight rows (one 16-byte load), unpacked pair by pair into the A registers, \
+             the k order inside the MMAs is permuted alike for both operands, so that thread t of a quad owns {owns}: four whole packed words of each of its two weight rows (one 16-byte load), unpacked pair by pair into the A registers, \
              and one 16-byte load of each of its A rows, which is already the B registers; {warps} warps as {row_groups} group(s) of 16 weight rows x {k_split} share(s) of each k-tile's {k_steps} step(s), their partial sums added in shared memory before the store",
             if bm == 8 { "an" } else { "a" }, bm.min(8), if bm == 16 { ", twice; when M <= 8 the launcher runs an instantiation with one 8-row tile" } else { "" });
-        let why = match &tma {
-            Some(_) => why.replace("k + 32t .. k + 32t + 31 of each 128-deep step", "k + 64t + 32h .. + 31 of each 256-deep span (h: the span's first or second 128-deep step)"),
-            None => why,
-        };
         let tma_why = |what: &str| format!("256-deep spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which {what} hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen)");
         Ok(DequantGemmPlan {
             pipeline: shape.pipeline.id,
