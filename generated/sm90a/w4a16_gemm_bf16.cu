@@ -237,7 +237,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const lane = tid % 32;
   int const warp = tid / 32;
   int const g = lane / 4;  // the MMA's group: weight rows g and g + 8, row g of each tile of `A`
-  int const t = lane % 4;  // its thread: k + 32t .. k + 32t + 31 of every 128-deep step
+  int const t = lane % 4;  // its thread: k + 64t + 32h .. + 31 of each 256-deep span's half h
   int const bx = blockIdx.x;
   int const by = blockIdx.y;
 

@@ -235,7 +235,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   int const lane = tid % 32;
   int const warp = tid / 32;
   int const g = lane / 4;  // the MMA's group: weight rows g and g + 8, row g of each tile of `X`
-  int const t = lane % 4;  // its thread: k + 32t .. k + 32t + 31 of every 128-deep step
+  int const t = lane % 4;  // its thread: k + 64t + 32h .. + 31 of each 256-deep span's half h
   int const nb = blockIdx.x;
   int const mb = blockIdx.y;
 
