@@ -305,6 +305,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
       mbarrier_arrive_on_copies(cast_smem_ptr_to_uint(&smem.full[stage]));
     }
+    cp_async_wait<0>();  // the warp's last scale copies land before it exits
     return;
   }
 

@@ -303,6 +303,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
       }
       mbarrier_arrive_on_copies(cast_smem_ptr_to_uint(&smem.full[stage]));
     }
+    cp_async_wait<0>();  // the warp's last scale copies land before it exits
     return;
   }
 
