@@ -47,6 +47,17 @@ impl Target {
         }
     }
 
+    /// Shared memory of one SM, in bytes, which the blocks resident on it share (each also
+    /// has 1 KB of it reserved by the system): the A100's 164 KB, Hopper's 228 KB, and the
+    /// CDNA compute units' 64 KB of LDS.
+    pub fn smem_per_sm(self) -> u64 {
+        match self {
+            Target::Sm80 => 167_936,
+            Target::Sm90a => 233_472,
+            Target::Gfx942 | Target::Gfx90a => 65_536,
+        }
+    }
+
     /// The default GPU architectures `tilegen build` emits machine code for.
     pub fn default_sms(self) -> &'static [u32] {
         match self {

@@ -77,20 +77,21 @@ const RESERVED_THIN: [&str; 65] = [
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "cp_async_16_l1", "full", "empty", "next", "next_stage",
     "mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_on_copies",
 ];
-/// Names the thin-tile GEMM's sm90a flavour (a TMA producer warp) adds to [`RESERVED_THIN`]:
-/// its locals and the CuTe, CUTLASS and CUDA names it calls unqualified.
-const RESERVED_THIN_TMA: [&str; 20] = [
-    "pair", "span", "tile_rows", "box_rows", "map", "dims", "strides", "box", "unit", "consumer_sync", "initialize_barrier",
-    "set_barrier_transaction_bytes", "wait_barrier", "arrive_barrier", "make_uint4", "sizeof_bits_v", "ComposedLayout",
-    "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
+/// Names every sm90a producer/consumer pipeline calls unqualified: CuTe's mbarrier functions
+/// and the consumers' named barrier (sm90a's fused programs and the thin-tile GEMM's flavour).
+const RESERVED_SM90A_BARRIERS: [&str; 5] = ["consumer_sync", "initialize_barrier", "set_barrier_transaction_bytes", "wait_barrier", "arrive_barrier"];
+/// Names the thin-tile GEMM's sm90a flavour (a TMA producer warp) adds to [`RESERVED_THIN`]
+/// and [`RESERVED_SM90A_BARRIERS`]: its locals and the CuTe, CUTLASS and CUDA names it calls
+/// unqualified.
+const RESERVED_THIN_TMA: [&str; 15] = [
+    "pair", "span", "tile_rows", "box_rows", "map", "dims", "strides", "box", "unit", "make_uint4", "sizeof_bits_v",
+    "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
 ];
 /// Names the CuTe lowering of a `dequant_int4` statement declares (its helpers and locals).
 const RESERVED_DEQUANT: [&str; 5] = ["dequant_int4x2", "dequant_int4x8", "packed", "scale", "wc"];
-/// Names sm90a's fused programs (TMA, WGMMA, warp specialisation) declare besides the CuTe ones.
-const RESERVED_SM90A_FUSED: [&str; 10] = [
-    "phase", "prev_stage", "after_mma", "consumer_sync", "during_mma", "arrive_barrier", "initialize_barrier",
-    "prefetch_tma_descriptor", "set_barrier_transaction_bytes", "wait_barrier",
-];
+/// Names sm90a's fused programs (TMA, WGMMA, warp specialisation) declare besides the CuTe ones
+/// and [`RESERVED_SM90A_BARRIERS`].
+const RESERVED_SM90A_FUSED: [&str; 5] = ["phase", "prev_stage", "after_mma", "during_mma", "prefetch_tma_descriptor"];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
 const RESERVED_SM90A: [&str; 28] = [
     "cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes", "Acc",
@@ -150,8 +151,11 @@ pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     // The collective's epilogue visitor tree numbers its nodes and scalars.
     let evt = c.plan.collective.is_some() && ["Node", "Scalar"].iter().any(|p| name.strip_prefix(p).is_some_and(|n| n.chars().all(|ch| ch.is_ascii_digit())));
     let dequant = cute && !c.plan.dequants.is_empty() && RESERVED_DEQUANT.contains(&name);
-    let thin_tma = c.plan.dequant_gemm.as_ref().is_some_and(|p| p.tma.is_some()) && RESERVED_THIN_TMA.contains(&name);
-    evt || dequant || thin_tma || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || extra.contains(&name)
+    // sm90a's producer/consumer pipelines: the fused programs' and the thin-tile GEMM's.
+    let thin_tma = c.plan.dequant_gemm.as_ref().is_some_and(|p| p.tma.is_some());
+    let fused_sm90a = c.plan.target == Target::Sm90a && c.plan.collective.is_none() && c.plan.dequant_gemm.is_none();
+    let pipeline = (thin_tma && RESERVED_THIN_TMA.contains(&name)) || ((thin_tma || fused_sm90a) && RESERVED_SM90A_BARRIERS.contains(&name));
+    evt || dequant || pipeline || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || extra.contains(&name)
         || (cute && RESERVED_CUTE.contains(&name)) || reserved_by_convention(name)
 }
 

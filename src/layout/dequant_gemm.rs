@@ -189,6 +189,14 @@ fn pick_layout(rows: i64, cols: i64, elem_bytes: i64, accesses: &[WarpAccess]) -
     None
 }
 
+/// The kernel's shared storage in bytes: the stages (the partial sums reuse their space), a
+/// full and an empty mbarrier (8 bytes each) per stage, and with TMA the whole rounded up to
+/// the 128-byte swizzle's 1024-byte period, to which the storage is aligned.
+fn shared_bytes(stage_bytes: &[u64; 3], stages: i64, partial_bytes: u64, tma: bool) -> u64 {
+    let total = (stages as u64 * stage_bytes.iter().sum::<u64>()).max(partial_bytes) + 16 * stages as u64;
+    if tma { total.div_ceil(1024) * 1024 } else { total }
+}
+
 /// The cp.async writes of a `rows` x `cols` tile copied as 16-byte chunks, chunk `c` by
 /// thread `c % threads`, row-major: each warp instruction writes 32 consecutive chunks.
 fn copy_writes(rows: i64, cols: i64, elem_bytes: i64, threads: i64) -> Vec<WarpAccess> {
@@ -338,29 +346,29 @@ impl<'a> Infer<'a> {
         };
         // sm90a: TMA's 128-byte swizzle over 256-deep spans, with the reads described at
         // `DequantGemmTma` (thread t takes chunk 2t + h of each span's rows).
-        let tma_layouts = (self.target == crate::target::Target::Sm90a && bk % 256 == 0 && bn <= 256)
-            .then(|| {
-                let (unit_a, unit_w) = ((16 / half_bytes).trailing_zeros(), 2);
-                let sw = |base| PaddedLayout { pad: 0, swizzle: Swizzle { bits: 3, base, shift: 3 } };
-                let mut a_reads: Vec<WarpAccess> = Vec::new();
-                let mut w_reads: Vec<WarpAccess> = Vec::new();
-                for step in 0..k_steps {
-                    let h = step % 2;
-                    for mt in 0..bm / 8 {
-                        for i in 0..4 {
-                            a_reads.push(lanes().map(|(g, t)| (mt * 8 + g, 64 * t + 32 * h + 8 * i)).collect());
-                        }
-                    }
-                    for rg in 0..row_groups {
-                        for r in [0, 8] {
-                            w_reads.push(lanes().map(|(g, t)| (16 * rg + r + g, 8 * t + 4 * h)).collect());
-                        }
+        let tma_layouts = if self.target == crate::target::Target::Sm90a && bk % 256 == 0 && bn <= 256 {
+            let swizzle_128b = |base| PaddedLayout { pad: 0, swizzle: Swizzle { bits: 3, base, shift: 3 } };
+            let (a_tma, w_tma) = (swizzle_128b((16 / half_bytes).trailing_zeros()), swizzle_128b(2));
+            let mut a_reads: Vec<WarpAccess> = Vec::new();
+            let mut w_reads: Vec<WarpAccess> = Vec::new();
+            for step in 0..k_steps {
+                let h = step % 2;
+                for mt in 0..bm / 8 {
+                    for i in 0..4 {
+                        a_reads.push(lanes().map(|(g, t)| (mt * 8 + g, 64 * t + 32 * h + 8 * i)).collect());
                     }
                 }
-                (sw(unit_a), sw(unit_w), conflict_free(sw(unit_a), 256, half_bytes, &a_reads) && conflict_free(sw(unit_w), 32, 4, &w_reads))
-            })
-            .filter(|l| l.2);
-        let (a_layout, w_layout) = tma_layouts.map_or((a_layout, w_layout), |l| (l.0, l.1));
+                for rg in 0..row_groups {
+                    for r in [0, 8] {
+                        w_reads.push(lanes().map(|(g, t)| (16 * rg + r + g, 8 * t + 4 * h)).collect());
+                    }
+                }
+            }
+            (conflict_free(a_tma, 256, half_bytes, &a_reads) && conflict_free(w_tma, 32, 4, &w_reads)).then_some((a_tma, w_tma))
+        } else {
+            None
+        };
+        let (a_layout, w_layout) = tma_layouts.unwrap_or((a_layout, w_layout));
         let stage_bytes = [
             (bm * (bk + a_layout.pad) * half_bytes) as u64,
             (bn * (bk / 8 + w_layout.pad) * 4) as u64,
@@ -373,10 +381,10 @@ impl<'a> Infer<'a> {
                 l.swizzle.bits, l.swizzle.base, l.swizzle.shift)
         };
         let tma = tma_layouts.map(|_| {
-            let stage: i64 = stage_bytes.iter().sum::<u64>() as i64;
-            // Blocks per SM: what shared memory allows (228 KB per SM on sm_90, 1 KB of it
-            // reserved per block), at most what leaves each thread 96 registers.
-            let by_smem = 233_472 / (stage * stages + 16 * stages + 2048);
+            // Blocks per SM: what shared memory allows (each block also has 1 KB reserved),
+            // at most what leaves each thread 96 registers.
+            let smem = shared_bytes(&stage_bytes, stages, partial_bytes, true);
+            let by_smem = (self.target.smem_per_sm() / (smem + 1024)) as i64;
             let by_regs = 65_536 / ((threads + PRODUCER_THREADS) * 96);
             let min_blocks = by_smem.min(by_regs).clamp(1, 8);
             DequantGemmTma { span: 256, spans: bk / 256, scale_copies: (bn * ss[1] / 2 + PRODUCER_THREADS - 1) / PRODUCER_THREADS, min_blocks }
@@ -424,13 +432,8 @@ impl<'a> Infer<'a> {
     /// checked as for every program.
     pub(super) fn adopt_dequant_gemm(&mut self, p: DequantGemmPlan) {
         let buffers = p.stages as u64 * p.stage_bytes.iter().sum::<u64>();
-        // A full and an empty mbarrier (8 bytes each) per stage, beside the stages.
         let barriers = 16 * p.stages as u64;
-        let mut total = buffers.max(p.partial_bytes) + barriers;
-        if p.tma.is_some() {
-            // The storage is 1024-byte aligned (the 128-byte swizzle's period), its size too.
-            total = total.div_ceil(1024) * 1024;
-        }
+        let total = shared_bytes(&p.stage_bytes, p.stages, p.partial_bytes, p.tma.is_some());
         self.plan.smem = super::SmemUse { buffers, staging: p.partial_bytes, staging_reuses_buffers: true, barriers, total, budget: self.target.smem_budget() };
         if total > self.target.smem_budget() {
             let span = match self.spec.stmt(p.pipeline).map(|s| &s.kind) {

@@ -94,13 +94,16 @@ pub struct Context {
     pub num_tiles: String,
     /// sm90a: a TMA producer warp (see `DequantGemmTma`); its numbers.
     pub tma: bool,
+    pub producer_threads: i64,
     pub spans: i64,
     pub scale_copies: i64,
     pub min_blocks: i64,
     /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
     pub smem_align: i64,
-    /// Whether A is f16 (else bf16), for its tensor map's data type.
-    pub a_elem_f16: bool,
+    /// A's tensor map data type (`CU_TENSOR_MAP_DATA_TYPE_...`).
+    pub a_tma_type: String,
+    /// Rows of A in the instantiation the launcher runs for `m_ext` rows (a C++ expression).
+    pub tile_rows: String,
     /// Spec lines and statement texts for the comments.
     pub gemm_line: usize,
     pub dequant_line: usize,
@@ -239,11 +242,13 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         n0: origin(p.copies[1], 0),
         num_tiles: count,
         tma: p.tma.is_some(),
+        producer_threads: crate::layout::PRODUCER_THREADS,
         spans: p.tma.as_ref().map_or(0, |t| t.spans),
         scale_copies: p.tma.as_ref().map_or(0, |t| t.scale_copies),
         min_blocks: p.tma.as_ref().map_or(0, |t| t.min_blocks),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
-        a_elem_f16: half == crate::ast::DType::F16,
+        a_tma_type: if half == crate::ast::DType::F16 { "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" } else { "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" }.into(),
+        tile_rows: if p.small_m { format!("{} <= 8 ? 8 : {}", spec.tensors[ta].shape[0].text(), 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
         gemm_line: line(p.gemm),
         dequant_line: line(p.dequant),
         pipeline_line: line(p.pipeline),
