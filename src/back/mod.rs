@@ -254,9 +254,18 @@ const TMA_COMPONENTS: &str = include_str!("../../templates/sm80/tma.cu.tera");
 /// Renders a kernel template and the shared header template with one context into
 /// `<kernel>.cu` and `<kernel>.h`.
 pub(crate) fn render_pair(c: &Compiled, kernel_template: &str, ctx: &impl serde::Serialize) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
+    render_pair_extending(c, &[], kernel_template, ctx)
+}
+
+/// As [`render_pair`], for a kernel template that extends others: `parents` are (name,
+/// source) pairs, each registered before the templates that extend it.
+pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kernel_template: &str, ctx: &impl serde::Serialize) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     let mut tera = tera::Tera::new();
     tera.autoescape_on(Vec::<&str>::new());
     tera.add_raw_template("tma.cu", TMA_COMPONENTS).map_err(|e| template_error(c, &e))?;
+    for (name, source) in parents {
+        tera.add_raw_template(name, source).map_err(|e| template_error(c, &e))?;
+    }
     tera.add_raw_template("kernel.cu", kernel_template).map_err(|e| template_error(c, &e))?;
     tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
     let context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;

@@ -19,12 +19,19 @@ use crate::diag::Diagnostic;
 use crate::Compiled;
 
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/sm80/kernel.cu.tera");
-const DEQUANT_GEMM_TEMPLATE: &str = include_str!("../../../templates/sm80/dequant_gemm.cu.tera");
+/// The thin-tile dequant GEMM: the kernel's skeleton, which each flavour's template extends
+/// with its copies, pipeline and launch (`{% block %}`s).
+const DEQUANT_GEMM_BASE: &str = include_str!("../../../templates/sm80/dequant_gemm.cu.tera");
+/// Every thread issues its own cp.async copies into mbarrier stages.
+const DEQUANT_GEMM_CP_ASYNC: &str = include_str!("../../../templates/sm80/dequant_gemm_cp_async.cu.tera");
+/// A TMA producer warp fills the stages (sm90a, `DequantGemmPlan::tma`).
+const DEQUANT_GEMM_TMA: &str = include_str!("../../../templates/sm80/dequant_gemm_tma.cu.tera");
 
 /// Renders the `.cu` and `.h` for a spec planned for sm80.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     if let Some(p) = &c.plan.dequant_gemm {
-        return super::render_pair(c, DEQUANT_GEMM_TEMPLATE, &dequant_gemm::build(c, p));
+        let flavour = if p.tma.is_some() { DEQUANT_GEMM_TMA } else { DEQUANT_GEMM_CP_ASYNC };
+        return super::render_pair_extending(c, &[("dequant_gemm.cu", DEQUANT_GEMM_BASE)], flavour, &dequant_gemm::build(c, p));
     }
     let ctx = context::build(c)?;
     super::render_pair(c, KERNEL_TEMPLATE, &ctx)
