@@ -447,7 +447,9 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         p.row_groups, p.k_split, p.k_steps / p.k_split, p.k_steps);
     let _ = writeln!(o, "  the k shares' partial sums of `{}` meet in shared memory ({} bytes, in the stages' place) before the store", name(acc), p.partial_bytes);
     let _ = writeln!(o, "\nShared layouts");
-    for (b, l, why, span_row) in [(a_s, p.a_layout, &p.why_a, "256 values"), (wq_s, p.w_layout, &p.why_w, "32 words")] {
+    // A span's row: 16-bit values of A, or 4-byte words of eight 4-bit weights.
+    let span = p.tma.as_ref().map_or(0, |t| t.span);
+    for (b, l, why, span_row) in [(a_s, p.a_layout, &p.why_a, format!("{span} values")), (wq_s, p.w_layout, &p.why_w, format!("{} words", span / 8))] {
         if let Some(t) = &p.tma {
             let _ = writeln!(o, "  `{}`: {} span(s) of {} k per tile, each [row][{span_row}], 128-byte swizzle (Swizzle<3,4,3> on byte addresses)\n    why: {why}", name(b), t.spans, t.span);
             continue;
@@ -459,8 +461,8 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
     let _ = writeln!(o, "  `{}`: row-major, {} scale(s) per weight row per tile", name(s_s), bk / p.group);
     if let Some(t) = &p.tma {
         let _ = writeln!(o, "\nCopies (TMA, completing on the stage's full mbarrier; rows past the tensors arrive as zeros)");
-        let _ = writeln!(o, "  {}: {} box(es) of (64, 4, rows, 1) per tile, one per span, from a 4-D tensor map (64 values, 4 pieces, rows, spans); the launcher gives the box as many rows as a tile has rows of A (1 for a decode step); kept in L2 (EVICT_LAST)", heading(p.copies[0]), t.spans);
-        let _ = writeln!(o, "  {}: 1 box of (32 words, {bn} rows, {}) per tile from a 3-D tensor map (words, rows, spans); read once (EVICT_FIRST)", heading(p.copies[1]), t.spans);
+        let _ = writeln!(o, "  {}: {} box(es) of (64, {pieces}, rows, 1) per tile, one per span, from a 4-D tensor map (64 values, {pieces} pieces, rows, spans); the launcher gives the box as many rows as a tile has rows of A (1 for a decode step); kept in L2 (EVICT_LAST)", heading(p.copies[0]), t.spans, pieces = t.span / 64);
+        let _ = writeln!(o, "  {}: 1 box of ({} words, {bn} rows, {}) per tile from a 3-D tensor map (words, rows, spans); read once (EVICT_FIRST)", heading(p.copies[1]), t.span / 8, t.spans);
         let _ = writeln!(o, "  {}: cp.async by the producer's lanes, {} pair(s) of 4 bytes each, zero-filled past the tensor", heading(p.copies[2]), t.scale_copies);
         let _ = writeln!(o, "\nPipeline");
         let _ = writeln!(o, "  {}: TMA multistage, warp-specialised, {} stages: each stage has a full mbarrier (lane 0's expected bytes and every producer lane's scale copies) and an empty one (every consumer thread read it); the producer refills a stage as soon as it is empty, the consumers never meet at a block barrier inside the loop", heading(p.pipeline), p.stages);
