@@ -596,10 +596,8 @@ impl Spec {
     pub fn pipelined_stages(&self, wanted: impl Fn(&[Stmt]) -> bool) -> Option<&Expr> {
         let mut found = None;
         self.walk(&mut |s| {
-            if let StmtKind::Loop { kind: LoopKind::Pipelined, stages: Some(st), body, .. } = &s.kind {
-                if found.is_none() && wanted(body) {
-                    found = Some(st);
-                }
+            if let StmtKind::Loop { kind: LoopKind::Pipelined, stages: Some(st), body, .. } = &s.kind && found.is_none() && wanted(body) {
+                found = Some(st);
             }
         });
         found

@@ -126,6 +126,21 @@ pub fn compare(out: &Array, expected: &Array, rtol: f64) -> Comparison {
     Comparison { max_abs, rel, non_finite, pass: non_finite == 0 && rel <= rtol }
 }
 
+/// Runs one golden case through the CPU interpreter and compares each output.
+pub fn interpret_case(c: &crate::Compiled, dir: &Path, case: &Case) -> Result<Vec<(String, Comparison)>, String> {
+    let mut tensors = load_inputs(&c.spec, dir, case).map_err(|e| e.to_string())?;
+    let sizes = crate::interp::infer_sizes(&c.spec, &c.info, &tensors, &case.sizes).map_err(|e| e.to_string())?;
+    let line_of = |span: crate::diag::Span| c.file.line_col(span.start).0;
+    crate::interp::run(&c.spec, &c.info, &line_of, &sizes, &mut tensors).map_err(|e| e.to_string())?;
+    let expected = load_expected(dir, case).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for (name, exp) in &expected {
+        let got = tensors.get(name).ok_or_else(|| format!("the spec has no output `{name}`"))?;
+        out.push((name.clone(), compare(got, exp, case.rtol)));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,19 +156,4 @@ mod tests {
         let off = Array { shape: vec![2], dtype: DType::F32, data: vec![3.0, 5.0] };
         assert!(!compare(&off, &e, 1e-2).pass);
     }
-}
-
-/// Runs one golden case through the CPU interpreter and compares each output.
-pub fn interpret_case(c: &crate::Compiled, dir: &Path, case: &Case) -> Result<Vec<(String, Comparison)>, String> {
-    let mut tensors = load_inputs(&c.spec, dir, case).map_err(|e| e.to_string())?;
-    let sizes = crate::interp::infer_sizes(&c.spec, &c.info, &tensors, &case.sizes).map_err(|e| e.to_string())?;
-    let line_of = |span: crate::diag::Span| c.file.line_col(span.start).0;
-    crate::interp::run(&c.spec, &c.info, &line_of, &sizes, &mut tensors).map_err(|e| e.to_string())?;
-    let expected = load_expected(dir, case).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    for (name, exp) in &expected {
-        let got = tensors.get(name).ok_or_else(|| format!("the spec has no output `{name}`"))?;
-        out.push((name.clone(), compare(got, exp, case.rtol)));
-    }
-    Ok(out)
 }

@@ -58,10 +58,8 @@ pub fn compile(file: SourceFile, target: target::Target) -> Result<Compiled, (So
         // Statements that failed to parse are left out; checking the rest still finds
         // real errors (a broken declaration would only cause noise, so stop there).
         let mut errors = parsed.errors;
-        if parsed.errors_only_in_body {
-            if let Err(more) = check::check(&spec) {
-                errors.extend(more);
-            }
+        if parsed.errors_only_in_body && let Err(more) = check::check(&spec) {
+            errors.extend(more);
         }
         return Err((file, errors));
     }

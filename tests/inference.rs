@@ -724,7 +724,7 @@ fn amd_reports_why_both_lowerings_refuse_a_gemm() {
         .replace("threads: 128", "threads: 32")
         .replace("block_M: 64, block_N: 64, block_K: 64", "block_M: 32, block_N: 32, block_K: 32");
     assert!(compile(text.clone()).is_ok());
-    let (file, diags) = tilegen::compile(SourceFile::new("t.yaml", text), Target::Gfx942).err().expect("no AMD lowering");
+    let (file, diags) = tilegen::compile(SourceFile::new("t.yaml", text), Target::Gfx942).expect_err("no AMD lowering");
     let msgs: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
     assert_eq!(msgs.len(), 3, "{msgs:?}");
     assert!(msgs[0].starts_with("the gfx942 target has no lowering for this GEMM") && msgs[0].contains("CK refuses (one reason)"), "{msgs:?}");

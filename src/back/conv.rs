@@ -228,19 +228,6 @@ pub fn float_literal(lit: &str) -> String {
     format!("{s}f")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn float_literals_get_the_f_suffix() {
-        assert_eq!(float_literal("0.0"), "0.0f");
-        assert_eq!(float_literal(".5"), "0.5f");
-        assert_eq!(float_literal("1e-3"), "1e-3f");
-        assert_eq!(float_literal("-inf"), "-INFINITY");
-    }
-}
-
 /// Device helper functions an expression needs, by name, with their C++ definitions.
 pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str, &'static str>) {
     e.visit(&mut |x| {
@@ -263,4 +250,17 @@ pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str,
         }
         true
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_literals_get_the_f_suffix() {
+        assert_eq!(float_literal("0.0"), "0.0f");
+        assert_eq!(float_literal(".5"), "0.5f");
+        assert_eq!(float_literal("1e-3"), "1e-3f");
+        assert_eq!(float_literal("-inf"), "-INFINITY");
+    }
 }

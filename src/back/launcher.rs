@@ -99,10 +99,8 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     // Divided extents (`K/8`) must divide exactly.
     let mut divisors: Vec<(String, i64)> = Vec::new();
     for d in spec.tensors.iter().flat_map(|t| &t.shape) {
-        if let Dim::Div(n, div, _) = d {
-            if c.info.runtime_dims.contains(&n.name) && !divisors.contains(&(n.name.clone(), *div)) {
-                divisors.push((n.name.clone(), *div));
-            }
+        if let Dim::Div(n, div, _) = d && c.info.runtime_dims.contains(&n.name) && !divisors.contains(&(n.name.clone(), *div)) {
+            divisors.push((n.name.clone(), *div));
         }
     }
     size_checks.extend(divisors.iter().map(|(n, div)| format!("{n} % {div} != 0")));

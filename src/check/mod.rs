@@ -205,10 +205,8 @@ impl Checker<'_> {
                 }
             }
         }
-        if !spec.tensors.iter().any(|t| t.output) {
-            if let Some(t) = spec.tensors.last() {
-                self.err(Diagnostic::error(t.name.span, "no tensor is marked `output: true`").hint("mark the tensors the kernel writes with `output: true`"));
-            }
+        if !spec.tensors.iter().any(|t| t.output) && let Some(t) = spec.tensors.last() {
+            self.err(Diagnostic::error(t.name.span, "no tensor is marked `output: true`").hint("mark the tensors the kernel writes with `output: true`"));
         }
         if spec.grid.is_empty() || spec.grid.len() > 3 {
             let span = spec.grid.first().map_or(spec.kernel.span, |g| g.var.span);
@@ -222,7 +220,7 @@ impl Checker<'_> {
             self.int_expr(&g.extent, "a grid extent", false);
         }
         let (threads, span) = spec.threads;
-        if threads < 32 || threads > 1024 || threads % 32 != 0 {
+        if !(32..=1024).contains(&threads) || threads % 32 != 0 {
             self.err(Diagnostic::error(span, format!("threads must be a multiple of 32 between 32 and 1024, found {threads}"))
                 .hint(format!("use {}", ((threads.clamp(32, 1024) + 31) / 32) * 32)));
         }

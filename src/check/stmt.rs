@@ -163,17 +163,11 @@ impl Checker<'_> {
                 }
                 let tile_shape: Vec<&Dim> = tile_dims.iter().map(|d| &tensor.shape[*d]).collect();
                 for (d, extent) in tile_shape.into_iter().zip(&shape) {
-                    if let Dim::Fixed(v, _) = d {
-                        if extent > v {
-                            self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
-                        }
+                    if let Dim::Fixed(v, _) = d && extent > v {
+                        self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
                     }
-                    if matches!(d, Dim::Named(_) | Dim::Div(..)) {
-                        if let Some(v) = d.eval(|n| self.info.const_int(n)) {
-                            if *extent > v {
-                                self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
-                            }
-                        }
+                    if matches!(d, Dim::Named(_) | Dim::Div(..)) && let Some(v) = d.eval(|n| self.info.const_int(n)) && *extent > v {
+                        self.err(Diagnostic::error(tile.span, format!("the tile is {extent} wide but `{}` has only {v} in that dimension", tensor.name.name)));
                     }
                 }
                 if matches!(b, Side::Global(_)) && !tensor.output {

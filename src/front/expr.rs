@@ -181,10 +181,8 @@ impl ExprParser {
     }
 
     fn expect(&mut self, p: &str) -> Result<usize, Diagnostic> {
-        if let Tok::Punct(q) = self.peek() {
-            if *q == p {
-                return Ok(self.bump().2);
-            }
+        if let Tok::Punct(q) = self.peek() && *q == p {
+            return Ok(self.bump().2);
         }
         Err(self.unexpected(&format!("`{p}`")))
     }

@@ -5,6 +5,9 @@ use super::yaml::{self, Node, NodeKind};
 use crate::ast::*;
 use crate::diag::{did_you_mean, Diagnostic, SourceFile, Span};
 
+/// A call's arguments: the positional ones, then the keyword ones with their names.
+type CallArgs = (Vec<Expr>, Vec<(Ident, Expr)>);
+
 /// The statement keywords, for suggestions.
 pub const STATEMENTS: [&str; 7] = ["copy", "gemm", "clear", "fill", "reduce_max", "reduce_sum", "dequant_int4"];
 /// The block keywords, for suggestions.
@@ -482,7 +485,7 @@ impl Cx {
         Some(Stmt { id, kind, span })
     }
 
-    fn positional(&mut self, func: &Ident, args: Vec<Arg>, n: usize, keys: &[&str], span: Span) -> Option<(Vec<Expr>, Vec<(Ident, Expr)>)> {
+    fn positional(&mut self, func: &Ident, args: Vec<Arg>, n: usize, keys: &[&str], span: Span) -> Option<CallArgs> {
         let mut pos = Vec::new();
         let mut kw: Vec<(Ident, Expr)> = Vec::new();
         for a in args {
@@ -664,7 +667,7 @@ impl Cx {
         }
         let line = self.parse_line(header);
         let inner = self.block(body, "a block");
-        let Some(line) = line else { return None };
+        let line = line?;
         let Line::Expr(Expr { kind: ExprKind::Call(func, args), span }) = line else {
             self.err(Diagnostic::error(header.span, "expected a block header such as `pipelined(k, n, stages)`, `serial(k, n)`, `parallel(i, j)` or `if cond`"));
             return None;

@@ -163,19 +163,17 @@ fn exp2_scale(spec: &Spec, info: &Info, scores: &str) -> Option<ScaleConstant> {
     spec.walk(&mut |s| {
         let StmtKind::Assign { value, .. } = &s.kind else { return };
         value.visit(&mut |e| {
-            if let ExprKind::Call(f, args) = &e.kind {
-                if f.name == "exp2" {
-                    for a in args {
-                        a.value.visit(&mut |x| {
-                            if let ExprKind::Binary(BinOp::Mul, l, r) = &x.kind {
-                                let hit = if is_scores(l) { constant(r) } else if is_scores(r) { constant(l) } else { None };
-                                if found.is_none() {
-                                    found = hit;
-                                }
+            if let ExprKind::Call(f, args) = &e.kind && f.name == "exp2" {
+                for a in args {
+                    a.value.visit(&mut |x| {
+                        if let ExprKind::Binary(BinOp::Mul, l, r) = &x.kind {
+                            let hit = if is_scores(l) { constant(r) } else if is_scores(r) { constant(l) } else { None };
+                            if found.is_none() {
+                                found = hit;
                             }
-                            true
-                        });
-                    }
+                        }
+                        true
+                    });
                 }
             }
             true

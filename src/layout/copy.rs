@@ -5,6 +5,10 @@ use super::{Alignment, FragmentLayout, Infer, SharedLayout, Swizzle};
 use crate::ast::*;
 use crate::diag::Diagnostic;
 
+/// A tile's coordinates along its buffer's dimensions, and the fixed indices (tensor
+/// dimension, index) of the tensor dimensions it does not span.
+type TileCoords = (Vec<Expr>, Vec<(usize, Expr)>);
+
 /// What a copy moves between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyKind {
@@ -266,7 +270,7 @@ impl Infer<'_> {
 
     /// The tile coordinates along the buffer's dimensions, and the fixed indices of the
     /// tensor dimensions the tile does not span.
-    fn tile_coords(&mut self, op: &Operand, tensor: usize, shape: &[i64]) -> Option<(Vec<Expr>, Vec<(usize, Expr)>)> {
+    fn tile_coords(&mut self, op: &Operand, tensor: usize, shape: &[i64]) -> Option<TileCoords> {
         let origin = op.origin.as_ref()?;
         let dims = self.tile_dims(op, tensor);
         let fixed = (0..origin.len()).filter(|d| !dims.contains(d)).map(|d| (d, origin[d].clone())).collect();
@@ -376,11 +380,9 @@ impl Infer<'_> {
         let mut chosen = None;
         for vbytes in [16, 8, 4] {
             let v = vbytes / bytes;
-            if v >= 1 && layout.cute_shape[c] % v == 0 {
-                if let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
-                    chosen = Some((v, vbytes, tl));
-                    break;
-                }
+            if v >= 1 && layout.cute_shape[c] % v == 0 && let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
+                chosen = Some((v, vbytes, tl));
+                break;
             }
         }
         let Some((v, vbytes, threads)) = chosen else {

@@ -5,6 +5,7 @@
 //! Requires: the strict level (gemm accumulators fixed). Guarantees: every fragment has a
 //! layout, or an error names the two uses that disagree.
 
+use std::collections::btree_map::Entry;
 use super::*;
 
 /// Accumulator values per thread from which skipping a unit row scale pays. Measured on the
@@ -111,8 +112,8 @@ impl<'a> Infer<'a> {
                 })
             });
             let Some(layout) = layout else { continue };
-            if !self.plan.fragments.contains_key(&domain) {
-                self.plan.fragments.insert(domain, layout.clone());
+            if let Entry::Vacant(e) = self.plan.fragments.entry(domain) {
+                e.insert(layout.clone());
                 changed = true;
             }
             for t in touched {

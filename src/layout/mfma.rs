@@ -320,10 +320,8 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
 fn size_divisor(spec: &Spec, name: &str) -> i64 {
     let mut d = 1i64;
     for dim in spec.tensors.iter().flat_map(|t| &t.shape) {
-        if let Dim::Div(n, div, _) = dim {
-            if n.name == name {
-                d = lcm(d, *div);
-            }
+        if let Dim::Div(n, div, _) = dim && n.name == name {
+            d = lcm(d, *div);
         }
     }
     d

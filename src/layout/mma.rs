@@ -79,10 +79,8 @@ impl Infer<'_> {
     pub(super) fn strict_gemms(&mut self) {
         let mut reduce_sources = std::collections::BTreeSet::new();
         for s in self.statements() {
-            if let StmtKind::Reduce { src, .. } = &s.kind {
-                if let Some(b) = self.buffer_index(&src.name) {
-                    reduce_sources.insert(b);
-                }
+            if let StmtKind::Reduce { src, .. } = &s.kind && let Some(b) = self.buffer_index(&src.name) {
+                reduce_sources.insert(b);
             }
         }
         let (register_accs, register_rows) = self.register_operand_sources();
@@ -225,14 +223,10 @@ impl Infer<'_> {
         let mut out = std::collections::BTreeSet::new();
         let stmts = self.statements();
         for s in &stmts {
-            if let StmtKind::Gemm { a, c, .. } = &s.kind {
-                if let (Some(ia), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&c.name)) {
-                    if self.spec.buffers[ia].scope.0 == Scope::Fragment {
-                        accs.insert(ic);
-                        out.insert(ia);
-                        out.insert(ic);
-                    }
-                }
+            if let StmtKind::Gemm { a, c, .. } = &s.kind && let (Some(ia), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&c.name)) && self.spec.buffers[ia].scope.0 == Scope::Fragment {
+                accs.insert(ic);
+                out.insert(ia);
+                out.insert(ic);
             }
         }
         // Each pass adds the sources of fragments already in the set; stops when none is new.
@@ -246,12 +240,8 @@ impl Infer<'_> {
                         continue;
                     }
                     value.visit(&mut |x| {
-                        if let ExprKind::Index(name, idx) = &x.kind {
-                            if let Some(b) = self.buffer_index(&name.name) {
-                                if idx.len() == 2 && self.spec.buffers[b].scope.0 == Scope::Fragment {
-                                    out.insert(b);
-                                }
-                            }
+                        if let ExprKind::Index(name, idx) = &x.kind && let Some(b) = self.buffer_index(&name.name) && idx.len() == 2 && self.spec.buffers[b].scope.0 == Scope::Fragment {
+                            out.insert(b);
                         }
                         true
                     });

@@ -12,6 +12,7 @@
 //!    dimension follows the global tensor so that cp.async moves 16-byte vectors);
 //! 3. free — what is left gets a default (fragments striped over threads, shared buffers
 //!    row-major), then swizzles, copy atoms and vector widths follow from the majorness.
+//!
 //! Pipeline planning comes last: it needs the copies' plans to know which statements
 //! produce the pipelined shared buffers.
 
@@ -367,12 +368,10 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         }
         return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
     }
-    if target == Target::Sm90a {
-        if let Some(shape) = cx.gemm_shape() {
-            // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
-            cx.plan_collective(shape);
-            return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
-        }
+    if target == Target::Sm90a && let Some(shape) = cx.gemm_shape() {
+        // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
+        cx.plan_collective(shape);
+        return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
     }
     // A thin-tile dequant GEMM (decode shapes) has a lowering of its own: the weights are the
     // MMA's A operand and each thread unpacks whole packed words. Other programs with a
@@ -660,13 +659,11 @@ pub(crate) struct Touch {
 
 fn collect_fragment_reads(cx: &Infer<'_>, e: &Expr, vars: &[Ident], out: &mut Vec<Touch>) {
     e.visit(&mut |x| {
-        if let ExprKind::Index(name, idx) = &x.kind {
-            if let Some(b) = cx.buffer_index(&name.name) {
-                let is_var = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
-                let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| is_var(x, v));
-                let row_only = vars.len() == 2 && idx.len() == 1 && is_var(&idx[0], &vars[0]);
-                out.push(Touch { buffer: b, span: name.span, plain, row_only });
-            }
+        if let ExprKind::Index(name, idx) = &x.kind && let Some(b) = cx.buffer_index(&name.name) {
+            let is_var = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
+            let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| is_var(x, v));
+            let row_only = vars.len() == 2 && idx.len() == 1 && is_var(&idx[0], &vars[0]);
+            out.push(Touch { buffer: b, span: name.span, plain, row_only });
         }
         true
     });

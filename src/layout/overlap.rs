@@ -205,10 +205,8 @@ impl Infer<'_> {
         // end writes what it reads.
         for (k, j, reads) in &late {
             let mut later_writes = BTreeSet::new();
-            if let StmtKind::Parallel { body, .. } = &mid[*k].kind {
-                if *j != usize::MAX {
-                    body[j + 1..].iter().for_each(|a| later_writes.extend(effects_of(a).writes));
-                }
+            if let StmtKind::Parallel { body, .. } = &mid[*k].kind && *j != usize::MAX {
+                body[j + 1..].iter().for_each(|a| later_writes.extend(effects_of(a).writes));
             }
             mid[k + 1..].iter().filter(|s| during.contains(&s.id)).for_each(|s| later_writes.extend(effects_of(s).writes));
             if let Some(clash) = reads.intersection(&later_writes).next() {

@@ -75,11 +75,9 @@ impl Infer<'_> {
                     _ => consumers.push(st.id),
                 }
             }
-            if let Some(first_consumer) = body.iter().position(|st| consumers.contains(&st.id)) {
-                if let Some(late) = body.iter().skip(first_consumer).find(|st| producers.contains(&st.id)) {
-                    self.err(Diagnostic::error(late.span, "in a pipelined loop, copies into shared memory come before the statements that use them")
-                        .hint("move this copy above the first gemm"));
-                }
+            if let Some(first_consumer) = body.iter().position(|st| consumers.contains(&st.id)) && let Some(late) = body.iter().skip(first_consumer).find(|st| producers.contains(&st.id)) {
+                self.err(Diagnostic::error(late.span, "in a pipelined loop, copies into shared memory come before the statements that use them")
+                    .hint("move this copy above the first gemm"));
             }
             // Shared buffers read by consumers must be produced in this loop, or filled
             // once before it (loop-invariant tiles such as attention's Q).

@@ -301,11 +301,9 @@ impl<'a> Infer<'a> {
             Some((d, _)) => (d[0], d[1]),
             None => (1, 1),
         };
-        if let Some((d, span)) = &spec.cluster {
-            if d[0] * d[1] > 4 || (bm / 64) % d[0].max(1) != 0 {
-                self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit: at most 4 CTAs, and multicast needs the tile to split over it")));
-                return;
-            }
+        if let Some((d, span)) = &spec.cluster && (d[0] * d[1] > 4 || (bm / 64) % d[0].max(1) != 0) {
+            self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit: at most 4 CTAs, and multicast needs the tile to split over it")));
+            return;
         }
         let Some(tree) = self.epilogue_tree(&shape, ic, (&cc[0], &cc[1]), (bm, bn)) else { return };
         let bytes = |d: DType| d.bytes();

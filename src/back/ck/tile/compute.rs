@@ -159,10 +159,8 @@ impl<'a> Lower<'a> {
             l.assigns(body);
         });
         for st in body {
-            if let StmtKind::Assign { target, .. } = &st.kind {
-                if let Some(b) = self.buffer(target) {
-                    self.split.insert(b, Split::Whole);
-                }
+            if let StmtKind::Assign { target, .. } = &st.kind && let Some(b) = self.buffer(target) {
+                self.split.insert(b, Split::Whole);
             }
         }
     }

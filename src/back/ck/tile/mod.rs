@@ -579,14 +579,12 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
     });
     let helpers = helpers.into_iter().filter(|(k, _)| *k != "fast_exp2").map(|(_, v)| v.replace("CUTE_DEVICE", "__device__ inline")).collect();
     let mut mfmas: Vec<(String, String)> = Vec::new();
-    for (id, _) in &plan.gemms {
-        if let Some(StmtKind::Gemm { a, .. }) = spec.stmt(*id).map(|s| &s.kind) {
-            if let Some(Symbol::Buffer(b)) = c.info.symbols.get(&a.name) {
-                let d = spec.buffers[*b].dtype.0;
-                let entry = (block_type(d).to_string(), if d == DType::BF16 { "__builtin_amdgcn_mfma_f32_16x16x16bf16_1k" } else { "__builtin_amdgcn_mfma_f32_16x16x16f16" }.to_string());
-                if !mfmas.contains(&entry) {
-                    mfmas.push(entry);
-                }
+    for id in plan.gemms.keys() {
+        if let Some(StmtKind::Gemm { a, .. }) = spec.stmt(*id).map(|s| &s.kind) && let Some(Symbol::Buffer(b)) = c.info.symbols.get(&a.name) {
+            let d = spec.buffers[*b].dtype.0;
+            let entry = (block_type(d).to_string(), if d == DType::BF16 { "__builtin_amdgcn_mfma_f32_16x16x16bf16_1k" } else { "__builtin_amdgcn_mfma_f32_16x16x16f16" }.to_string());
+            if !mfmas.contains(&entry) {
+                mfmas.push(entry);
             }
         }
     }

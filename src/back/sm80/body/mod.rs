@@ -275,16 +275,12 @@ impl Env for RowEnv<'_> {
 /// other threads own): each is an error, never a silent value.
 fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) {
     e.visit(&mut |x| {
-        if let ExprKind::Index(name, idx) = &x.kind {
-            if let Some(Symbol::Buffer(b)) = c.info.symbols.get(&name.name) {
-                if env.buffer_element(*b, idx).is_none() {
-                    let buf = &c.spec.buffers[*b];
-                    out.push(Diagnostic::error(x.span, format!(
-                        "the sm80 backend cannot read {} buffer `{}` at these indices inside this parallel block",
-                        buf.scope.0.name(), name.name))
-                        .hint("read fragments that share the block's layout at the block's own indices (row statistics at the row index); copy other data into such a fragment first"));
-                }
-            }
+        if let ExprKind::Index(name, idx) = &x.kind && let Some(Symbol::Buffer(b)) = c.info.symbols.get(&name.name) && env.buffer_element(*b, idx).is_none() {
+            let buf = &c.spec.buffers[*b];
+            out.push(Diagnostic::error(x.span, format!(
+                "the sm80 backend cannot read {} buffer `{}` at these indices inside this parallel block",
+                buf.scope.0.name(), name.name))
+                .hint("read fragments that share the block's layout at the block's own indices (row statistics at the row index); copy other data into such a fragment first"));
         }
         true
     });
@@ -382,13 +378,11 @@ impl Lower<'_> {
                     return;
                 }
                 let staged = |name: &str| staged(self.c, name);
-                if self.stage.is_none() {
-                    if let Some(b) = [src, scales].into_iter().find(|b| staged(&b.name)) {
-                        // Which stage holds the last tile depends on the trip count.
-                        self.errors.push(Diagnostic::error(b.span, format!("`{}` is filled inside a pipelined loop, so this statement outside it cannot tell which stage to read", b.name))
-                            .hint("move the dequant into the loop that fills it"));
-                        return;
-                    }
+                if self.stage.is_none() && let Some(b) = [src, scales].into_iter().find(|b| staged(&b.name)) {
+                    // Which stage holds the last tile depends on the trip count.
+                    self.errors.push(Diagnostic::error(b.span, format!("`{}` is filled inside a pipelined loop, so this statement outside it cannot tell which stage to read", b.name))
+                        .hint("move the dequant into the loop that fills it"));
+                    return;
                 }
                 let at = |name: &str, idx: &str| shared_at(self.c, name, idx, self.stage);
                 // The word a thread takes in round i: when whole rows fit in one round, its
