@@ -447,10 +447,10 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         p.row_groups, p.k_split, p.k_steps / p.k_split, p.k_steps);
     let _ = writeln!(o, "  the k shares' partial sums of `{}` meet in shared memory ({} bytes, in the stages' place) before the store", name(acc), p.partial_bytes);
     let _ = writeln!(o, "\nShared layouts");
-    // A span's row: 16-bit values of A, or 4-byte words of eight 4-bit weights.
-    let span = p.tma.as_ref().map_or(0, |t| t.span);
-    for (b, l, why, span_row) in [(a_s, p.a_layout, &p.why_a, format!("{span} values")), (wq_s, p.w_layout, &p.why_w, format!("{} words", span / 8))] {
+    // With TMA, a span's row holds `span` 16-bit values of A, or words of eight 4-bit weights.
+    for (b, l, why, (per_unit, unit)) in [(a_s, p.a_layout, &p.why_a, (1, "values")), (wq_s, p.w_layout, &p.why_w, (8, "words"))] {
         if let Some(t) = &p.tma {
+            let span_row = format!("{} {unit}", t.span / per_unit);
             let _ = writeln!(o, "  `{}`: {} span(s) of {} k per tile, each [row][{span_row}], 128-byte swizzle (Swizzle<3,4,3> on byte addresses)\n    why: {why}", name(b), t.spans, t.span);
             continue;
         }

@@ -92,10 +92,9 @@ pub struct Context {
     pub m0: String,
     pub n0: String,
     pub num_tiles: String,
-    /// sm90a: a TMA producer warp (see `DequantGemmTma`); its numbers.
-    pub tma: bool,
+    /// sm90a's TMA flavour (see `DequantGemmTma`): its producer warp's numbers (0 otherwise;
+    /// the flavour itself is the template `render` picks).
     pub producer_threads: i64,
-    pub spans: i64,
     pub scale_copies: i64,
     pub min_blocks: i64,
     /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
@@ -241,9 +240,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         m0: origin(p.copies[0], 0),
         n0: origin(p.copies[1], 0),
         num_tiles: count,
-        tma: p.tma.is_some(),
-        producer_threads: crate::layout::PRODUCER_THREADS,
-        spans: p.tma.as_ref().map_or(0, |t| t.spans),
+        producer_threads: if p.tma.is_some() { crate::layout::PRODUCER_THREADS } else { 0 },
         scale_copies: p.tma.as_ref().map_or(0, |t| t.scale_copies),
         min_blocks: p.tma.as_ref().map_or(0, |t| t.min_blocks),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
