@@ -311,6 +311,26 @@ impl ReduceOp {
     }
 }
 
+/// `dequant_int4`'s zero point: the stored 4-bit value that means zero.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ZeroPoint {
+    /// `zero=N` (8 when omitted: values -8..7 stored offset by 8), and where it was written.
+    Constant(i64, crate::diag::Span),
+    /// `zeros=Z`: one per group of each row, a shared tile shaped and typed like the scales,
+    /// holding integers 0..15 (GPTQ and AWQ checkpoints' zero points).
+    PerGroup(Ident),
+}
+
+impl ZeroPoint {
+    /// The per-group tile, if any.
+    pub fn tile(&self) -> Option<&Ident> {
+        match self {
+            ZeroPoint::PerGroup(z) => Some(z),
+            ZeroPoint::Constant(..) => None,
+        }
+    }
+}
+
 /// Statement forms.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StmtKind {
@@ -328,10 +348,11 @@ pub enum StmtKind {
         /// Start from the identity (true) or from dst's values (false).
         clear: bool,
     },
-    /// `dequant_int4(src, dst, scales=S, zero=8)`: unpacks 4-bit weights, eight per 32-bit
-    /// word of `src` (element `c` of a row is bits `4*(c%8)` .. of word `c/8`), and scales
-    /// them per group: `dst[r, c] = (nibble − zero) · scales[r, c / group]`, where `group`
-    /// is dst's column count over scales'.
+    /// `dequant_int4(src, dst, scales=S, zero=8)` or `dequant_int4(src, dst, scales=S,
+    /// zeros=Z)`: unpacks 4-bit weights, eight per 32-bit word of `src` (element `c` of a row
+    /// is bits `4*(c%8)` .. of word `c/8`), and scales them per group:
+    /// `dst[r, c] = (nibble − z) · scales[r, c / group]`, where `group` is dst's column count
+    /// over scales' and `z` the zero point (the constant, or `Z[r, c / group]`).
     Dequant {
         /// The packed words, a shared [R, C/8] i32 tile.
         src: Ident,
@@ -339,8 +360,8 @@ pub enum StmtKind {
         dst: Ident,
         /// One scale per group of each row, a shared [R, C/group] tile of dst's type.
         scales: Ident,
-        /// The stored value that means zero (8: values -8..7 stored offset by 8).
-        zero: (i64, crate::diag::Span),
+        /// The stored value that means zero.
+        zero: ZeroPoint,
     },
     /// `copy(src, dst)`: extents come from the buffer side.
     Copy {

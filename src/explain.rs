@@ -429,8 +429,11 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         let _ = writeln!(o, "  mma.sync, not warpgroup MMAs: {why}");
     }
     let _ = writeln!(o, "  {}\n  {}", heading(p.dequant), heading(p.gemm));
-    let _ = writeln!(o, "    MMA SM80_16x8x16 (mma.sync), Cᵀ = W · Aᵀ: 16 weight rows x {} rows of A per MMA; `{}` is never stored: each thread unpacks its A registers from whole packed words (one scale per {} values, zero {})",
-        bm.min(8), name(w_s), p.group, p.zero);
+    let _ = writeln!(o, "    MMA SM80_16x8x16 (mma.sync), Cᵀ = W · Aᵀ: 16 weight rows x {} rows of A per MMA; `{}` is never stored: each thread unpacks its A registers from whole packed words (one scale per {} values, {})",
+        bm.min(8), name(w_s), p.group, match p.zero {
+            crate::layout::DequantZero::Constant(z) => format!("zero {z}"),
+            crate::layout::DequantZero::PerGroup { buffer, .. } => format!("one zero point per group from `{}`, read beside its scale", name(buffer)),
+        });
     let _ = writeln!(o, "    why: {}", p.why);
     let _ = writeln!(o, "  row tiles: {} of 8 rows per block{}", p.m_tiles, if p.small_m { "; the launcher runs a one-tile instantiation when M <= 8" } else { "" });
     match &p.tma {
@@ -459,23 +462,33 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         let _ = writeln!(o, "  `{}`: rows of {cols}{pad} elements, Swizzle<{},{},{}>\n    why: {why}", name(b), l.swizzle.bits, l.swizzle.base, l.swizzle.shift);
     }
     let _ = writeln!(o, "  `{}`: row-major, {} scale(s) per weight row per tile", name(s_s), bk / p.group);
+    let zeros = match p.zero {
+        crate::layout::DequantZero::PerGroup { copy, buffer, .. } => {
+            let _ = writeln!(o, "  `{}`: laid out like `{}`, at a fixed distance from it in shared memory, so that its reads reuse the scales' offsets", name(buffer), name(s_s));
+            Some(copy)
+        }
+        crate::layout::DequantZero::Constant(_) => None,
+    };
     if let Some(t) = &p.tma {
         let _ = writeln!(o, "\nCopies (TMA, completing on the stage's full mbarrier; rows past the tensors arrive as zeros)");
         let _ = writeln!(o, "  {}: {} box(es) of (64, {pieces}, rows, 1) per tile, one per span, from a 4-D tensor map (64 values, {pieces} pieces, rows, spans); the launcher gives the box as many rows as a tile has rows of A (1 for a decode step); kept in L2 (EVICT_LAST)", heading(p.copies[0]), t.spans, pieces = t.span / 64);
         let _ = writeln!(o, "  {}: 1 box of ({} words, {bn} rows, {}) per tile from a 3-D tensor map (words, rows, spans); read once (EVICT_FIRST)", heading(p.copies[1]), t.span / 8, t.spans);
-        let _ = writeln!(o, "  {}: cp.async by the producer's lanes, {} pair(s) of 4 bytes each, zero-filled past the tensor", heading(p.copies[2]), t.scale_copies);
+        for id in std::iter::once(p.copies[2]).chain(zeros) {
+            let _ = writeln!(o, "  {}: cp.async by the producer's lanes, {} pair(s) of 4 bytes each, zero-filled past the tensor", heading(id), t.scale_copies);
+        }
         let _ = writeln!(o, "\nPipeline");
         let _ = writeln!(o, "  {}: TMA multistage, warp-specialised, {} stages: each stage has a full mbarrier (lane 0's expected bytes and every producer lane's scale copies) and an empty one (every consumer thread read it); the producer refills a stage as soon as it is empty, the consumers never meet at a block barrier inside the loop", heading(p.pipeline), p.stages);
     } else {
         let _ = writeln!(o, "\nCopies (cp.async, 16-byte chunks zero-filled past the tensors; the scales 4 bytes at a time; A's chunks through L1, where the blocks on an SM share its tiles)");
-        for (id, per) in [(p.copies[0], format!("{} chunk(s) per thread{}", p.a_chunks, if p.small_m { format!(" ({} with one row tile)", p.a_chunks * 8 / bm) } else { String::new() })), (p.copies[1], format!("{} chunk(s) per thread", p.w_chunks)), (p.copies[2], format!("the first {} threads, a pair each", p.scale_pairs))] {
+        for (id, per) in [(p.copies[0], format!("{} chunk(s) per thread{}", p.a_chunks, if p.small_m { format!(" ({} with one row tile)", p.a_chunks * 8 / bm) } else { String::new() })), (p.copies[1], format!("{} chunk(s) per thread", p.w_chunks)), (p.copies[2], format!("the first {} threads, a pair each", p.scale_pairs))].into_iter().chain(zeros.map(|id| (id, "the scales' threads, a pair each".to_string()))) {
             let _ = writeln!(o, "  {}: {per}", heading(id));
         }
         let _ = writeln!(o, "\nPipeline");
         let _ = writeln!(o, "  {}: cp.async multistage on mbarriers, {} stages: each stage has a full mbarrier (every thread's copies landed) and an empty one (every thread read it); before computing a k-tile a thread issues the copies of the tile {} ahead, into the stage read {} tile(s) before, so warps need not meet at every tile; the ring unrolled so that stage offsets are constants", heading(p.pipeline), p.stages, p.prefetch, p.stages - p.prefetch);
     }
     let _ = writeln!(o, "\nResources");
-    let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {} + {}, and {} bytes of mbarriers) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.stage_bytes[2], c.plan.smem.barriers, c.plan.smem.budget);
+    let parts = p.stage_bytes.iter().filter(|b| **b > 0).map(|b| b.to_string()).collect::<Vec<_>>().join(" + ");
+    let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {parts}, and {} bytes of mbarriers) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), c.plan.smem.barriers, c.plan.smem.budget);
     let _ = writeln!(o, "  registers: about {} per thread (estimate)", c.plan.regs_per_thread);
     let _ = writeln!(o, "  launcher checks:");
     alignment_lines(o, c);

@@ -163,7 +163,12 @@ fn interpreted(c: &tilegen::Compiled, dims: &std::collections::BTreeMap<String, 
     let mut inputs = Arrays::new();
     for t in c.spec.tensors.iter().filter(|t| !t.output) {
         let shape = t.shape.iter().map(|d| d.eval(|n| c.info.const_int(n).or_else(|| dims.get(n).copied())).unwrap() as usize).collect();
-        inputs.insert(t.name.name.clone(), values.array(t.dtype.0, shape));
+        let mut a = values.array(t.dtype.0, shape);
+        if t.name.name == "zeros" {
+            // Zero points are integers 0 to 15.
+            a.data.iter_mut().for_each(|v| *v = (v.abs() * 64.0) % 16.0);
+        }
+        inputs.insert(t.name.name.clone(), a);
     }
     let mut expected = inputs.clone();
     let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
@@ -182,6 +187,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
         ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
         ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
+        ("w4_stationary_zp_bf16", &[("M", 100), ("N", 40)]),
     ];
     let mut covered = Vec::new();
     for entry in std::fs::read_dir(root().join("tests/golden/specs")).unwrap() {
@@ -209,5 +215,5 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "w4_stationary_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }

@@ -2,7 +2,7 @@
 
 use tilegen::ast::StmtKind;
 use tilegen::diag::SourceFile;
-use tilegen::layout::{CopyKind, EpilogueOp, FragmentLayout, GemmSchedule, MbarrierRole, PipelineMode};
+use tilegen::layout::{CopyKind, DequantZero, EpilogueOp, FragmentLayout, GemmSchedule, MbarrierRole, PipelineMode};
 use tilegen::target::Target;
 
 fn spec(tiles: (i64, i64, i64), stages: i64, threads: i64, a_order: &str, transpose_b: bool) -> String {
@@ -213,7 +213,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     let p = c.plan.dequant_gemm.as_ref().expect("the thin-tile plan");
     // 16 rows of A: two 8-row tiles (the MMA's N), one when M <= 8; 32 weight rows as two
     // 16-row groups, each split over 4 warps taking one of the four 128-deep steps of a tile.
-    assert_eq!((p.block, p.m_tiles, p.small_m, p.row_groups, p.k_split, p.k_steps, p.group, p.zero), ((16, 32, 512), 2, true, 2, 4, 4, 128, 8));
+    assert_eq!((p.block, p.m_tiles, p.small_m, p.row_groups, p.k_split, p.k_steps, p.group, &p.zero), ((16, 32, 512), 2, true, 2, 4, 4, 128, &DequantZero::Constant(8)));
     // [16, 512] A rows need 32 bytes of padding and Swizzle<1,3,3>; the words Swizzle<1,4,2>.
     assert_eq!((p.a_layout.pad, p.a_layout.swizzle.bits, p.a_layout.swizzle.base, p.a_layout.swizzle.shift), (16, 1, 3, 3));
     assert_eq!((p.w_layout.pad, p.w_layout.swizzle.bits, p.w_layout.swizzle.base, p.w_layout.swizzle.shift), (0, 1, 4, 2));
@@ -224,7 +224,8 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty());
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
-    for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<8, ElementS_s>(lo, 0x0400u, scale_lo)",
+    for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)",
+                   "constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;",
                    "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "M <= 8 ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
                    "(K / 128) % 2 != 0", "smem.partials[wk][row][w_row]",
                    // The mbarrier pipeline: refill two tiles ahead, wait for the tile, release it; A through L1.
@@ -253,6 +254,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
         assert!(cu.contains(needle), "the sm90a kernel lacks {needle}");
     }
     assert!(!cu.contains("load_tile") && !cu.contains("A_dst"), "the computing threads copy nothing");
+    assert!(!cu.contains("zp_offset"), "no zero-point tile without `zeros=`");
 
     // What the lowering does not take runs the general one, with the reason kept for explain.
     let reason = |text: String| {
@@ -296,7 +298,7 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     assert!(cu.contains("K % 8 != 0") && cu.contains("K % 128 != 0"), "divisibility checks");
     assert!(cu.contains("if (tid < 64) {"), "the scale copy is guarded");
-    assert!(cu.contains("b0(0) = dequant_int4x2<8, ElementS_s>(words.x, byte_sel, scales);"));
+    assert!(cu.contains("b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);"));
     assert!(!cu.contains("sW_s") && !cu.contains("dequant_int4x8"), "W_s is never written");
     // A tile unpacked once and read by a gemm in a later loop is not fused: it is unpacked
     // into shared memory, eight values per 16-byte store.
@@ -310,7 +312,7 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     // Whole words: the kernel calls dequant_int4x8, which unpacks its four pairs with
     // dequant_int4x2; no gemm unpacks its own fragments.
-    assert!(cu.contains("dequant_int4x8<8>(packed[i], scale[i])"), "{cu}");
+    assert!(cu.contains("dequant_int4x8(packed[i], scale[i], dequant_neg_bias<8, ElementS_s>())"), "{cu}");
     assert_eq!(cu.matches("dequant_int4x2<").count(), 1, "only inside dequant_int4x8: {cu}");
     assert!(cu.contains("if (r * 4 + wc < 64) {"), "the guard");
 }

@@ -25,7 +25,7 @@ impl Checker<'_> {
                 self.buffer(buf, "clear");
             }
             StmtKind::Reduce { op, src, dst, dim, .. } => self.reduce(*op, src, dst, *dim),
-            StmtKind::Dequant { src, dst, scales, zero } => self.dequant(src, dst, scales, *zero),
+            StmtKind::Dequant { src, dst, scales, zero } => self.dequant(src, dst, scales, zero),
             StmtKind::Fill { buf, value } => {
                 if let Some(b) = self.buffer(buf, "fill") {
                     let want = if self.spec.buffers[b].dtype.0.is_float() { Ty::Float } else { Ty::Int };
@@ -236,12 +236,18 @@ impl Checker<'_> {
         }
     }
 
-    fn dequant(&mut self, src: &Ident, dst: &Ident, scales: &Ident, zero: (i64, crate::diag::Span)) {
+    fn dequant(&mut self, src: &Ident, dst: &Ident, scales: &Ident, zero: &ZeroPoint) {
         const OP: &str = "dequant_int4";
         let (is, id, ic) = (self.buffer(src, OP), self.buffer(dst, OP), self.buffer(scales, OP));
+        let zeros = zero.tile().map(|z| (self.buffer(z, OP), z));
         let (Some(is), Some(id), Some(ic)) = (is, id, ic) else { return };
+        let zeros = match zeros {
+            Some((None, _)) => return,
+            Some((Some(iz), z)) => Some((iz, z)),
+            None => None,
+        };
         let spec = self.spec;
-        for (i, ident) in [(is, src), (id, dst), (ic, scales)] {
+        for (i, ident) in [(is, src), (id, dst), (ic, scales)].into_iter().chain(zeros) {
             let b = &spec.buffers[i];
             if b.scope.0 != Scope::Shared {
                 self.err(Diagnostic::error(ident.span, format!("`{OP}` works on shared tiles, and `{}` is in {} memory", ident.name, b.scope.0.name()))
@@ -266,8 +272,22 @@ impl Checker<'_> {
             self.err(Diagnostic::error(scales.span, format!("the scales `{}` are {} but `{}` is {}; they must match", scales.name, bc.dtype.0, dst.name, bd.dtype.0))
                 .label(bc.dtype.1, "declared here"));
         }
-        if !(0..16).contains(&zero.0) {
-            self.err(Diagnostic::error(zero.1, format!("`zero` is a stored 4-bit value, 0 to 15; found {}", zero.0)));
+        if let ZeroPoint::Constant(v, span) = zero && !(0..16).contains(v) {
+            self.err(Diagnostic::error(*span, format!("`zero` is a stored 4-bit value, 0 to 15; found {v}")));
+        }
+        if let Some((iz, z)) = zeros {
+            let bz = &spec.buffers[iz];
+            if bz.dtype.0 != bc.dtype.0 {
+                self.err(Diagnostic::error(z.span, format!("the zero points `{}` are {} but the scales `{}` are {}; they must match", z.name, bz.dtype.0, scales.name, bc.dtype.0))
+                    .label(bz.dtype.1, "declared here")
+                    .hint("zero points are small integers (0 to 15) held in the scales' type"));
+            }
+            if self.info.buffer_shapes[iz] != self.info.buffer_shapes[ic] {
+                self.err(Diagnostic::error(z.span, format!(
+                    "the zero points `{}` {:?} must have the scales' shape {:?}: one per group of each row",
+                    z.name, self.info.buffer_shapes[iz], self.info.buffer_shapes[ic]))
+                    .label(bz.shape_span, "shape declared here"));
+            }
         }
         let (ss, sd, sc) = (self.info.buffer_shapes[is].clone(), self.info.buffer_shapes[id].clone(), self.info.buffer_shapes[ic].clone());
         if ss[0] != sd[0] || ss[1] * 8 != sd[1] {

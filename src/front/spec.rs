@@ -601,7 +601,7 @@ impl Cx {
                 Some(StmtKind::Reduce { op, src: src?, dst: dst?, dim, clear })
             }
             "dequant_int4" => {
-                let (mut p, kw) = self.positional(&func, args, 2, &["scales", "zero"], span)?;
+                let (mut p, kw) = self.positional(&func, args, 2, &["scales", "zero", "zeros"], span)?;
                 let dst = p.pop()?;
                 let src = p.pop()?;
                 let (src, dst) = (self.buffer_name(src, "dequant_int4's packed source"), self.buffer_name(dst, "dequant_int4's destination"));
@@ -613,11 +613,18 @@ impl Cx {
                         None
                     }
                 };
-                let zero = match kw.iter().find(|(k, _)| k.name == "zero") {
-                    None => (8, func.span),
-                    Some((_, Expr { kind: ExprKind::Int(v), span })) => (*v, *span),
-                    Some((_, e)) => {
-                        self.err(Diagnostic::error(e.span, "`zero` must be an integer literal").hint("8 stores -8..7 offset by 8; 0 stores 0..15"));
+                let zero = match (kw.iter().find(|(k, _)| k.name == "zero"), kw.iter().find(|(k, _)| k.name == "zeros")) {
+                    (Some(_), Some((k, _))) => {
+                        self.err(Diagnostic::error(k.span, "`zero` and `zeros` both give the zero point; write one")
+                            .hint("`zero=8` for one constant, `zeros=Z_s` for one per group"));
+                        return None;
+                    }
+                    (None, Some((_, e))) => ZeroPoint::PerGroup(self.buffer_name(e.clone(), "`zeros`")?),
+                    (None, None) => ZeroPoint::Constant(8, func.span),
+                    (Some((_, Expr { kind: ExprKind::Int(v), span })), None) => ZeroPoint::Constant(*v, *span),
+                    (Some((_, e)), None) => {
+                        self.err(Diagnostic::error(e.span, "`zero` must be an integer literal")
+                            .hint("8 stores -8..7 offset by 8; 0 stores 0..15; `zeros=<buffer>` gives one per group"));
                         return None;
                     }
                 };

@@ -262,6 +262,8 @@ impl Machine<'_> {
                 let groups = self.info.buffer_shapes[ic][1] as usize;
                 let group = cols / groups;
                 let dtype = self.spec.buffers[id].dtype.0;
+                let zeros = zero.tile().map(|z| (self.buffer_of(&z.name), z));
+                let constant_zero = if let ZeroPoint::Constant(v, _) = zero { *v } else { 0 };
                 for r in 0..rows {
                     for c in 0..cols {
                         let word = self.buffers[is][r * (cols / 8) + c / 8];
@@ -270,9 +272,24 @@ impl Machine<'_> {
                         }
                         let nibble = ((word as i64 as u32) >> (4 * (c % 8))) & 15;
                         let scale = self.buffers[ic][r * groups + c / group];
+                        let z = match zeros {
+                            None => constant_zero,
+                            Some((iz, name)) => {
+                                // The kernels add the zero point to a float whose ulp is 1, which
+                                // is exact for small integers only.
+                                let z = self.buffers[iz][r * groups + c / group];
+                                if z.is_nan() {
+                                    return Err(self.fail(s.span, format!("`{}` is read before it is written", name.name)));
+                                }
+                                if z.fract() != 0.0 || !(0.0..16.0).contains(&z) {
+                                    return Err(self.fail(name.span, format!("`{}`[{r}, {}] is {z}; zero points are integers 0 to 15", name.name, c / group)));
+                                }
+                                z as i64
+                            }
+                        };
                         // The product of a small integer and a 16-bit float is exact in f32;
                         // the one rounding is to the destination type.
-                        self.buffers[id][r * cols + c] = round_to(dtype, f32r((nibble as i64 - zero.0) as f64 * scale));
+                        self.buffers[id][r * cols + c] = round_to(dtype, f32r((nibble as i64 - z) as f64 * scale));
                     }
                 }
             }

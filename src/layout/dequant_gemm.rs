@@ -8,8 +8,9 @@
 //! lowering runs, with the dequant fused into mma.sync's B fragments).
 //!
 //! The shape: `clear(acc)`; `pipelined(k, n, stages):` copying a tile of A, of the packed
-//! words and of the scales at `k * <tile extent>`, then `dequant_int4(Wq_s, W_s, scales=S_s)`
-//! and `gemm(A_s, W_s, acc, transpose_b=true)`; then `copy(acc, C[...])`.
+//! words, of the scales (and of the zero points, with `zeros=`) at `k * <tile extent>`, then
+//! `dequant_int4(Wq_s, W_s, scales=S_s)` and `gemm(A_s, W_s, acc, transpose_b=true)`; then
+//! `copy(acc, C[...])`.
 //!
 //! Why another lowering: with 16 rows of A, the general one (A the MMA's A operand, 4-bit
 //! weights unpacked into B fragments) spends most of its instructions moving and unpacking
@@ -76,7 +77,7 @@ pub struct DequantGemmPlan {
     /// Values per scale.
     pub group: i64,
     /// dequant_int4's zero point.
-    pub zero: i64,
+    pub zero: DequantZero,
     /// A_s's layout: conflict-free for the cp.async writes and the 16-byte reads below.
     pub a_layout: PaddedLayout,
     /// Wq_s's layout, likewise.
@@ -87,8 +88,8 @@ pub struct DequantGemmPlan {
     pub w_chunks: i64,
     /// Threads that copy a pair of scales (4 bytes) each.
     pub scale_pairs: i64,
-    /// Shared bytes of one stage of A_s, Wq_s and S_s.
-    pub stage_bytes: [u64; 3],
+    /// Shared bytes of one stage of A_s, Wq_s, S_s and the zero points' tile (0 without).
+    pub stage_bytes: [u64; 4],
     /// Bytes of the partial sums the k-split warps exchange after the loop (they reuse the
     /// pipeline's space).
     pub partial_bytes: u64,
@@ -123,13 +124,31 @@ pub struct DequantGemmTma {
     pub min_blocks: i64,
 }
 
+/// The thin-tile lowering's zero point.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DequantZero {
+    /// One for every weight (`zero=`).
+    Constant(i64),
+    /// One per group of each row (`zeros=`), copied beside the scales, shaped and typed like
+    /// them.
+    PerGroup {
+        /// The copy filling the tile.
+        copy: StmtId,
+        /// The global tensor.
+        tensor: usize,
+        /// The shared tile.
+        buffer: usize,
+    },
+}
+
 /// Threads in the sm90a flavour's producer warp.
 pub const PRODUCER_THREADS: i64 = 32;
 
 /// The statements of the shape, found by [`Infer::dequant_gemm_shape`].
 pub(super) struct Shape<'a> {
     pipeline: &'a Stmt,
-    copies: [&'a Stmt; 3],
+    /// Three, or four with `zeros=`.
+    copies: Vec<&'a Stmt>,
     dequant: &'a Stmt,
     gemm: &'a Stmt,
     store: &'a Stmt,
@@ -192,7 +211,7 @@ fn pick_layout(rows: i64, cols: i64, elem_bytes: i64, accesses: &[WarpAccess]) -
 /// The kernel's shared storage in bytes: the stages (the partial sums reuse their space), a
 /// full and an empty mbarrier (8 bytes each) per stage, and with TMA the whole rounded up to
 /// the 128-byte swizzle's 1024-byte period, to which the storage is aligned.
-fn shared_bytes(stage_bytes: &[u64; 3], stages: i64, partial_bytes: u64, tma: bool) -> u64 {
+fn shared_bytes(stage_bytes: &[u64; 4], stages: i64, partial_bytes: u64, tma: bool) -> u64 {
     let total = (stages as u64 * stage_bytes.iter().sum::<u64>()).max(partial_bytes) + 16 * stages as u64;
     if tma { total.div_ceil(1024) * 1024 } else { total }
 }
@@ -221,10 +240,15 @@ impl<'a> Infer<'a> {
         let copies: Vec<&'a Stmt> = inner.iter().filter(|s| matches!(s.kind, StmtKind::Copy { .. })).collect();
         let dequant = inner.iter().find(|s| matches!(s.kind, StmtKind::Dequant { .. }));
         let gemm = inner.iter().find(|s| matches!(s.kind, StmtKind::Gemm { .. }));
-        let (Some(dequant), Some(gemm), [c0, c1, c2], 5) = (dequant, gemm, copies.as_slice(), inner.len()) else {
-            return Err("the main loop is not three copies, one dequant_int4 and one gemm".into());
+        let zeros = dequant.is_some_and(|d| matches!(&d.kind, StmtKind::Dequant { zero: ZeroPoint::PerGroup(_), .. }));
+        let want = if zeros { 4 } else { 3 };
+        let (Some(dequant), Some(gemm)) = (dequant, gemm) else {
+            return Err("the main loop has no dequant_int4 and gemm".into());
         };
-        Ok(Shape { pipeline, copies: [c0, c1, c2], dequant, gemm, store })
+        if copies.len() != want || inner.len() != want + 2 {
+            return Err(format!("the main loop is not {} copies, one dequant_int4 and one gemm", if zeros { "four" } else { "three" }));
+        }
+        Ok(Shape { pipeline, copies, dequant, gemm, store })
     }
 
     /// Plans the lowering for a body of that shape; `Err` says why it does not apply (the
@@ -238,6 +262,11 @@ impl<'a> Infer<'a> {
         let (Some(wq_s), Some(w_s), Some(s_s), Some(a_s), Some(acc)) = (buf(src), buf(dst), buf(scales), buf(a), buf(c)) else {
             return Err("unknown buffers".into());
         };
+        // The zero points' tile, if any: filled and read like the scales'.
+        let z_s = match zero {
+            ZeroPoint::PerGroup(z) => Some(buf(z).ok_or("unknown buffers")?),
+            ZeroPoint::Constant(..) => None,
+        };
         if buf(b) != Some(w_s) || *transpose_a || !*transpose_b {
             return Err("the gemm must be `gemm(A_s, W_s, acc, transpose_b=true)` with W_s the dequant's destination".into());
         }
@@ -248,21 +277,22 @@ impl<'a> Infer<'a> {
         }
         let Some(tc) = self.tensor_index(&st_dst.name.name) else { return Err("the store must write a global tensor".into()) };
         // Which tensor fills each shared tile, and at which origin.
-        let mut filled: [Option<(&Stmt, usize, Vec<Expr>)>; 3] = [None, None, None];
-        for s in shape.copies {
+        let mut filled: [Option<(&Stmt, usize, Vec<Expr>)>; 4] = [None, None, None, None];
+        for &s in &shape.copies {
             let StmtKind::Copy { src, dst } = &s.kind else { continue };
             let (Some(t), Some(b)) = (self.tensor_index(&src.name.name), self.buffer_index(&dst.name.name)) else {
                 return Err("every copy in the loop must fill a shared tile from a global tensor".into());
             };
-            let slot = [a_s, wq_s, s_s].iter().position(|x| *x == b).ok_or("the loop copies a tile no gemm or dequant reads")?;
+            let slot = [Some(a_s), Some(wq_s), Some(s_s), z_s].iter().position(|x| *x == Some(b)).ok_or("the loop copies a tile no gemm or dequant reads")?;
             if src.tile_dims.is_some() {
                 return Err("the copies must be plain 2-D tiles".into());
             }
             filled[slot] = Some((s, t, src.origin.clone().unwrap_or_default()));
         }
-        let [Some((ca, ta, oa)), Some((cw, tw, ow)), Some((cs, ts, os))] = filled else {
+        let [Some((ca, ta, oa)), Some((cw, tw, ow)), Some((cs, ts, os)), fz] = filled else {
             return Err("the loop must copy A_s, the packed words and the scales".into());
         };
+
         let shape_of = |b: usize| self.shape(b).to_vec();
         let (sa, sw, ss, sacc) = (shape_of(a_s), shape_of(wq_s), shape_of(s_s), shape_of(acc));
         if [&sa, &sw, &ss, &sacc].iter().any(|s| s.len() != 2) {
@@ -279,6 +309,19 @@ impl<'a> Infer<'a> {
         if !(ka[1] == var.name && kw[1] == var.name && ks[1] == var.name && ka[0] == kc[0] && kw[0] == kc[1] && ks[0] == kc[1]) || ka[0] == var.name || kw[0] == var.name {
             return Err("A's tile must be (C's row tile, k) and the packed words' and scales' (C's column tile, k), stepping k with the loop variable".into());
         }
+        let zero = match (zero, z_s, fz) {
+            (ZeroPoint::Constant(v, _), _, _) => DequantZero::Constant(*v),
+            (ZeroPoint::PerGroup(_), Some(buffer), Some((cz, tensor, oz))) => {
+                // Filled like the scales: the same tile origin in a tensor of the same shape and type.
+                let (tz, tsc) = (&spec.tensors[tensor], &spec.tensors[ts]);
+                let texts = |t: &Tensor| t.shape.iter().map(|d| d.text()).collect::<Vec<_>>();
+                if coords(&oz, [bn, ss[1]]) != Some(ks.clone()) || texts(tz) != texts(tsc) || tz.dtype.0 != tsc.dtype.0 || tz.order.0 != tsc.order.0 {
+                    return Err("the zero points' tensor and copy must match the scales' (shape, type, tile origin)".into());
+                }
+                DequantZero::PerGroup { copy: cz.id, tensor, buffer }
+            }
+            _ => return Err("the loop must copy the zero points' tile".into()),
+        };
         let dt = |t: usize| spec.tensors[t].dtype.0;
         let db = |b: usize| spec.buffers[b].dtype.0;
         let half = db(a_s);
@@ -373,6 +416,7 @@ impl<'a> Infer<'a> {
             (bm * (bk + a_layout.pad) * half_bytes) as u64,
             (bn * (bk / 8 + w_layout.pad) * 4) as u64,
             (bn * ss[1] * half_bytes) as u64,
+            if z_s.is_some() { (bn * ss[1] * half_bytes) as u64 } else { 0 },
         ];
         let partial_bytes = (k_split * bm * (bn + 4) * 4) as u64;
         let layout_why = |l: PaddedLayout, what: &str| {
@@ -413,7 +457,7 @@ impl<'a> Infer<'a> {
             k_split,
             k_steps,
             group,
-            zero: zero.0,
+            zero,
             a_layout,
             w_layout,
             a_chunks,
@@ -454,6 +498,9 @@ impl<'a> Infer<'a> {
             super::Alignment { tensor: tw, vector_elems: 4, why: format!("{mover} of `{}`", name(tw)) },
             super::Alignment { tensor: ts, vector_elems: 2, why: format!("cp.async moves `{}` in pairs, 4 bytes at a time", name(ts)) },
         ];
+        if let DequantZero::PerGroup { tensor, .. } = p.zero {
+            self.plan.alignment.push(super::Alignment { tensor, vector_elems: 2, why: format!("cp.async moves `{}` in pairs, 4 bytes at a time", name(tensor)) });
+        }
         // Accumulators (2 chains per m-tile), a stage's words and scales, the unpacked pairs,
         // A's 16-byte loads and the copies' pointers.
         self.plan.regs_per_thread = (8 * p.m_tiles + 8 + 2 + 8 + 4 * p.m_tiles + 2 * (p.a_chunks + p.w_chunks + 1) + 8 * p.m_tiles + 24) as u64;

@@ -36,7 +36,7 @@ use crate::target::Target;
 use std::collections::BTreeMap;
 
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
-pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, PaddedLayout, PRODUCER_THREADS};
+pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, DequantZero, PaddedLayout, PRODUCER_THREADS};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
@@ -443,7 +443,11 @@ impl<'a> Infer<'a> {
 
     fn dequants(&mut self) {
         for s in self.statements() {
-            let StmtKind::Dequant { src, dst, scales, .. } = &s.kind else { continue };
+            let StmtKind::Dequant { src, dst, scales, zero } = &s.kind else { continue };
+            let zero_text = match zero {
+                ZeroPoint::Constant(z, _) => format!("zero point {z}"),
+                ZeroPoint::PerGroup(z) => format!("one zero point per group from `{}`", z.name),
+            };
             let (Some(is), Some(id), Some(ic)) = (self.buffer_index(&src.name), self.buffer_index(&dst.name), self.buffer_index(&scales.name)) else { continue };
             let (rows, cols) = (self.shape(id)[0], self.shape(id)[1]);
             let groups = self.shape(ic)[1];
@@ -467,7 +471,7 @@ impl<'a> Infer<'a> {
             let per_round = (rows % 8 == 0 && (8 * wpr) % threads == 0 && threads % 8 == 0 && wpr % (threads / 8) == 0)
                 .then_some(8 * wpr / threads);
             let why = format!(
-                "{threads} threads each unpack {per_thread} 32-bit word{} of {} per tile, eight values per word into one 16-byte store; {}; one scale per {} values",
+                "{threads} threads each unpack {per_thread} 32-bit word{} of {} per tile, eight values per word into one 16-byte store; {}; one scale per {} values, {zero_text}",
                 if per_thread == 1 { "" } else { "s" }, src.name,
                 if per_round.is_some() {
                     "rounds of eight whole rows keep each thread on one row modulo 8 (the swizzle's period), so its addresses differ by constants; neighbouring threads take neighbouring words"
@@ -480,7 +484,7 @@ impl<'a> Infer<'a> {
             let why = match fused_into {
                 Some(_) => {
                     format!(
-                        "fused into the gemm that reads `{}`, its only use: each thread unpacks its B fragments straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t of the block's first word, k = 2t+8, 2t+9 byte t of its second; one 16-byte load covers two k-blocks), times one scale per {} values; `{}` is never written and no barrier separates the unpacking from the MMAs",
+                        "fused into the gemm that reads `{}`, its only use: each thread unpacks its B fragments straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t of the block's first word, k = 2t+8, 2t+9 byte t of its second; one 16-byte load covers two k-blocks), times one scale per {} values, {zero_text}; `{}` is never written and no barrier separates the unpacking from the MMAs",
                         dst.name, cols / groups, dst.name)
                 }
                 None => why,

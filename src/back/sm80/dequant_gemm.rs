@@ -5,7 +5,7 @@ use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ct
 use super::context::DEQUANT_INT4X2;
 use crate::back::conv::Conv;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
-use crate::layout::{DequantGemmPlan, PaddedLayout};
+use crate::layout::{DequantGemmPlan, DequantZero, PaddedLayout};
 use crate::Compiled;
 use serde::Serialize;
 
@@ -45,7 +45,16 @@ pub struct Context {
     pub m_tiles: i64,
     pub small_m: bool,
     pub group: i64,
+    /// The constant zero point (without `zeros`).
     pub zero: i64,
+    /// With `zeros=`: the zero points' tensor, its row stride and element alias, its shared
+    /// tile (empty strings without), the tile's spec line and its copy's text.
+    pub zp: String,
+    pub zp_ld: String,
+    pub zp_elem: String,
+    pub z_s: String,
+    pub z_s_line: usize,
+    pub copy_z_text: String,
     /// Tensor names: A, Wq, scales, C.
     pub a: String,
     pub wq: String,
@@ -159,6 +168,10 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
     let (kernel_params, kernel_args) = kernel_signature(c);
     let half = spec.buffers[a_s].dtype.0;
+    let zeros = match p.zero {
+        DequantZero::PerGroup { copy, tensor, buffer } => Some((tensor, buffer, copy)),
+        DequantZero::Constant(_) => None,
+    };
     let target = c.plan.target;
     let mut launcher_ctx = launcher(c);
     if p.tma.is_some() {
@@ -202,7 +215,13 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         m_tiles: p.m_tiles,
         small_m: p.small_m,
         group: p.group,
-        zero: p.zero,
+        zero: if let DequantZero::Constant(z) = p.zero { z } else { 0 },
+        zp: zeros.map_or(String::new(), |(t, _, _)| tname(t)),
+        zp_ld: zeros.map_or(String::new(), |(t, _, _)| ld(t)),
+        zp_elem: zeros.map_or(String::new(), |(t, _, _)| element_alias(&tname(t))),
+        z_s: zeros.map_or(String::new(), |(_, b, _)| bname(b)),
+        z_s_line: zeros.map_or(0, |(_, b, _)| c.line(spec.buffers[b].span)),
+        copy_z_text: zeros.map_or(String::new(), |(_, _, id)| text(id)),
         a: tname(ta),
         wq: tname(tw),
         sc: tname(ts),
@@ -255,7 +274,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         copy_a_line: line(p.copies[0]),
         copy_w_line: line(p.copies[1]),
         copy_lines: {
-            let mut l: Vec<usize> = p.copies.iter().map(|id| line(*id)).collect();
+            let mut l: Vec<usize> = p.copies.iter().copied().chain(zeros.map(|(_, _, id)| id)).map(line).collect();
             l.sort();
             l.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
         },

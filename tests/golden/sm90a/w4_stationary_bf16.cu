@@ -31,17 +31,16 @@ constexpr int block_K = 32;
 constexpr int kThreads = 128;
 
 // Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - Zero) * scale in f16 or bf16, as one
+// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - zero) * scale in f16 or bf16, as one
 // 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
-// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so subtracting that float plus Zero is
-// exact and only the product with the scale (`scales`: the scale in both halves) rounds, once.
-template <int Zero, class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales) {
-  static_assert(0 <= Zero && Zero < 16, "Zero is a stored 4-bit value");
+// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
+// the zero point, negated, in both halves: `dequant_neg_bias`) is exact and only the product with
+// the scale (`scales`: the scale in both halves) rounds, once.
+template <class T>
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
-  constexpr uint32_t kNegBias = (0x8000u | (kMagic + Zero)) * 0x10001u;  // -(magic + Zero), twice
   uint32_t const one = kOne * 0x10001u;
   uint32_t const neg_zero = 0x80008000u;
   uint32_t const mask = 0x000F000Fu;
@@ -52,25 +51,51 @@ CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales
   uint32_t x, v;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   } else {
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   }
   return v;
 }
 
-// Eight 4-bit values packed in a 32-bit word (value i in bits 4i .. 4i+3) to (value - Zero) *
-// scale in f16 or bf16, as one 16-byte vector: the four pairs of `dequant_int4x2`, in order.
+// dequant_int4x2's `neg_bias` for a zero point the spec fixes (a stored 4-bit value): -(magic +
+// Zero) in both halves.
 template <int Zero, class T>
-CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale) {
+CUTE_HOST_DEVICE constexpr uint32_t dequant_neg_bias() {
+  static_assert(0 <= Zero && Zero < 16, "Zero is a stored 4-bit value");
+  constexpr uint32_t kMagic = std::is_same_v<T, cute::bfloat16_t> ? 0x4300u : 0x6400u;
+  return (0x8000u | (kMagic + Zero)) * 0x10001u;
+}
+
+// dequant_int4x2's `neg_bias` for a zero point read at run time (`zeros`: an integer 0..15 as T,
+// in both halves): -1 * zero - magic, exact (the result's ulp is 1).
+template <class T>
+CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
+  constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
+  uint32_t const minus_one = (kBf16 ? 0xBF80u : 0xBC00u) * 0x10001u;
+  uint32_t const minus_magic = (kBf16 ? 0xC300u : 0xE400u) * 0x10001u;
+  uint32_t v;
+  if constexpr (kBf16) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(zeros), "r"(minus_one), "r"(minus_magic));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(zeros), "r"(minus_one), "r"(minus_magic));
+  }
+  return v;
+}
+
+// Eight 4-bit values packed in a 32-bit word (value i in bits 4i .. 4i+3) to (value - zero) *
+// scale in f16 or bf16, as one 16-byte vector: the four pairs of `dequant_int4x2`, in order
+// (`neg_bias`: from `dequant_neg_bias`).
+template <class T>
+CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale, uint32_t neg_bias) {
   uint32_t const scales = uint32_t(scale.raw()) * 0x10001u;
   uint4 out;
   uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
   CUTE_UNROLL
   for (int p = 0; p < 4; ++p) {
-    halves[p] = dequant_int4x2<Zero, T>(packed, 0x0400u + 0x0101u * p, scales);  // values 2p, 2p + 1
+    halves[p] = dequant_int4x2<T>(packed, 0x0400u + 0x0101u * p, scales, neg_bias);  // values 2p, 2p + 1
   }
   return out;
 }
@@ -283,10 +308,10 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
   // spec 21: dequant_int4(Wq_s, W_s, scales=S_s, zero=8)
   // 128 threads each unpack 1 32-bit word of Wq_s per tile, eight values per word into one 16-byte
   // store; consecutive threads take consecutive words of a row, so the word loads are
-  // conflict-free; one scale per 16 values.
+  // conflict-free; one scale per 16 values, zero point 8.
   {
-    // All of this thread's words and scales are loaded first, so that the shared-memory
-    // loads are in flight together, then unpacked and stored.
+    // All of this thread's words and scales are loaded first, so that the
+    // shared-memory loads are in flight together, then unpacked and stored.
     uint32_t packed[1];
     ElementS_s scale[1];
     CUTE_UNROLL
@@ -301,7 +326,7 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
     for (int i = 0; i < 1; ++i) {
       int const r = i * 32 + tid / 4, wc = tid % 4;  // row, word in the row
       if (r * 4 + wc < 64) {
-        *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8<8>(packed[i], scale[i]);
+        *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8(packed[i], scale[i], dequant_neg_bias<8, ElementS_s>());
       }
     }
   }

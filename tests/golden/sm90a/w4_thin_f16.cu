@@ -35,17 +35,16 @@ constexpr int kThreads = 256;
 constexpr int kProducerThreads = 32;  // the TMA producer warp, beside the spec's threads
 
 // Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - Zero) * scale in f16 or bf16, as one
+// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - zero) * scale in f16 or bf16, as one
 // 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
-// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so subtracting that float plus Zero is
-// exact and only the product with the scale (`scales`: the scale in both halves) rounds, once.
-template <int Zero, class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales) {
-  static_assert(0 <= Zero && Zero < 16, "Zero is a stored 4-bit value");
+// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
+// the zero point, negated, in both halves: `dequant_neg_bias`) is exact and only the product with
+// the scale (`scales`: the scale in both halves) rounds, once.
+template <class T>
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
-  constexpr uint32_t kNegBias = (0x8000u | (kMagic + Zero)) * 0x10001u;  // -(magic + Zero), twice
   uint32_t const one = kOne * 0x10001u;
   uint32_t const neg_zero = 0x80008000u;
   uint32_t const mask = 0x000F000Fu;
@@ -56,11 +55,36 @@ CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales
   uint32_t x, v;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   } else {
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(kNegBias));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
+  }
+  return v;
+}
+
+// dequant_int4x2's `neg_bias` for a zero point the spec fixes (a stored 4-bit value): -(magic +
+// Zero) in both halves.
+template <int Zero, class T>
+CUTE_HOST_DEVICE constexpr uint32_t dequant_neg_bias() {
+  static_assert(0 <= Zero && Zero < 16, "Zero is a stored 4-bit value");
+  constexpr uint32_t kMagic = std::is_same_v<T, cute::bfloat16_t> ? 0x4300u : 0x6400u;
+  return (0x8000u | (kMagic + Zero)) * 0x10001u;
+}
+
+// dequant_int4x2's `neg_bias` for a zero point read at run time (`zeros`: an integer 0..15 as T,
+// in both halves): -1 * zero - magic, exact (the result's ulp is 1).
+template <class T>
+CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
+  constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
+  uint32_t const minus_one = (kBf16 ? 0xBF80u : 0xBC00u) * 0x10001u;
+  uint32_t const minus_magic = (kBf16 ? 0xC300u : 0xE400u) * 0x10001u;
+  uint32_t v;
+  if constexpr (kBf16) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(zeros), "r"(minus_one), "r"(minus_magic));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(zeros), "r"(minus_one), "r"(minus_magic));
   }
   return v;
 }
@@ -359,20 +383,21 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
       uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
       uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t * sizeof(ElementS_t)) * 0x10001u;  // twice
       uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t * sizeof(ElementS_t)) * 0x10001u;
+      constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;  // the zero point 7
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
         // The A registers of two k16 MMAs: rows g, g + 8 at k slots (2t, 2t+1) and (2t+8, 2t+9)
         // are the nibble pairs (0, 1) and (2, 3) of word i for the first MMA, (4, 5) and (6, 7)
         // for the second.
-        uint32_t const w0 = dequant_int4x2<7, ElementS_t>(lo, 0x0400u, scale_lo);
-        uint32_t const w1 = dequant_int4x2<7, ElementS_t>(hi, 0x0400u, scale_hi);
-        uint32_t const w2 = dequant_int4x2<7, ElementS_t>(lo, 0x0501u, scale_lo);
-        uint32_t const w3 = dequant_int4x2<7, ElementS_t>(hi, 0x0501u, scale_hi);
-        uint32_t const w4 = dequant_int4x2<7, ElementS_t>(lo, 0x0602u, scale_lo);
-        uint32_t const w5 = dequant_int4x2<7, ElementS_t>(hi, 0x0602u, scale_hi);
-        uint32_t const w6 = dequant_int4x2<7, ElementS_t>(lo, 0x0703u, scale_lo);
-        uint32_t const w7 = dequant_int4x2<7, ElementS_t>(hi, 0x0703u, scale_hi);
+        uint32_t const w0 = dequant_int4x2<ElementS_t>(lo, 0x0400u, scale_lo, neg_bias_lo);
+        uint32_t const w1 = dequant_int4x2<ElementS_t>(hi, 0x0400u, scale_hi, neg_bias_hi);
+        uint32_t const w2 = dequant_int4x2<ElementS_t>(lo, 0x0501u, scale_lo, neg_bias_lo);
+        uint32_t const w3 = dequant_int4x2<ElementS_t>(hi, 0x0501u, scale_hi, neg_bias_hi);
+        uint32_t const w4 = dequant_int4x2<ElementS_t>(lo, 0x0602u, scale_lo, neg_bias_lo);
+        uint32_t const w5 = dequant_int4x2<ElementS_t>(hi, 0x0602u, scale_hi, neg_bias_hi);
+        uint32_t const w6 = dequant_int4x2<ElementS_t>(lo, 0x0703u, scale_lo, neg_bias_lo);
+        uint32_t const w7 = dequant_int4x2<ElementS_t>(hi, 0x0703u, scale_hi, neg_bias_hi);
         CUTE_UNROLL
         for (int mt = 0; mt < kMTiles; ++mt) {
           // The B registers: 8 consecutive k's of row 8 mt + g, (k, k+1), (k+2, k+3) for the

@@ -23,10 +23,10 @@ mod copy;
 pub(super) const TEMPLATE: &str = include_str!("../../../../templates/ck/tile.hip.tera");
 
 /// Names the tile lowering's code declares (kernel locals and helpers).
-pub(crate) const RESERVED: [&str; 33] = [
+pub(crate) const RESERVED: [&str; 34] = [
     "ck", "kThreads", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
     "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "convert4", "Vec", "grid_x", "grid_y", "grid_z",
-    "c", "grid", "word_scale", "total", "part",
+    "c", "grid", "word_scale", "word_zero", "total", "part",
 ];
 
 #[derive(Serialize)]
@@ -384,18 +384,31 @@ impl<'a> Lower<'a> {
                 let (Some(w), Some(d), Some(sc)) = (self.buffer(src), self.buffer(dst), self.buffer(scales)) else { return };
                 let shape = &self.c.info.buffer_shapes[d];
                 let group = shape[1] / self.c.info.buffer_shapes[sc][1];
+                let zeros = match zero.tile().map(|z| self.buffer(z)) {
+                    Some(None) => return,
+                    Some(Some(z)) => Some(z),
+                    None => None,
+                };
                 let (wn, dn, sn) = (self.name(w), self.name(d), self.name(sc));
                 let dt = self.c.spec.buffers[d].dtype.0;
-                self.comment(s, &format!("each thread unpacks whole words: element c of a row is bits 4*(c%8) .. of word c/8, minus {}, times the scale of group c/{group}", zero.0));
-                self.sync_for(&[w, sc], &[d]);
+                let (zero_text, value) = match zero {
+                    ZeroPoint::PerGroup(z) => (format!("the group's zero point in `{}`", z.name), "(static_cast<float>((word >> (4 * nib)) & 15u) - word_zero)".to_string()),
+                    ZeroPoint::Constant(v, _) => (v.to_string(), format!("static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - {v})")),
+                };
+                self.comment(s, &format!("each thread unpacks whole words: element c of a row is bits 4*(c%8) .. of word c/8, minus {zero_text}, times the scale of group c/{group}"));
+                self.sync_for(&[w, sc].into_iter().chain(zeros).collect::<Vec<_>>(), &[d]);
                 let words = format!("{} * ({} / 8)", self.atom(&self.c.spec.buffers[d].shape[0]), self.atom(&self.c.spec.buffers[d].shape[1]));
                 self.open(format!("for (int e = threadIdx.x; e < {words}; e += kThreads)"));
                 self.line(format!("int const r = e / ({0} / 8), c = e % ({0} / 8);", self.atom(&self.c.spec.buffers[d].shape[1])));
                 self.line(format!("uint32_t const word = static_cast<uint32_t>({wn}[r][c]);"));
                 self.line(format!("float const word_scale = {};", to_float(self.c.spec.buffers[sc].dtype.0, &format!("{sn}[r][c * 8 / {group}]"))));
+                if let Some(iz) = zeros {
+                    let zn = self.name(iz);
+                    self.line(format!("float const word_zero = {};", to_float(self.c.spec.buffers[iz].dtype.0, &format!("{zn}[r][c * 8 / {group}]"))));
+                }
                 self.line("#pragma unroll");
                 self.open("for (int nib = 0; nib < 8; ++nib)");
-                self.line(format!("{dn}[r][c * 8 + nib] = {};", from_float(dt, &format!("static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - {}) * word_scale", zero.0))));
+                self.line(format!("{dn}[r][c * 8 + nib] = {};", from_float(dt, &format!("{value} * word_scale"))));
                 self.close();
                 self.close();
             }
@@ -489,9 +502,12 @@ fn shared_accesses(l: &Lower, body: &[Stmt]) -> (Vec<usize>, Vec<usize>) {
             reads.extend(shared(a));
             reads.extend(shared(b));
         }
-        StmtKind::Dequant { src, dst, scales, .. } => {
+        StmtKind::Dequant { src, dst, scales, zero } => {
             reads.extend(shared(src));
             reads.extend(shared(scales));
+            if let Some(z) = zero.tile() {
+                reads.extend(shared(z));
+            }
             writes.extend(shared(dst));
         }
         StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => writes.extend(shared(buf)),

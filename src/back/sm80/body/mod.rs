@@ -52,7 +52,7 @@ pub enum BodyItem {
     /// `dequant_int4`: each thread unpacks whole words into 16-byte stores.
     /// `load` and `store`: the body lines of the two per-word loops (loads first, so that
     /// they are in flight together).
-    Dequant { pad: String, line: usize, text: String, why: String, dst: String, per_thread: i64, row_col: String, scale_elem: String, load: Vec<String>, store: Vec<String> },
+    Dequant { pad: String, line: usize, text: String, why: String, dst: String, per_thread: i64, row_col: String, zeros: bool, scale_elem: String, load: Vec<String>, store: Vec<String> },
     Reduce { pad: String, line: usize, text: String, why: String, view: String, src: String, dst: String, init: String, fold: String, shuffles: Vec<String>, combine: String },
     Store(Box<StoreItem>),
     /// `copy(acc, shared)`: each thread writes its converted accumulator values in place.
@@ -182,7 +182,9 @@ pub struct PackedBCtx {
     /// The scale of row `n` for k-block `k_block`.
     pub scale: String,
     pub scale_elem: String,
-    pub zero: i64,
+    /// dequant_int4x2's bias for the row: the constant zero point's, or one read per group.
+    pub neg_bias: String,
+    pub neg_bias_why: String,
 }
 
 #[derive(Serialize)]
@@ -378,7 +380,7 @@ impl Lower<'_> {
                     return;
                 }
                 let staged = |name: &str| staged(self.c, name);
-                if self.stage.is_none() && let Some(b) = [src, scales].into_iter().find(|b| staged(&b.name)) {
+                if self.stage.is_none() && let Some(b) = [src, scales].into_iter().chain(zero.tile()).find(|b| staged(&b.name)) {
                     // Which stage holds the last tile depends on the trip count.
                     self.errors.push(Diagnostic::error(b.span, format!("`{}` is filled inside a pipelined loop, so this statement outside it cannot tell which stage to read", b.name))
                         .hint("move the dequant into the loop that fills it"));
@@ -399,11 +401,19 @@ impl Lower<'_> {
                     format!("int const r = (i * kThreads + tid) / {wpr}, wc = (i * kThreads + tid) % {wpr};  // row, word in the row")
                 };
                 let scale_col = if plan.group == plan.words_per_row * 8 { "0".to_string() } else { format!("wc / {}", plan.group / 8) };
-                let load = vec![
+                let scale_elem = element_alias(&scales.name);
+                let mut load = vec![
                     format!("packed[i] = static_cast<uint32_t>({});", at(&src.name, "r, wc")),
                     format!("scale[i] = {};", at(&scales.name, &format!("r, {scale_col}"))),
                 ];
-                let store = vec![format!("*reinterpret_cast<uint4*>(&{}) = dequant_int4x8<{}>(packed[i], scale[i]);", at(&dst.name, "r, wc * 8"), zero.0)];
+                let neg_bias = match zero {
+                    ZeroPoint::Constant(z, _) => format!("dequant_neg_bias<{z}, {scale_elem}>()"),
+                    ZeroPoint::PerGroup(zeros) => {
+                        load.push(format!("zero[i] = {};", at(&zeros.name, &format!("r, {scale_col}"))));
+                        format!("dequant_neg_bias<{scale_elem}>(uint32_t(zero[i].raw()) * 0x10001u)")
+                    }
+                };
+                let store = vec![format!("*reinterpret_cast<uint4*>(&{}) = dequant_int4x8(packed[i], scale[i], {neg_bias});", at(&dst.name, "r, wc * 8"))];
                 // The last round may have fewer words than threads.
                 let guard = |lines: Vec<String>| if plan.guarded {
                     std::iter::once(format!("if (r * {wpr} + wc < {}) {{", plan.words))
@@ -420,7 +430,8 @@ impl Lower<'_> {
                     dst: dst.name.clone(),
                     per_thread: plan.per_thread,
                     row_col,
-                    scale_elem: element_alias(&scales.name),
+                    zeros: zero.tile().is_some(),
+                    scale_elem,
                     load: guard(load),
                     store: guard(store),
                 });

@@ -125,6 +125,7 @@ impl Lower<'_> {
         let (&dq, plan) = c.plan.dequants.iter().find(|(_, d)| d.fused_into == Some(gemm))?;
         let s = c.spec.stmt(dq)?;
         let StmtKind::Dequant { src, scales, zero, .. } = &s.kind else { return None };
+        let scale_elem = element_alias(&scales.name);
         let m = c.plan.mmas.get(&gemm)?;
         let at = |name: &str, idx: &str| shared_at(c, name, idx, stage);
         let kb_per_scale = plan.group / 16;
@@ -135,10 +136,17 @@ impl Lower<'_> {
             why: plan.why.clone(),
             b_shape: static_extents(c, m.b, &[m.b_dims.0, m.b_dims.1]).join(", "),
             coords: format!("tCc{}", c.spec.buffers[m.b].name.name),
-            words: format!("*reinterpret_cast<uint4 const*>(&{})", at(&src.name, "n, 2 * k_block")),
-            scale: at(&scales.name, &format!("n, {scale_col}")),
-            scale_elem: element_alias(&scales.name),
-            zero: zero.0,
+            words: format!("*reinterpret_cast<uint4 const*>(&{})", at(&src.name, "b_row, 2 * k_block")),
+            scale: at(&scales.name, &format!("b_row, {scale_col}")),
+            neg_bias: match zero {
+                ZeroPoint::Constant(z, _) => format!("dequant_neg_bias<{z}, {scale_elem}>()"),
+                ZeroPoint::PerGroup(zeros) => format!("dequant_neg_bias<{scale_elem}>(uint32_t({}.raw()) * 0x10001u)", at(&zeros.name, &format!("b_row, {scale_col}"))),
+            },
+            neg_bias_why: match zero {
+                ZeroPoint::Constant(z, _) => format!("the zero point {z}, as dequant_int4x2 takes it"),
+                ZeroPoint::PerGroup(zeros) => format!("the row's zero point from `{}`, as dequant_int4x2 takes it", zeros.name),
+            },
+            scale_elem,
         })
     }
 
