@@ -39,9 +39,12 @@ def bf16_to_f64(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def make_input(rng, dtype, shape):
-    """Fresh N(0, 1) values rounded to `dtype`: (array to store, float64 values it holds)."""
+def make_input(rng, dtype, shape, integers=None):
+    """Fresh N(0, 1) values rounded to `dtype`, or integers drawn from range(integers) when
+    given: (array to store, float64 values it holds)."""
     x = rng.standard_normal(shape).astype(np.float32)
+    if integers is not None:
+        x = rng.integers(0, integers, size=shape).astype(np.float32)
     if dtype == "bf16":
         bits = round_bf16(x)
         return bits, bf16_to_f64(bits)
@@ -73,11 +76,13 @@ def gemm_bias_gelu(t):
 
 
 def w4a16(t):
-    """C = A · Wᵀ, W[n, k] = bf16((nibble k%8 of Wq[n, k/8] − 8) · scales[n, k/128])."""
+    """C = A · Wᵀ, W[n, k] = bf16((nibble k%8 of Wq[n, k/8] − z) · scales[n, k/128]), with z = 8,
+    or zeros[n, k/128] when the kernel has per-group zero points."""
     words = t["Wq"].view(np.uint32)
     n, kw = words.shape
     nibbles = (words[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))) & 15  # [N, K/8, 8]
-    q = nibbles.reshape(n, kw * 8).astype(np.float64) - 8.0
+    z = np.repeat(t["zeros"], 128, axis=1) if "zeros" in t else 8.0
+    q = nibbles.reshape(n, kw * 8).astype(np.float64) - z
     s = np.repeat(t["scales"], 128, axis=1)
     w = bf16_to_f64(round_bf16((q * s).astype(np.float32)))  # the kernel's bf16 weight tile
     return {"C": t["A"] @ w.T}
@@ -118,6 +123,12 @@ REFERENCES = {
     "gemm_bias_relu_bf16": gemm_bias_relu,
     "linear_attention_causal_bf16": linear_attention_causal,
     "w4a16_gemm_bf16": w4a16,
+    "w4a16_zp_gemm_bf16": w4a16,
+}
+
+# Inputs that hold small integers: (kernel, tensor) -> values drawn from range(n).
+INTEGER_INPUTS = {
+    ("w4a16_zp_gemm_bf16", "zeros"): 16,  # 4-bit zero points
 }
 
 # Sizes: ragged (not multiples of the tiles), a single row, and several tiles with a
@@ -197,7 +208,7 @@ def main():
                 if t.get("output"):
                     outputs.append(name)
                     continue
-                stored, values[name] = make_input(rng, t["dtype"], shape)
+                stored, values[name] = make_input(rng, t["dtype"], shape, INTEGER_INPUTS.get((kernel, name)))
                 write_npy(case_dir / f"{name}.npy", stored)
                 inputs.append(name)
             expected = REFERENCES[kernel](values)

@@ -86,6 +86,7 @@ fn check_spec(spec: &str, min_cases: usize) {
 #[test]
 fn emulated_w4a16_matches_its_golden_outputs_on_both_amd_targets() {
     check_spec("specs/w4a16_gemm_bf16.yaml", 3);
+    check_spec("specs/w4a16_zp_gemm_bf16.yaml", 3);
 }
 
 #[test]

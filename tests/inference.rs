@@ -760,3 +760,44 @@ fn warps_skip_row_scales_of_one_on_wide_mma_sync_accumulators_only() {
     let c = tilegen::compile(SourceFile::new("t.yaml", spec("flash_attention_fwd_bf16")), Target::Sm90a).unwrap_or_else(|_| panic!("plans"));
     assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()) && c.plan.unit_scale_skips.is_empty());
 }
+
+fn w4a16_zp() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_zp_gemm_bf16.yaml")).unwrap()
+}
+
+#[test]
+fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
+    // Thin tiles: the zero points' tile is copied by the scales' copiers into storage at a
+    // fixed distance from the scales, read through the scales' offsets and folded into the
+    // unpacking's bias.
+    for target in [Target::Sm80, Target::Sm90a] {
+        let c = compile_for(w4a16_zp(), target).unwrap();
+        let p = c.plan.dequant_gemm.as_ref().expect("the thin-tile plan");
+        let DequantZero::PerGroup { buffer, tensor, .. } = p.zero else { panic!("per-group zero points: {:?}", p.zero) };
+        assert_eq!((c.spec.buffers[buffer].name.name.as_str(), c.spec.tensors[tensor].name.name.as_str()), ("Z_s", "zeros"));
+        assert_eq!(p.stage_bytes[3], p.stage_bytes[2], "a zero point per scale");
+        assert!(c.plan.alignment.iter().any(|a| a.tensor == tensor && a.vector_elems == 2), "the launcher checks the zeros' alignment");
+        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+        let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+        let copy = if target == Target::Sm80 { "cp_async_4(scales_dst + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src, scales_in);" } else { "cp_async_4(scales_dst[i] + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src[i] + j * (block_K / 128)" };
+        for needle in ["cute::array_aligned<ElementS_s, stages * kStageS_s, 128> Z_s;", copy,
+                       "uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u);",
+                       "dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi)", "const void* zeros"] {
+            assert!(cu.contains(needle), "{target}: the kernel lacks {needle}");
+        }
+    }
+    // The general lowering (a 32-row tile): each row's zero point is read beside its scale.
+    let wide = w4a16_zp().replace("constants: {block_M: 16, block_N: 32, block_K: 512, stages: 4}", "constants: {block_M: 32, block_N: 64, block_K: 256, stages: 4}")
+        .replace("threads: 256", "threads: 128");
+    let c = compile(wide.clone()).unwrap();
+    assert!(c.plan.dequant_gemm.is_none() && c.plan.dequants.values().all(|d| d.fused_into.is_some()));
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8, read_stage).raw()) * 0x10001u);"), "{cu}");
+    // Zero points in a tensor shaped unlike the scales: the thin-tile lowering says why not
+    // (checked before the tile's height), and the general one takes the program.
+    let shifted = wide.replace("zeros:  {dtype: bf16, shape: [N, K/128]}", "zeros:  {dtype: bf16, shape: [N, K/64]}");
+    let c = compile(shifted).unwrap();
+    let reason = c.plan.dequant_gemm_reason.clone().unwrap_or_default();
+    assert!(reason.contains("zero points' tensor and copy must match the scales'"), "{reason}");
+}

@@ -52,3 +52,30 @@ fn a_wrong_program_fails_its_golden_outputs() {
     let results = interpret_case(&c, path.parent().unwrap(), case).unwrap();
     assert!(results.iter().all(|(_, cmp)| !cmp.pass), "{results:?}");
 }
+
+#[test]
+fn per_group_zero_points_are_applied_and_checked() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let spec = root.join("specs/w4a16_zp_gemm_bf16.yaml");
+    let path = cases_path(root, "w4a16_zp_gemm_bf16");
+    let set = load_cases(&path).unwrap();
+    let case = set.cases.iter().find(|c| c.name.starts_with("ragged")).unwrap();
+    let dir = path.parent().unwrap();
+    let c = compile(&spec, None);
+    let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
+    let run = |edit: &dyn Fn(&mut Vec<f64>)| {
+        let mut tensors = tilegen::golden::load_inputs(&c.spec, dir, case).unwrap();
+        edit(&mut tensors.get_mut("zeros").unwrap().data);
+        let sizes = tilegen::interp::infer_sizes(&c.spec, &c.info, &tensors, &case.sizes).unwrap();
+        tilegen::interp::run(&c.spec, &c.info, &line_of, &sizes, &mut tensors).map(|_| tensors).map_err(|e| e.to_string())
+    };
+    // Every zero point 8 (what `zero=8` means) instead of the drawn ones: the golden output,
+    // computed with them, no longer matches.
+    let out = run(&|z| z.iter_mut().for_each(|v| *v = 8.0)).unwrap();
+    let expected = tilegen::golden::load_expected(dir, case).unwrap();
+    let cmp = tilegen::golden::compare(&out["C"], &expected["C"], case.rtol);
+    assert!(!cmp.pass, "{cmp:?}");
+    // A zero point the kernels cannot represent exactly is refused, naming the element.
+    let err = run(&|z| z[5] = 7.5).unwrap_err();
+    assert_eq!(err, "spec line 30: `Z_s`[1, 1] is 7.5; zero points are integers 0 to 15");  // zeros[1, 1], tile (0, 0)
+}

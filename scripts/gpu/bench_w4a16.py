@@ -3,8 +3,9 @@
 
 Usage: bench_w4a16.py TARGET=LIBDIR... [--kernels k1,k2] [--quick] [--markdown FILE]
 
-For each w4a16_* library: random packed weights Wq [N, K/8] (every bit pattern valid),
-bf16 scales [N, K/128] and activations A [M, K], NaN-poisoned outputs, the launcher's
+For each library: random packed weights Wq [N, K/8] (every bit pattern valid), bf16 scales
+[N, K/128] (and, for the kernels with per-group zero points, zero points 0..15 as bf16
+[N, K/128]) and activations A [M, K], NaN-poisoned outputs, the launcher's
 return code checked, every output element checked as written, relative error against
 A · Wᵀ in f32 with W dequantized in torch; then the median time (three input sets rotated
 so that L2 does not flatter either side) against cuBLAS (torch.matmul) on the unquantized
@@ -16,7 +17,12 @@ import torch
 
 from bench import time_ms  # scripts/gpu/bench.py: the same timing for every peer
 
-KERNELS = {"w4a16_gemm_bf16": torch.bfloat16}
+# Kernel -> (element type, whether it takes per-group zero points after the scales).
+KERNELS = {
+    "w4a16_gemm_bf16": (torch.bfloat16, False),
+    "w4a16_zp_gemm_bf16": (torch.bfloat16, True),
+    "w4_prefill_zp_bf16": (torch.bfloat16, True),  # tests/golden/specs: the general lowering with zero points
+}
 CHECK_SHAPES = [(1, 64, 256), (77, 136, 512), (33, 200, 768), (1, 8192, 8192), (16, 4096, 4096)]  # (M, N, K)
 BENCH_SHAPES = [(1, 8192, 8192), (16, 8192, 8192), (256, 8192, 8192)]
 
@@ -27,33 +33,38 @@ def load(libdir, name):
     return fn
 
 
-def call(fn, A, Wq, scales, C, M, N, K):
+def call(fn, A, Wq, q, C, M, N, K):
+    """q: (scales,) or (scales, zeros), as the launcher takes them."""
     p = lambda t: ctypes.c_void_p(t.data_ptr())
-    return fn(p(A), p(Wq), p(scales), p(C), M, N, K, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    return fn(p(A), p(Wq), *(p(t) for t in q), p(C), M, N, K, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
 
 
-def inputs(M, N, K, dtype, gen):
+def inputs(M, N, K, dtype, gen, zeros):
     A = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
     Wq = torch.randint(-2**31, 2**31 - 1, (N, K // 8), device="cuda", dtype=torch.int32, generator=gen)
-    scales = (torch.randn(N, K // 128, device="cuda", generator=gen) * 0.05).to(dtype)
-    return A, Wq, scales
+    q = ((torch.randn(N, K // 128, device="cuda", generator=gen) * 0.05).to(dtype),)
+    if zeros:
+        q += (torch.randint(0, 16, (N, K // 128), device="cuda", generator=gen).to(dtype),)
+    return A, Wq, q
 
 
-def dequantize(Wq, scales):
-    """W [N, K]: value i of word w is bits 4i..4i+3, offset by 8, times its group's scale."""
+def dequantize(Wq, q):
+    """W [N, K]: value i of word w is bits 4i..4i+3, minus the zero point (8, or the group's),
+    times its group's scale."""
     shifts = torch.arange(0, 32, 4, device=Wq.device, dtype=torch.int32)
-    q = ((Wq.unsqueeze(-1) >> shifts) & 15).reshape(Wq.shape[0], -1) - 8
-    return (q.float() * scales.float().repeat_interleave(128, dim=1)).to(scales.dtype)
+    nibbles = ((Wq.unsqueeze(-1) >> shifts) & 15).reshape(Wq.shape[0], -1).float()
+    zero = q[1].float().repeat_interleave(128, dim=1) if len(q) > 1 else 8.0
+    return ((nibbles - zero) * q[0].float().repeat_interleave(128, dim=1)).to(q[0].dtype)
 
 
-def check(fn, dtype, M, N, K, gen):
-    A, Wq, scales = inputs(M, N, K, dtype, gen)
+def check(fn, dtype, zeros, M, N, K, gen):
+    A, Wq, q = inputs(M, N, K, dtype, gen, zeros)
     C = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-    rc = call(fn, A, Wq, scales, C, M, N, K)
+    rc = call(fn, A, Wq, q, C, M, N, K)
     torch.cuda.synchronize()
     if rc != 0:
         return False, f"launcher returned {rc}"
-    ref = A.float() @ dequantize(Wq, scales).float().t()
+    ref = A.float() @ dequantize(Wq, q).float().t()
     unwritten = int(torch.isnan(C).sum())
     err = float((C.float() - ref).norm() / ref.norm())
     ok = unwritten == 0 and err <= 1e-2
@@ -77,27 +88,27 @@ def main():
             if base not in KERNELS or not os.path.exists(os.path.join(libdir, f"lib{name}.so")):
                 continue
             fn = load(libdir, name)
-            dtype = KERNELS[base]
+            dtype, zeros = KERNELS[base]
             for (M, N, K) in CHECK_SHAPES:
-                ok, msg = check(fn, dtype, M, N, K, gen)
+                ok, msg = check(fn, dtype, zeros, M, N, K, gen)
                 failures += not ok
                 print(f"check {target:5s} {name:28s} {M}x{N}x{K}: {'PASS' if ok else 'FAIL'} {msg}", flush=True)
             # Contract: K must be a multiple of 256 (packed words and scale pairs move as vectors).
-            A, Wq, scales = inputs(4, 64, 512, dtype, gen)
-            rc = call(fn, A, Wq, scales, torch.empty(4, 64, device="cuda", dtype=dtype), 4, 64, 384)
+            A, Wq, q = inputs(4, 64, 512, dtype, gen, zeros)
+            rc = call(fn, A, Wq, q, torch.empty(4, 64, device="cuda", dtype=dtype), 4, 64, 384)
             failures += rc != 1
             print(f"check {target:5s} {name:28s} K=384 (not a multiple of 256): {'PASS' if rc == 1 else 'FAIL'} launcher returned {rc}")
             for (M, N, K) in BENCH_SHAPES[:1] if args.quick else BENCH_SHAPES:
                 sets = []
                 for _ in range(3):
-                    A, Wq, scales = inputs(M, N, K, dtype, gen)
-                    sets.append((A, Wq, scales, dequantize(Wq, scales), torch.empty(M, N, device="cuda", dtype=dtype)))
+                    A, Wq, q = inputs(M, N, K, dtype, gen, zeros)
+                    sets.append((A, Wq, q, dequantize(Wq, q), torch.empty(M, N, device="cuda", dtype=dtype)))
                 ours, theirs = [], []
                 for _ in range(2):  # interleaved; each side keeps its better median
                     ours.append(time_ms(lambda s: call(fn, s[0], s[1], s[2], s[4], M, N, K), sets, 100))
                     theirs.append(time_ms(lambda s: torch.matmul(s[0], s[3].t()), sets, 100))
                 t, tp = min(ours), min(theirs)
-                bytes_ours = N * K // 2 + N * K // 128 * 2 + M * K * 2 + M * N * 2
+                bytes_ours = N * K // 2 + len(sets[0][2]) * N * K // 128 * 2 + M * K * 2 + M * N * 2
                 bytes_peer = N * K * 2 + M * K * 2 + M * N * 2
                 rows.append((f"{name} ({target})", f"{M}x{N}x{K}", t, bytes_ours, tp, bytes_peer, 2.0 * M * N * K))
                 print(f"time  {target:5s} {name:28s} {M}x{N}x{K}: {t * 1e3:.1f} us ({bytes_ours / t / 1e6:.0f} GB/s) vs cuBLAS bf16 {tp * 1e3:.1f} us ({bytes_peer / tp / 1e6:.0f} GB/s) -> {tp / t:.2f}x", flush=True)
@@ -108,7 +119,7 @@ def main():
     print("\n" + "\n".join(table))
     if args.markdown:
         with open(args.markdown, "a") as f:
-            f.write("\n## 4-bit weights (w4a16)\n\nBytes: packed weights, scales, A and C for ours; bf16 W, A and C for cuBLAS. What limits the kernel: notes/PERF.md.\n\n" + "\n".join(table) + "\n")
+            f.write("\n## 4-bit weights (w4a16)\n\nBytes: packed weights, scales (and zero points), A and C for ours; bf16 W, A and C for cuBLAS. What limits the kernel: notes/PERF.md.\n\n" + "\n".join(table) + "\n")
     print(f"\n{len(rows)} timed, {failures} check failure(s)")
     sys.exit(1 if failures else 0)
 
