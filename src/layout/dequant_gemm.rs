@@ -263,10 +263,7 @@ impl<'a> Infer<'a> {
             return Err("unknown buffers".into());
         };
         // The zero points' tile, if any: filled and read like the scales'.
-        let z_s = match zero {
-            ZeroPoint::PerGroup(z) => Some(buf(z).ok_or("unknown buffers")?),
-            ZeroPoint::Constant(..) => None,
-        };
+        let z_s = zero.tile().map(|z| buf(z).ok_or("unknown buffers")).transpose()?;
         if buf(b) != Some(w_s) || *transpose_a || !*transpose_b {
             return Err("the gemm must be `gemm(A_s, W_s, acc, transpose_b=true)` with W_s the dequant's destination".into());
         }
@@ -292,7 +289,6 @@ impl<'a> Infer<'a> {
         let [Some((ca, ta, oa)), Some((cw, tw, ow)), Some((cs, ts, os)), fz] = filled else {
             return Err("the loop must copy A_s, the packed words and the scales".into());
         };
-
         let shape_of = |b: usize| self.shape(b).to_vec();
         let (sa, sw, ss, sacc) = (shape_of(a_s), shape_of(wq_s), shape_of(s_s), shape_of(acc));
         if [&sa, &sw, &ss, &sacc].iter().any(|s| s.len() != 2) {

@@ -47,14 +47,8 @@ pub struct Context {
     pub group: i64,
     /// The constant zero point (without `zeros`).
     pub zero: i64,
-    /// With `zeros=`: the zero points' tensor, its row stride and element alias, its shared
-    /// tile (empty strings without), the tile's spec line and its copy's text.
-    pub zp: String,
-    pub zp_ld: String,
-    pub zp_elem: String,
-    pub z_s: String,
-    pub z_s_line: usize,
-    pub copy_z_text: String,
+    /// The per-group zero points (`zeros=`), if any.
+    pub zp: Option<ZeroPointsCtx>,
     /// Tensor names: A, Wq, scales, C.
     pub a: String,
     pub wq: String,
@@ -129,6 +123,20 @@ pub struct Context {
     pub wq_s_line: usize,
     pub s_s_line: usize,
     pub acc_line: usize,
+}
+
+/// The zero points' tensor and tile, copied and read beside the scales.
+#[derive(Serialize)]
+pub struct ZeroPointsCtx {
+    /// The global tensor, its row stride and its element alias.
+    pub tensor: String,
+    pub ld: String,
+    pub elem: String,
+    /// The shared tile and its spec line.
+    pub tile: String,
+    pub tile_line: usize,
+    /// The copy's statement text.
+    pub copy_text: String,
 }
 
 /// A layout's `Swizzle<..>` arguments and the swizzle's period in elements (the offsets it
@@ -216,12 +224,14 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         small_m: p.small_m,
         group: p.group,
         zero: if let DequantZero::Constant(z) = p.zero { z } else { 0 },
-        zp: zeros.map_or(String::new(), |(t, _, _)| tname(t)),
-        zp_ld: zeros.map_or(String::new(), |(t, _, _)| ld(t)),
-        zp_elem: zeros.map_or(String::new(), |(t, _, _)| element_alias(&tname(t))),
-        z_s: zeros.map_or(String::new(), |(_, b, _)| bname(b)),
-        z_s_line: zeros.map_or(0, |(_, b, _)| c.line(spec.buffers[b].span)),
-        copy_z_text: zeros.map_or(String::new(), |(_, _, id)| text(id)),
+        zp: zeros.map(|(t, b, id)| ZeroPointsCtx {
+            tensor: tname(t),
+            ld: ld(t),
+            elem: element_alias(&tname(t)),
+            tile: bname(b),
+            tile_line: c.line(spec.buffers[b].span),
+            copy_text: text(id),
+        }),
         a: tname(ta),
         wq: tname(tw),
         sc: tname(ts),

@@ -168,6 +168,15 @@ pub struct GemmCtx {
     pub packed_b: Option<PackedBCtx>,
 }
 
+/// dequant_int4x2's bias (`-(magic + zero)` in both halves) as a C++ expression: folded from a
+/// constant zero point, or built from the per-group one `zero_at` names.
+pub(super) fn neg_bias_expr(zero: &ZeroPoint, scale_elem: &str, zero_at: impl FnOnce(&Ident) -> String) -> String {
+    match zero {
+        ZeroPoint::Constant(z, _) => format!("dequant_neg_bias<{z}, {scale_elem}>()"),
+        ZeroPoint::PerGroup(zeros) => format!("dequant_neg_bias<{scale_elem}>(uint32_t({}.raw()) * 0x10001u)", zero_at(zeros)),
+    }
+}
+
 /// The fused dequant's side of a gemm whose B fragments are unpacked in registers.
 #[derive(Serialize)]
 pub struct PackedBCtx {
@@ -406,13 +415,10 @@ impl Lower<'_> {
                     format!("packed[i] = static_cast<uint32_t>({});", at(&src.name, "r, wc")),
                     format!("scale[i] = {};", at(&scales.name, &format!("r, {scale_col}"))),
                 ];
-                let neg_bias = match zero {
-                    ZeroPoint::Constant(z, _) => format!("dequant_neg_bias<{z}, {scale_elem}>()"),
-                    ZeroPoint::PerGroup(zeros) => {
-                        load.push(format!("zero[i] = {};", at(&zeros.name, &format!("r, {scale_col}"))));
-                        format!("dequant_neg_bias<{scale_elem}>(uint32_t(zero[i].raw()) * 0x10001u)")
-                    }
-                };
+                if let Some(zeros) = zero.tile() {
+                    load.push(format!("zero[i] = {};", at(&zeros.name, &format!("r, {scale_col}"))));
+                }
+                let neg_bias = neg_bias_expr(zero, &scale_elem, |_| "zero[i]".into());
                 let store = vec![format!("*reinterpret_cast<uint4*>(&{}) = dequant_int4x8(packed[i], scale[i], {neg_bias});", at(&dst.name, "r, wc * 8"))];
                 // The last round may have fewer words than threads.
                 let guard = |lines: Vec<String>| if plan.guarded {

@@ -138,10 +138,7 @@ impl Lower<'_> {
             coords: format!("tCc{}", c.spec.buffers[m.b].name.name),
             words: format!("*reinterpret_cast<uint4 const*>(&{})", at(&src.name, "b_row, 2 * k_block")),
             scale: at(&scales.name, &format!("b_row, {scale_col}")),
-            neg_bias: match zero {
-                ZeroPoint::Constant(z, _) => format!("dequant_neg_bias<{z}, {scale_elem}>()"),
-                ZeroPoint::PerGroup(zeros) => format!("dequant_neg_bias<{scale_elem}>(uint32_t({}.raw()) * 0x10001u)", at(&zeros.name, &format!("b_row, {scale_col}"))),
-            },
+            neg_bias: neg_bias_expr(zero, &scale_elem, |zeros| at(&zeros.name, &format!("b_row, {scale_col}"))),
             neg_bias_why: match zero {
                 ZeroPoint::Constant(z, _) => format!("the zero point {z}, as dequant_int4x2 takes it"),
                 ZeroPoint::PerGroup(zeros) => format!("the row's zero point from `{}`, as dequant_int4x2 takes it", zeros.name),
