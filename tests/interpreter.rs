@@ -75,7 +75,19 @@ fn per_group_zero_points_are_applied_and_checked() {
     let expected = tilegen::golden::load_expected(dir, case).unwrap();
     let cmp = tilegen::golden::compare(&out["C"], &expected["C"], case.rtol);
     assert!(!cmp.pass, "{cmp:?}");
-    // A zero point the kernels cannot represent exactly is refused, naming the element.
+    // A zero point the kernels cannot represent exactly is refused, naming the element of the
+    // input tensor (the case's zeros are [N, K/128] = [.., 4], so element 5 is [1, 1]) ...
     let err = run(&|z| z[5] = 7.5).unwrap_err();
-    assert_eq!(err, "spec line 30: `Z_s`[1, 1] is 7.5; zero points are integers 0 to 15");  // zeros[1, 1], tile (0, 0)
+    assert_eq!(err, "`zeros`[1, 1] is 7.5; the dequant_int4 at spec line 30 reads `zeros` as zero points (through `Z_s`), which are integers 0 to 15");
+    let err = run(&|z| z[2] = 16.0).unwrap_err();
+    assert!(err.starts_with("`zeros`[0, 2] is 16;"), "{err}");
+    // ... or, for zero points the body computes, the element of the tile and where the run was.
+    let text = std::fs::read_to_string(&spec).unwrap().replace("copy(zeros[bx*block_N, k*(block_K/128)], Z_s)", "fill(Z_s, 7.5)")
+        .replace("threads: 256", "threads: 64");  // the general lowering, as the thin tile copies its zero points
+    let c = compile(&spec, Some(text));
+    let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
+    let mut tensors = tilegen::golden::load_inputs(&c.spec, dir, case).unwrap();
+    let sizes = tilegen::interp::infer_sizes(&c.spec, &c.info, &tensors, &case.sizes).unwrap();
+    let err = tilegen::interp::run(&c.spec, &c.info, &line_of, &sizes, &mut tensors).unwrap_err().to_string();
+    assert_eq!(err, "spec line 30: `Z_s`[0, 0] is 7.5 (at bx = 0, by = 0, k = 0); zero points are integers 0 to 15");
 }

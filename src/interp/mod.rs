@@ -153,6 +153,7 @@ pub fn run_within(spec: &Spec, info: &Info, line_of: &dyn Fn(crate::diag::Span) 
             None => return Err(InterpError::Inputs(format!("no array for input tensor `{}`", t.name.name))),
         }
     }
+    check_zero_point_inputs(spec, line_of, tensors)?;
     let mut m = Machine { spec, info, line_of, sizes, tensors, buffers: Vec::new(), vars: BTreeMap::new(), work_left: budget };
     let extents: Vec<i64> = spec.grid.iter().map(|g| m.eval(&g.extent).map(Value::i)).collect::<Result<_, _>>()?;
     let total: i64 = extents.iter().product();
@@ -167,6 +168,50 @@ pub fn run_within(spec: &Spec, info: &Info, line_of: &dyn Fn(crate::diag::Span) 
         }
         m.buffers = info.buffer_shapes.iter().map(|s| vec![f64::NAN; s.iter().product::<i64>() as usize]).collect();
         m.block(&spec.body)?;
+    }
+    Ok(())
+}
+
+/// Zero points copied straight from an input tensor are checked there, so that a bad one is
+/// named by its place in the tensor the user hands in (`zeros`[5, 1]) rather than in a tile.
+/// The kernels add a zero point to a float whose ulp is 1, which is exact for the integers
+/// 0 to 15 only; `Machine`'s check at the `dequant_int4` covers zero points computed in the body.
+fn check_zero_point_inputs(spec: &Spec, line_of: &dyn Fn(crate::diag::Span) -> usize, tensors: &BTreeMap<String, Array>) -> Result<(), InterpError> {
+    let mut tiles = Vec::new();
+    walk_stmts(&spec.body, &mut |s| {
+        if let StmtKind::Dequant { zero: ZeroPoint::PerGroup(z), .. } = &s.kind {
+            tiles.push((z, s.span));
+        }
+    });
+    for (tile, at) in tiles {
+        let mut sources = Vec::new();
+        walk_stmts(&spec.body, &mut |s| {
+            if let StmtKind::Copy { src, dst } = &s.kind
+                && dst.name.name == tile.name
+                && src.origin.is_some()
+            {
+                sources.push(src.name.name.clone());
+            }
+        });
+        for name in sources {
+            let Some(a) = tensors.get(&name) else { continue };
+            let Some(bad) = a.data.iter().position(|z| z.fract() != 0.0 || !(0.0..16.0).contains(z)) else { continue };
+            let mut index = Vec::with_capacity(a.shape.len());
+            let mut rest = bad;
+            for &extent in a.shape.iter().rev() {
+                index.push(rest % extent.max(1));
+                rest /= extent.max(1);
+            }
+            index.reverse();
+            let index: Vec<String> = index.iter().map(usize::to_string).collect();
+            return Err(InterpError::Inputs(format!(
+                "`{name}`[{}] is {}; the dequant_int4 at spec line {} reads `{name}` as zero points (through `{}`), which are integers 0 to 15",
+                index.join(", "),
+                a.data[bad],
+                line_of(at),
+                tile.name
+            )));
+        }
     }
     Ok(())
 }
@@ -282,7 +327,8 @@ impl Machine<'_> {
                                     return Err(self.fail(s.span, format!("`{}` is read before it is written", name.name)));
                                 }
                                 if z.fract() != 0.0 || !(0.0..16.0).contains(&z) {
-                                    return Err(self.fail(name.span, format!("`{}`[{r}, {}] is {z}; zero points are integers 0 to 15", name.name, c / group)));
+                                    let at: Vec<String> = self.vars.iter().map(|(v, i)| format!("{v} = {i}")).collect();
+                                    return Err(self.fail(name.span, format!("`{}`[{r}, {}] is {z} (at {}); zero points are integers 0 to 15", name.name, c / group, at.join(", "))));
                                 }
                                 z as i64
                             }
