@@ -167,10 +167,15 @@ constexpr int kGroup = 128;  // values per scale
 static_assert(kRowGroups * 16 == block_N && kRowGroups * kKSplit * 32 == kThreads && kKSteps % kKSplit == 0,
               "every warp has 16 weight rows and an equal share of each k-tile");
 
-// The tiles are kept as 256-deep k spans, kSpans per k-tile: TMA writes each span's rows as
-// 128-byte lines (two per row of `A_s`, one per row of `Wq_s`) under its 128-byte swizzle
-// (SWIZZLE_128B: Swizzle<3,4,3> on shared byte addresses).
-constexpr int kSpans = block_K / 256;
+// The tiles are kept as k spans of kSpan values, kSpans per k-tile: TMA writes each span's rows as
+// 128-byte lines (kSpan / kLineA per row of `A_s`, one per row of `Wq_s`) under its 128-byte
+// swizzle (SWIZZLE_128B: Swizzle<3,4,3> on shared byte addresses).
+constexpr int kSpan = 256;  // k values per span: a 128-byte line of packed words
+constexpr int kSpanWords = kSpan / 8;
+constexpr int kLineA = 128 / int(sizeof(ElementA_s));  // values of `A_s` per 128-byte line
+constexpr int kSpans = block_K / kSpan;
+static_assert(kSpanWords * sizeof(ElementWq_s) == 128 && kSpan == 4 * 2 * 32,
+              "a span row of packed words is one swizzled line, and a quad's four threads read two 32-value chunks of it each");
 // Shared buffer `A_s` (spec 17): the MMA's B operand, read as 16-byte pieces of its rows; 256-deep
 // spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes,
 // under which the 16-byte reads of A's rows (the B operand) hit eight different 16-byte bank groups
@@ -179,44 +184,45 @@ constexpr int kSpans = block_K / 256;
 constexpr int kStageA_s = block_M * block_K;
 template <int kRows>
 using SmemLayoutA_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementA_s>>,
-    Layout<Shape<Int<kRows>, Shape<_256, Int<kSpans>>, Int<stages>>, Stride<_256, Stride<_1, Int<kRows * 256>>, Int<kStageA_s>>>>;  // (kRows, block_K, stage)
+    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageA_s>>>>;  // (kRows, block_K, stage)
 // Shared buffer `Wq_s` (spec 18): each thread's packed words, 16 bytes at a time; 256-deep spans of
 // 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which
 // the 16-byte reads of each thread's four words hit eight different 16-byte bank groups in every
 // quarter-warp (checked by tilegen).
 constexpr int kStageWq_s = block_N * (block_K / 8);
 using SmemLayoutWq_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementWq_s>>,
-    Layout<Shape<Int<block_N>, Shape<_32, Int<kSpans>>, Int<stages>>, Stride<_32, Stride<_1, Int<block_N * 32>>, Int<kStageWq_s>>>>;  // (block_N, (block_K / 8), stage)
+    Layout<Shape<Int<block_N>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<block_N * kSpanWords>>, Int<kStageWq_s>>>>;  // (block_N, (block_K / 8), stage)
 // Shared buffer `S_s` (spec 19): one scale per 128 values of each weight row, row-major.
 constexpr int kStageS_s = block_N * (block_K / 128);
 using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<(block_K / 128)>, Int<stages>>, Stride<Int<(block_K / 128)>, _1, Int<kStageS_s>>>;  // (block_N, (block_K / 128), stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
-static_assert(8 * 256 * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(ElementWq_s) % 1024 == 0 && block_N * 32 * sizeof(ElementWq_s) % 1024 == 0,
+static_assert(8 * kSpan * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(ElementWq_s) % 1024 == 0 && block_N * kSpanWords * sizeof(ElementWq_s) % 1024 == 0,
               "spans and stages start on the swizzle's period");
 
-// spec 25: `A`'s tensor map: (K as pieces of 64 values, 4 pieces per span, rows, spans),
-// 64-value pieces contiguous. A box of (64, 4, box_rows, 1) loads one span of a tile's rows, which
-// lands as [row][256 values]; rows past M arrive as zeros. The launcher builds the map on the
-// host with as many box rows as the tile has rows of `A`, so that a decode step (one row)
-// moves one row. The maps are encoded directly (cuTensorMapEncodeTiled, through CUTLASS's driver
-// wrapper): CuTe's make_tma_copy derives the box from the shared layout, and in a trial it asked
-// for boxes as wide as the tile's contiguous rows, wider than the swizzle allows, which the driver
-// refused.
+// spec 25: `A`'s tensor map: (K as lines of kLineA values, kSpan / kLineA
+// lines per span, rows, spans), lines contiguous. A box of (kLineA, kSpan / kLineA, box_rows, 1)
+// loads one span of a tile's rows, which lands as [row][kSpan values]; rows past M arrive
+// as zeros. The launcher builds the map on the host with as many box rows as the tile has rows of
+// `A`, so that a decode step (one row) moves one row. The maps are encoded directly
+// (cuTensorMapEncodeTiled, through CUTLASS's driver wrapper): CuTe's make_tma_copy derives the
+// box from the shared layout, and in a trial it asked for boxes as wide as the tile's contiguous
+// rows, wider than the swizzle allows, which the driver refused.
 inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int box_rows) {
-  cuuint64_t const dims[4] = {64, 4, cuuint64_t(M), cuuint64_t(K / 256)};
-  cuuint64_t const strides[3] = {64 * sizeof(ElementA), cuuint64_t(K) * sizeof(ElementA), 256 * sizeof(ElementA)};  // bytes, dims 1..3
-  cuuint32_t const box[4] = {64, 4, cuuint32_t(box_rows), 1};
+  cuuint64_t const dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(M), cuuint64_t(K / kSpan)};
+  cuuint64_t const strides[3] = {kLineA * sizeof(ElementA), cuuint64_t(K) * sizeof(ElementA), kSpan * sizeof(ElementA)};  // bytes, dims 1..3
+  cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<ElementA*>(A), dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
-// spec 26: `Wq`'s tensor map: (32 words, rows, spans); a box of (32, block_N, kSpans) loads a
-// whole tile, landing as [span][row][32 words]; rows past N arrive as zeros.
+// spec 26: `Wq`'s tensor map: (kSpanWords words, rows, spans); a box of
+// (kSpanWords, block_N, kSpans) loads a whole tile, landing as [span][row][kSpanWords words];
+// rows past N arrive as zeros.
 inline CUresult tma_map_Wq(CUtensorMap* map, ElementWq const* Wq, int N, int K) {
-  cuuint64_t const dims[3] = {32, cuuint64_t(N), cuuint64_t(K / 256)};
-  cuuint64_t const strides[2] = {cuuint64_t((K / 8)) * sizeof(ElementWq), 32 * sizeof(ElementWq)};  // bytes, dims 1..2
-  cuuint32_t const box[3] = {32, block_N, kSpans};
+  cuuint64_t const dims[3] = {kSpanWords, cuuint64_t(N), cuuint64_t(K / kSpan)};
+  cuuint64_t const strides[2] = {cuuint64_t((K / 8)) * sizeof(ElementWq), kSpanWords * sizeof(ElementWq)};  // bytes, dims 1..2
+  cuuint32_t const box[3] = {kSpanWords, block_N, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, const_cast<ElementWq*>(Wq), dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -313,7 +319,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
         CUTE_UNROLL
         for (int span = 0; span < kSpans; ++span) {  // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
           SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                 smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * 256, 0, 0, m0, j * kSpans + span);
+                                 smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
         }
         // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): read once
         SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
@@ -351,7 +357,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wq_rd[r][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (256 * span + 64 * t + 32 * h) / kGroup, 0));
+      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup, 0));
       asm volatile("" : "+r"(Wq_rd[r][s]), "+r"(scales_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL

@@ -104,6 +104,10 @@ pub struct DequantGemmPlan {
     pub why_w: String,
 }
 
+/// k values per span of the TMA flavour: one 128-byte line (the 128-byte swizzle's width) of
+/// packed words. The reads' thread order (2t + h) is written for it.
+const TMA_SPAN: i64 = 256;
+
 /// The sm90a flavour of the lowering: a producer warp beside the spec's threads, one lane of
 /// which issues TMA loads of A's and the packed words' tiles (the others copy the scales with
 /// cp.async), completing on each stage's full mbarrier; the spec's threads only wait, unpack
@@ -113,7 +117,7 @@ pub struct DequantGemmPlan {
 /// 128-deep steps), which keeps its reads free of bank conflicts (checked by the planner).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DequantGemmTma {
-    /// k values per span: one 128-byte row of packed words, two of A.
+    /// k values per span: one 128-byte line of packed words, four of a 16-bit A.
     pub span: i64,
     /// Spans per k-tile.
     pub spans: i64,
@@ -385,7 +389,7 @@ impl<'a> Infer<'a> {
         };
         // sm90a: TMA's 128-byte swizzle over 256-deep spans, with the reads described at
         // `DequantGemmTma` (thread t takes chunk 2t + h of each span's rows).
-        let tma_layouts = if self.target == crate::target::Target::Sm90a && bk % 256 == 0 && bn <= 256 {
+        let tma_layouts = if self.target == crate::target::Target::Sm90a && bk % TMA_SPAN == 0 && bn <= 256 {
             let swizzle_128b = |base| PaddedLayout { pad: 0, swizzle: Swizzle { bits: 3, base, shift: 3 } };
             let (a_tma, w_tma) = (swizzle_128b((16 / half_bytes).trailing_zeros()), swizzle_128b(2));
             let mut a_reads: Vec<WarpAccess> = Vec::new();
@@ -403,7 +407,7 @@ impl<'a> Infer<'a> {
                     }
                 }
             }
-            (conflict_free(a_tma, 256, half_bytes, &a_reads) && conflict_free(w_tma, 32, 4, &w_reads)).then_some((a_tma, w_tma))
+            (conflict_free(a_tma, TMA_SPAN, half_bytes, &a_reads) && conflict_free(w_tma, TMA_SPAN / 8, 4, &w_reads)).then_some((a_tma, w_tma))
         } else {
             None
         };
@@ -427,15 +431,19 @@ impl<'a> Infer<'a> {
             let by_smem = (self.target.smem_per_sm() / (smem + 1024)) as i64;
             let by_regs = 65_536 / ((threads + PRODUCER_THREADS) * 96);
             let min_blocks = by_smem.min(by_regs).clamp(1, 8);
-            DequantGemmTma { span: 256, spans: bk / 256, scale_copies: (bn * ss[1] / 2 + PRODUCER_THREADS - 1) / PRODUCER_THREADS, min_blocks }
+            DequantGemmTma { span: TMA_SPAN, spans: bk / TMA_SPAN, scale_copies: (bn * ss[1] / 2 + PRODUCER_THREADS - 1) / PRODUCER_THREADS, min_blocks }
         });
-        let owns = if tma.is_some() { "k + 64t + 32h .. + 31 of each 256-deep span (h: the span's first or second 128-deep step)" } else { "k + 32t .. k + 32t + 31 of each 128-deep step" };
+        let owns = if tma.is_some() {
+            format!("k + 64t + 32h .. + 31 of each {TMA_SPAN}-deep span (h: the span's first or second 128-deep step)")
+        } else {
+            "k + 32t .. k + 32t + 31 of each 128-deep step".to_string()
+        };
         let why = format!(
             "{} {bm}-row tile: C is computed transposed (Cᵀ = W · Aᵀ) on m16n8k16 MMAs, the unpacked weights as the A operand (16 weight rows per MMA) and A's rows as the B operand ({} of 8 per MMA{}); \
              the k order inside the MMAs is permuted alike for both operands, so that thread t of a quad owns {owns}: four whole packed words of each of its two weight rows (one 16-byte load), unpacked pair by pair into the A registers, \
              and one 16-byte load of each of its A rows, which is already the B registers; {warps} warps as {row_groups} group(s) of 16 weight rows x {k_split} share(s) of each k-tile's {k_steps} step(s), their partial sums added in shared memory before the store",
             if bm == 8 { "an" } else { "a" }, bm.min(8), if bm == 16 { ", twice; when M <= 8 the launcher runs an instantiation with one 8-row tile" } else { "" });
-        let tma_why = |what: &str| format!("256-deep spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which {what} hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen)");
+        let tma_why = |what: &str| format!("{TMA_SPAN}-deep spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which {what} hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen)");
         Ok(DequantGemmPlan {
             pipeline: shape.pipeline.id,
             gemm: shape.gemm.id,

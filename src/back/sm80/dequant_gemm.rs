@@ -98,6 +98,7 @@ pub struct Context {
     /// sm90a's TMA flavour (see `DequantGemmTma`): its producer warp's numbers (0 otherwise;
     /// the flavour itself is the template `render` picks).
     pub producer_threads: i64,
+    pub span: i64,
     pub scale_copies: i64,
     pub min_blocks: i64,
     /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
@@ -182,11 +183,11 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
     };
     let target = c.plan.target;
     let mut launcher_ctx = launcher(c);
-    if p.tma.is_some() {
-        // TMA loads 256-deep spans of A and the packed words (their tensor maps' outer mode).
-        let k = spec.tensors[ta].shape[1].text();
-        launcher_ctx.size_checks.push(format!("{k} % 256 != 0"));
-        launcher_ctx.doc_sizes.push_str(&format!("; {k} a multiple of 256 (TMA loads 256-deep spans)"));
+    if let Some(tma) = &p.tma {
+        // TMA loads whole spans of A and the packed words (their tensor maps' outer mode).
+        let (k, span) = (spec.tensors[ta].shape[1].text(), tma.span);
+        launcher_ctx.size_checks.push(format!("{k} % {span} != 0"));
+        launcher_ctx.doc_sizes.push_str(&format!("; {k} a multiple of {span} (TMA loads {span}-deep spans)"));
     }
     Context {
         header: header(c),
@@ -270,6 +271,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         n0: origin(p.copies[1], 0),
         num_tiles: count,
         producer_threads: if p.tma.is_some() { crate::layout::PRODUCER_THREADS } else { 0 },
+        span: p.tma.as_ref().map_or(0, |t| t.span),
         scale_copies: p.tma.as_ref().map_or(0, |t| t.scale_copies),
         min_blocks: p.tma.as_ref().map_or(0, |t| t.min_blocks),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },

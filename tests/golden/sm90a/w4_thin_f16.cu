@@ -167,10 +167,15 @@ constexpr int kGroup = 256;  // values per scale
 static_assert(kRowGroups * 16 == cols && kRowGroups * kKSplit * 32 == kThreads && kKSteps % kKSplit == 0,
               "every warp has 16 weight rows and an equal share of each k-tile");
 
-// The tiles are kept as 256-deep k spans, kSpans per k-tile: TMA writes each span's rows as
-// 128-byte lines (two per row of `X_t`, one per row of `P_t`) under its 128-byte swizzle
-// (SWIZZLE_128B: Swizzle<3,4,3> on shared byte addresses).
-constexpr int kSpans = depth / 256;
+// The tiles are kept as k spans of kSpan values, kSpans per k-tile: TMA writes each span's rows as
+// 128-byte lines (kSpan / kLineA per row of `X_t`, one per row of `P_t`) under its 128-byte
+// swizzle (SWIZZLE_128B: Swizzle<3,4,3> on shared byte addresses).
+constexpr int kSpan = 256;  // k values per span: a 128-byte line of packed words
+constexpr int kSpanWords = kSpan / 8;
+constexpr int kLineA = 128 / int(sizeof(ElementX_t));  // values of `X_t` per 128-byte line
+constexpr int kSpans = depth / kSpan;
+static_assert(kSpanWords * sizeof(ElementP_t) == 128 && kSpan == 4 * 2 * 32,
+              "a span row of packed words is one swizzled line, and a quad's four threads read two 32-value chunks of it each");
 // Shared buffer `X_t` (spec 14): the MMA's B operand, read as 16-byte pieces of its rows; 256-deep
 // spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes,
 // under which the 16-byte reads of A's rows (the B operand) hit eight different 16-byte bank groups
@@ -178,44 +183,45 @@ constexpr int kSpans = depth / 256;
 constexpr int kStageX_t = rows * depth;
 template <int kRows>
 using SmemLayoutX_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementX_t>>,
-    Layout<Shape<Int<kRows>, Shape<_256, Int<kSpans>>, Int<stages>>, Stride<_256, Stride<_1, Int<kRows * 256>>, Int<kStageX_t>>>>;  // (kRows, depth, stage)
+    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageX_t>>>>;  // (kRows, depth, stage)
 // Shared buffer `P_t` (spec 15): each thread's packed words, 16 bytes at a time; 256-deep spans of
 // 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which
 // the 16-byte reads of each thread's four words hit eight different 16-byte bank groups in every
 // quarter-warp (checked by tilegen).
 constexpr int kStageP_t = cols * (depth / 8);
 using SmemLayoutP_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementP_t>>,
-    Layout<Shape<Int<cols>, Shape<_32, Int<kSpans>>, Int<stages>>, Stride<_32, Stride<_1, Int<cols * 32>>, Int<kStageP_t>>>>;  // (cols, (depth / 8), stage)
+    Layout<Shape<Int<cols>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<cols * kSpanWords>>, Int<kStageP_t>>>>;  // (cols, (depth / 8), stage)
 // Shared buffer `S_t` (spec 16): one scale per 256 values of each weight row, row-major.
 constexpr int kStageS_t = cols * (depth / 256);
 using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<(depth / 256)>, Int<stages>>, Stride<Int<(depth / 256)>, _1, Int<kStageS_t>>>;  // (cols, (depth / 256), stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
-static_assert(8 * 256 * sizeof(ElementX_t) % 1024 == 0 && kStageP_t * sizeof(ElementP_t) % 1024 == 0 && cols * 32 * sizeof(ElementP_t) % 1024 == 0,
+static_assert(8 * kSpan * sizeof(ElementX_t) % 1024 == 0 && kStageP_t * sizeof(ElementP_t) % 1024 == 0 && cols * kSpanWords * sizeof(ElementP_t) % 1024 == 0,
               "spans and stages start on the swizzle's period");
 
-// spec 24: `X`'s tensor map: (hidden as pieces of 64 values, 4 pieces per span, rows, spans),
-// 64-value pieces contiguous. A box of (64, 4, box_rows, 1) loads one span of a tile's rows, which
-// lands as [row][256 values]; rows past tokens arrive as zeros. The launcher builds the map on the
-// host with as many box rows as the tile has rows of `X`, so that a decode step (one row)
-// moves one row. The maps are encoded directly (cuTensorMapEncodeTiled, through CUTLASS's driver
-// wrapper): CuTe's make_tma_copy derives the box from the shared layout, and in a trial it asked
-// for boxes as wide as the tile's contiguous rows, wider than the swizzle allows, which the driver
-// refused.
+// spec 24: `X`'s tensor map: (hidden as lines of kLineA values, kSpan / kLineA
+// lines per span, rows, spans), lines contiguous. A box of (kLineA, kSpan / kLineA, box_rows, 1)
+// loads one span of a tile's rows, which lands as [row][kSpan values]; rows past tokens arrive
+// as zeros. The launcher builds the map on the host with as many box rows as the tile has rows of
+// `X`, so that a decode step (one row) moves one row. The maps are encoded directly
+// (cuTensorMapEncodeTiled, through CUTLASS's driver wrapper): CuTe's make_tma_copy derives the
+// box from the shared layout, and in a trial it asked for boxes as wide as the tile's contiguous
+// rows, wider than the swizzle allows, which the driver refused.
 inline CUresult tma_map_X(CUtensorMap* map, ElementX const* X, int tokens, int hidden, int box_rows) {
-  cuuint64_t const dims[4] = {64, 4, cuuint64_t(tokens), cuuint64_t(hidden / 256)};
-  cuuint64_t const strides[3] = {64 * sizeof(ElementX), cuuint64_t(hidden) * sizeof(ElementX), 256 * sizeof(ElementX)};  // bytes, dims 1..3
-  cuuint32_t const box[4] = {64, 4, cuuint32_t(box_rows), 1};
+  cuuint64_t const dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(tokens), cuuint64_t(hidden / kSpan)};
+  cuuint64_t const strides[3] = {kLineA * sizeof(ElementX), cuuint64_t(hidden) * sizeof(ElementX), kSpan * sizeof(ElementX)};  // bytes, dims 1..3
+  cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<ElementX*>(X), dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
-// spec 23: `Wp`'s tensor map: (32 words, rows, spans); a box of (32, cols, kSpans) loads a
-// whole tile, landing as [span][row][32 words]; rows past features arrive as zeros.
+// spec 23: `Wp`'s tensor map: (kSpanWords words, rows, spans); a box of
+// (kSpanWords, cols, kSpans) loads a whole tile, landing as [span][row][kSpanWords words];
+// rows past features arrive as zeros.
 inline CUresult tma_map_Wp(CUtensorMap* map, ElementWp const* Wp, int features, int hidden) {
-  cuuint64_t const dims[3] = {32, cuuint64_t(features), cuuint64_t(hidden / 256)};
-  cuuint64_t const strides[2] = {cuuint64_t((hidden / 8)) * sizeof(ElementWp), 32 * sizeof(ElementWp)};  // bytes, dims 1..2
-  cuuint32_t const box[3] = {32, cols, kSpans};
+  cuuint64_t const dims[3] = {kSpanWords, cuuint64_t(features), cuuint64_t(hidden / kSpan)};
+  cuuint64_t const strides[2] = {cuuint64_t((hidden / 8)) * sizeof(ElementWp), kSpanWords * sizeof(ElementWp)};  // bytes, dims 1..2
+  cuuint32_t const box[3] = {kSpanWords, cols, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, const_cast<ElementWp*>(Wp), dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -311,7 +317,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
         CUTE_UNROLL
         for (int span = 0; span < kSpans; ++span) {  // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
           SM90_TMA_LOAD_4D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                 smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * 256, 0, 0, m0, j * kSpans + span);
+                                 smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
         }
         // copy(Wp[nb*cols, kt*(depth/8)], P_t): read once
         SM90_TMA_LOAD_3D::copy(&tma_Wp, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
@@ -349,7 +355,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wp_rd[r][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (256 * span + 64 * t + 32 * h) / kGroup, 0));
+      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup, 0));
       asm volatile("" : "+r"(Wp_rd[r][s]), "+r"(Sc_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
