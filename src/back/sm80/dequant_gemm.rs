@@ -45,8 +45,8 @@ pub struct Context {
     pub m_tiles: i64,
     pub small_m: bool,
     pub group: i64,
-    /// The constant zero point (without `zeros`).
-    pub zero: i64,
+    /// The constant zero point; `None` with `zeros` (then `zp`).
+    pub zero: Option<i64>,
     /// The per-group zero points (`zeros=`), if any.
     pub zp: Option<ZeroPointsCtx>,
     /// Tensor names: A, Wq, scales, C.
@@ -224,7 +224,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         m_tiles: p.m_tiles,
         small_m: p.small_m,
         group: p.group,
-        zero: if let DequantZero::Constant(z) = p.zero { z } else { 0 },
+        zero: if let DequantZero::Constant(z) = p.zero { Some(z) } else { None },
         zp: zeros.map(|(t, b, id)| ZeroPointsCtx {
             tensor: tname(t),
             ld: ld(t),
