@@ -487,8 +487,8 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  // M <= 8 (decode): one 8-row tile of `A` per block.
-  auto const kernel = M <= 8 ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>;
+  bool const decode = M <= 8;  // one 8-row tile of `A` per block
+  auto const kernel = decode ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>;
   if (kSmemBytes > 48 * 1024) {
     cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
     if (err != cudaSuccess) {

@@ -516,8 +516,8 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  // M <= 8 (decode): one 8-row tile of `A` per block.
-  auto const kernel = M <= 8 ? w4a16_zp_gemm_bf16_kernel<1> : w4a16_zp_gemm_bf16_kernel<2>;
+  bool const decode = M <= 8;  // one 8-row tile of `A` per block
+  auto const kernel = decode ? w4a16_zp_gemm_bf16_kernel<1> : w4a16_zp_gemm_bf16_kernel<2>;
   if (kSmemBytes > 48 * 1024) {
     cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
     if (err != cudaSuccess) {
@@ -527,7 +527,7 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   // The tensor maps, built here and passed by value: `A`'s box has as many rows as a tile has rows
   // of `A`.
-  int const tile_rows = M <= 8 ? 8 : 16;
+  int const tile_rows = decode ? 8 : 16;
   int const tma_rows = M < tile_rows ? M : tile_rows;
   CUtensorMap tma_A, tma_Wq;
   if (tma_map_A(&tma_A, static_cast<ElementA const*>(A), M, K, tma_rows) != CUDA_SUCCESS ||

@@ -69,14 +69,14 @@ const RESERVED_CUTE: [&str; 65] = [
     "make_tiled_copy_C", "partition_fragment_C", "tile_to_shape", "make_tiled_mma", "cosize_v",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 69] = [
+const RESERVED_THIN: [&str; 70] = [
     "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage", "kernel",
     "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_col", "scale_copier", "words_lo",
     "words_hi", "scale_lo", "scale_hi", "lo", "hi", "x", "d", "mt", "s", "h", "i", "in_k", "k_left", "accum", "Mma",
     "partials", "SharedStorage", "cp_async_16", "cp_async_4", "dequant_int4x2", "ld_shared_u16", "ld_shared_v4",
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "cp_async_16_l1", "full", "empty", "next", "next_stage",
     "mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_on_copies", "dequant_neg_bias", "neg_bias_lo",
-    "neg_bias_hi", "zp_offset",
+    "neg_bias_hi", "zp_offset", "decode",
 ];
 /// Names every sm90a producer/consumer pipeline calls unqualified: CuTe's mbarrier functions
 /// and the consumers' named barrier (sm90a's fused programs and the thin-tile GEMM's flavour).

@@ -276,7 +276,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         min_blocks: p.tma.as_ref().map_or(0, |t| t.min_blocks),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
         a_tma_type: if half == crate::ast::DType::F16 { "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" } else { "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" }.into(),
-        tile_rows: if p.small_m { format!("{} <= 8 ? 8 : {}", spec.tensors[ta].shape[0].text(), 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
+        tile_rows: if p.small_m { format!("decode ? 8 : {}", 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
         gemm_line: line(p.gemm),
         dequant_line: line(p.dequant),
         pipeline_line: line(p.pipeline),
