@@ -226,7 +226,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)",
                    "constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;",
-                   "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "M <= 8 ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
+                   "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "bool const decode = M <= 8;", "decode ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
                    "(K / 128) % 2 != 0", "smem.partials[wk][row][w_row]",
                    // The mbarrier pipeline: refill two tiles ahead, wait for the tile, release it; A through L1.
                    "constexpr int kPrefetch = 2;", "mbarrier_arrive_on_copies(full + 8 * next_stage);",
