@@ -124,6 +124,7 @@ REFERENCES = {
     "linear_attention_causal_bf16": linear_attention_causal,
     "w4a16_gemm_bf16": w4a16,
     "w4a16_zp_gemm_bf16": w4a16,
+    "w4a16_prefill_gemm_bf16": w4a16,
 }
 
 # Inputs that hold small integers: (kernel, tensor) -> values drawn from range(n).
@@ -152,7 +153,16 @@ W4A16_CASES = [
     ("row_1x64x256", {"M": 1, "N": 64, "K": 256}),
     ("tiles_33x200x768", {"M": 33, "N": 200, "K": 768}),
 ]
-CASES = {name: ATTENTION_CASES if name.startswith(("flash_attention", "linear_attention")) else W4A16_CASES if name.startswith("w4a16") else GEMM_CASES
+# The prefill kernel's 128x128 tiles: a ragged M and N over two tiles each, a single row, and
+# three tiles along every dimension with ragged edges.
+W4A16_PREFILL_CASES = [
+    ("ragged_200x136x512", {"M": 200, "N": 136, "K": 512}),
+    ("row_1x64x256", {"M": 1, "N": 64, "K": 256}),
+    ("tiles_260x264x768", {"M": 260, "N": 264, "K": 768}),
+]
+CASES = {name: ATTENTION_CASES if name.startswith(("flash_attention", "linear_attention"))
+         else W4A16_PREFILL_CASES if name == "w4a16_prefill_gemm_bf16"
+         else W4A16_CASES if name.startswith("w4a16") else GEMM_CASES
          for name in REFERENCES}
 
 

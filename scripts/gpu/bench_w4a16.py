@@ -21,10 +21,13 @@ from bench import time_ms  # scripts/gpu/bench.py: the same timing for every pee
 KERNELS = {
     "w4a16_gemm_bf16": (torch.bfloat16, False),
     "w4a16_zp_gemm_bf16": (torch.bfloat16, True),
+    "w4a16_prefill_gemm_bf16": (torch.bfloat16, False),
     "w4_prefill_zp_bf16": (torch.bfloat16, True),  # tests/golden/specs: the general lowering with zero points
 }
 CHECK_SHAPES = [(1, 64, 256), (77, 136, 512), (33, 200, 768), (1, 8192, 8192), (16, 4096, 4096)]  # (M, N, K)
 BENCH_SHAPES = [(1, 8192, 8192), (16, 8192, 8192), (256, 8192, 8192)]
+# The prefill kernels (128-row tiles) are timed at prefill sizes instead.
+PREFILL_SHAPES = [(256, 8192, 8192), (1024, 8192, 8192), (4096, 8192, 8192)]
 
 
 def load(libdir, name):
@@ -98,7 +101,8 @@ def main():
             rc = call(fn, A, Wq, q, torch.empty(4, 64, device="cuda", dtype=dtype), 4, 64, 384)
             failures += rc != 1
             print(f"check {target:5s} {name:28s} K=384 (not a multiple of 256): {'PASS' if rc == 1 else 'FAIL'} launcher returned {rc}")
-            for (M, N, K) in BENCH_SHAPES[:1] if args.quick else BENCH_SHAPES:
+            shapes = PREFILL_SHAPES if "prefill" in base else BENCH_SHAPES
+            for (M, N, K) in shapes[:1] if args.quick else shapes:
                 sets = []
                 for _ in range(3):
                     A, Wq, q = inputs(M, N, K, dtype, gen, zeros)
