@@ -544,6 +544,11 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
         c.plan.mma_sync_reason.expect("a reason")
     };
     assert!(reason(w4a16()).contains("dequant_int4"), "w4a16");
+    // An unpacking fused into mma.sync's B fragments, and one into a shared tile, each say so.
+    let read = |path: &str| std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+    assert!(reason(read("specs/w4a16_prefill_gemm_bf16.yaml")).contains("unpacks weights into mma.sync's B fragments"), "prefill");
+    let stationary = reason(read("tests/golden/specs/w4_stationary_bf16.yaml"));
+    assert!(stationary.contains("does not take dequant_int4: its unpacked tile `W_s`"), "{stationary}");
     // Linear attention: K_s is Q·Kᵀ's K-major B and, through a swapped view, Kᵀ·V's MN-major
     // A; the state is stored from S_f's registers into S_s and read as an MN-major B.
     let c = compile_for(linear_attention(), Target::Sm90a).unwrap();

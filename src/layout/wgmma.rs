@@ -56,8 +56,16 @@ impl Infer<'_> {
             return Err(format!("warpgroup MMAs need whole warpgroups (threads a multiple of 128); the spec has {}", spec.threads.0));
         }
         let groups = spec.threads.0 / 128;
-        if !self.plan.dequants.is_empty() {
-            return Err("its dequant_int4 unpacks weights into mma.sync's B fragments, which warpgroup MMAs read from shared memory".into());
+        if let Some((&id, d)) = self.plan.dequants.iter().next() {
+            let tile = match spec.stmt(id).map(|s| &s.kind) {
+                Some(StmtKind::Dequant { dst, .. }) => dst.name.clone(),
+                _ => String::new(),
+            };
+            return Err(if d.fused_into.is_some() {
+                "its dequant_int4 unpacks weights into mma.sync's B fragments, which warpgroup MMAs read from shared memory".into()
+            } else {
+                format!("the warpgroup-MMA lowering does not take dequant_int4: its unpacked tile `{tile}` would need the GMMA swizzle and a proxy fence before the MMAs read it")
+            });
         }
         let mut gemms = Vec::new();
         let mut tiles = Vec::new();
