@@ -385,6 +385,17 @@ impl Infer<'_> {
                 break;
             }
         }
+        let row_bytes = layout.cute_shape[c] * bytes;
+        if chosen.is_none() && row_bytes < 4 {
+            let dtype = self.spec.buffers[b].dtype.0;
+            self.err(Diagnostic::error(s.span, format!(
+                "the {:?} tile of `{}` is {row_bytes} contiguous {} wide, and cp.async moves at least 4 contiguous bytes",
+                shape, self.spec.buffers[b].name.name, if row_bytes == 1 { "byte" } else { "bytes" }))
+                .hint(format!("widen the tile along its contiguous dimension to {} or more {} elements (for one scale per group, a k-tile of at least {} groups)",
+                    4 / bytes, dtype.name(), 4 / bytes)));
+            self.failed_stmts.insert(s.id);
+            return;
+        }
         let Some((v, vbytes, threads)) = chosen else {
             self.err(Diagnostic::error(s.span, format!(
                 "the {} threads cannot split the {:?} tile of `{}` into cp.async vectors evenly",
