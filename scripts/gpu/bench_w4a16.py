@@ -17,17 +17,17 @@ import torch
 
 from bench import time_ms  # scripts/gpu/bench.py: the same timing for every peer
 
-# Kernel -> (element type, whether it takes per-group zero points after the scales).
-KERNELS = {
-    "w4a16_gemm_bf16": (torch.bfloat16, False),
-    "w4a16_zp_gemm_bf16": (torch.bfloat16, True),
-    "w4a16_prefill_gemm_bf16": (torch.bfloat16, False),
-    "w4_prefill_zp_bf16": (torch.bfloat16, True),  # tests/golden/specs: the general lowering with zero points
-}
 CHECK_SHAPES = [(1, 64, 256), (77, 136, 512), (33, 200, 768), (1, 8192, 8192), (16, 4096, 4096)]  # (M, N, K)
-BENCH_SHAPES = [(1, 8192, 8192), (16, 8192, 8192), (256, 8192, 8192)]
-# The prefill kernels (128-row tiles) are timed at prefill sizes instead.
+DECODE_SHAPES = [(1, 8192, 8192), (16, 8192, 8192), (256, 8192, 8192)]
 PREFILL_SHAPES = [(256, 8192, 8192), (1024, 8192, 8192), (4096, 8192, 8192)]
+# Kernel -> (element type, whether it takes per-group zero points after the scales, the shapes
+# it is timed at).
+KERNELS = {
+    "w4a16_gemm_bf16": (torch.bfloat16, False, DECODE_SHAPES),
+    "w4a16_zp_gemm_bf16": (torch.bfloat16, True, DECODE_SHAPES),
+    "w4a16_prefill_gemm_bf16": (torch.bfloat16, False, PREFILL_SHAPES),
+    "w4_prefill_zp_bf16": (torch.bfloat16, True, PREFILL_SHAPES),  # tests/golden/specs: the general lowering with zero points
+}
 
 
 def load(libdir, name):
@@ -91,7 +91,7 @@ def main():
             if base not in KERNELS or not os.path.exists(os.path.join(libdir, f"lib{name}.so")):
                 continue
             fn = load(libdir, name)
-            dtype, zeros = KERNELS[base]
+            dtype, zeros, shapes = KERNELS[base]
             for (M, N, K) in CHECK_SHAPES:
                 ok, msg = check(fn, dtype, zeros, M, N, K, gen)
                 failures += not ok
@@ -101,7 +101,6 @@ def main():
             rc = call(fn, A, Wq, q, torch.empty(4, 64, device="cuda", dtype=dtype), 4, 64, 384)
             failures += rc != 1
             print(f"check {target:5s} {name:28s} K=384 (not a multiple of 256): {'PASS' if rc == 1 else 'FAIL'} launcher returned {rc}")
-            shapes = PREFILL_SHAPES if "prefill" in base else BENCH_SHAPES
             for (M, N, K) in shapes[:1] if args.quick else shapes:
                 sets = []
                 for _ in range(3):

@@ -172,10 +172,15 @@ pub fn run_within(spec: &Spec, info: &Info, line_of: &dyn Fn(crate::diag::Span) 
     Ok(())
 }
 
+/// Whether `z` can be a zero point: the kernels add it to a float whose ulp is 1, which is
+/// exact for the integers 0 to 15 only.
+fn is_zero_point(z: f64) -> bool {
+    z.fract() == 0.0 && (0.0..16.0).contains(&z)
+}
+
 /// Zero points copied straight from an input tensor are checked there, so that a bad one is
-/// named by its place in the tensor the user hands in (`zeros`[5, 1]) rather than in a tile.
-/// The kernels add a zero point to a float whose ulp is 1, which is exact for the integers
-/// 0 to 15 only; `Machine`'s check at the `dequant_int4` covers zero points computed in the body.
+/// named by its place in the tensor the user hands in (`zeros`[5, 1]) rather than in a tile;
+/// `Machine`'s check at the `dequant_int4` covers zero points computed in the body.
 fn check_zero_point_inputs(spec: &Spec, line_of: &dyn Fn(crate::diag::Span) -> usize, tensors: &BTreeMap<String, Array>) -> Result<(), InterpError> {
     let mut tiles = Vec::new();
     walk_stmts(&spec.body, &mut |s| {
@@ -195,7 +200,7 @@ fn check_zero_point_inputs(spec: &Spec, line_of: &dyn Fn(crate::diag::Span) -> u
         });
         for name in sources {
             let Some(a) = tensors.get(&name) else { continue };
-            let Some(bad) = a.data.iter().position(|z| z.fract() != 0.0 || !(0.0..16.0).contains(z)) else { continue };
+            let Some(bad) = a.data.iter().position(|&z| !is_zero_point(z)) else { continue };
             let mut index = Vec::with_capacity(a.shape.len());
             let mut rest = bad;
             for &extent in a.shape.iter().rev() {
@@ -320,13 +325,11 @@ impl Machine<'_> {
                         let z = match zeros {
                             None => constant_zero,
                             Some((iz, name)) => {
-                                // The kernels add the zero point to a float whose ulp is 1, which
-                                // is exact for small integers only.
                                 let z = self.buffers[iz][r * groups + c / group];
                                 if z.is_nan() {
                                     return Err(self.fail(s.span, format!("`{}` is read before it is written", name.name)));
                                 }
-                                if z.fract() != 0.0 || !(0.0..16.0).contains(&z) {
+                                if !is_zero_point(z) {
                                     let at: Vec<String> = self.vars.iter().map(|(v, i)| format!("{v} = {i}")).collect();
                                     return Err(self.fail(name.span, format!("`{}`[{r}, {}] is {z} (at {}); zero points are integers 0 to 15", name.name, c / group, at.join(", "))));
                                 }

@@ -95,18 +95,11 @@ pub struct Context {
     pub m0: String,
     pub n0: String,
     pub num_tiles: String,
-    /// sm90a's TMA flavour (see `DequantGemmTma`): its producer warp's numbers (0 otherwise;
-    /// the flavour itself is the template `render` picks).
-    pub producer_threads: i64,
-    pub span: i64,
-    pub scale_copies: i64,
-    pub min_blocks: i64,
+    /// sm90a's TMA flavour (see `DequantGemmTma`), read only by its template (which `render`
+    /// picks when this is set).
+    pub tma: Option<TmaCtx>,
     /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
     pub smem_align: i64,
-    /// A's tensor map data type (`CU_TENSOR_MAP_DATA_TYPE_...`).
-    pub a_tma_type: String,
-    /// Rows of A in the instantiation the launcher runs for `m_ext` rows (a C++ expression).
-    pub tile_rows: String,
     /// Spec lines and statement texts for the comments.
     pub gemm_line: usize,
     pub dequant_line: usize,
@@ -124,6 +117,22 @@ pub struct Context {
     pub wq_s_line: usize,
     pub s_s_line: usize,
     pub acc_line: usize,
+}
+
+/// The TMA flavour's numbers: its producer warp, spans and tensor maps.
+#[derive(Serialize)]
+pub struct TmaCtx {
+    pub producer_threads: i64,
+    /// k values per span.
+    pub span: i64,
+    /// Scale pairs each producer lane copies per tile.
+    pub scale_copies: i64,
+    /// `__launch_bounds__`' blocks per SM.
+    pub min_blocks: i64,
+    /// A's tensor map data type (`CU_TENSOR_MAP_DATA_TYPE_...`).
+    pub a_type: String,
+    /// Rows of A in the instantiation the launcher runs for `m_ext` rows (a C++ expression).
+    pub tile_rows: String,
 }
 
 /// The zero points' tensor and tile, copied and read beside the scales.
@@ -270,13 +279,15 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         m0: origin(p.copies[0], 0),
         n0: origin(p.copies[1], 0),
         num_tiles: count,
-        producer_threads: if p.tma.is_some() { crate::layout::PRODUCER_THREADS } else { 0 },
-        span: p.tma.as_ref().map_or(0, |t| t.span),
-        scale_copies: p.tma.as_ref().map_or(0, |t| t.scale_copies),
-        min_blocks: p.tma.as_ref().map_or(0, |t| t.min_blocks),
+        tma: p.tma.as_ref().map(|t| TmaCtx {
+            producer_threads: crate::layout::PRODUCER_THREADS,
+            span: t.span,
+            scale_copies: t.scale_copies,
+            min_blocks: t.min_blocks,
+            a_type: if half == crate::ast::DType::F16 { "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" } else { "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" }.into(),
+            tile_rows: if p.small_m { format!("decode ? 8 : {}", 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
+        }),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
-        a_tma_type: if half == crate::ast::DType::F16 { "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" } else { "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" }.into(),
-        tile_rows: if p.small_m { format!("decode ? 8 : {}", 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
         gemm_line: line(p.gemm),
         dequant_line: line(p.dequant),
         pipeline_line: line(p.pipeline),
