@@ -544,11 +544,27 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
         c.plan.mma_sync_reason.expect("a reason")
     };
     assert!(reason(w4a16()).contains("dequant_int4"), "w4a16");
-    // An unpacking fused into mma.sync's B fragments, and one into a shared tile, each say so.
+    // The prefill dequant GEMM unpacks into a GMMA-swizzled shared tile that a warpgroup MMA
+    // reads (on sm80 the same spec fuses the unpacking into mma.sync's B fragments).
     let read = |path: &str| std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
-    assert!(reason(read("specs/w4a16_prefill_gemm_bf16.yaml")).contains("unpacks weights into mma.sync's B fragments"), "prefill");
+    let prefill = read("specs/w4a16_prefill_gemm_bf16.yaml");
+    let c = compile_for(prefill.clone(), Target::Sm90a).unwrap();
+    let buffer = |c: &tilegen::Compiled, n: &str| c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
+    assert_eq!(c.plan.mma_sync_reason, None);
+    let ops: Vec<_> = c.plan.mmas.values().map(|m| m.wgmma.as_ref().expect("a warpgroup MMA").op.clone()).collect();
+    assert_eq!(ops, ["SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>"]);
+    assert!(c.plan.dequants.values().all(|d| d.fused_into.is_none()));
+    assert_eq!(c.plan.shared[&buffer(&c, "W_s")].gmma_atom, Some("GMMA::Layout_K_SW128_Atom"));
+    assert!(c.plan.cp_async_reason.as_deref().is_some_and(|r| r.contains("`Wq_s` is not a warpgroup MMA operand")), "{:?}", c.plan.cp_async_reason);
+    assert!(compile(prefill.clone()).unwrap().plan.dequants.values().all(|d| d.fused_into.is_some()));
+    // Where the unpacked tile cannot feed warpgroup MMAs, the dequant stays fused into mma.sync,
+    // and the reason is the unfused attempt's.
+    let narrow = reason(prefill.replace("block_M: 128, block_N: 128", "block_M: 64, block_N: 128"));
+    assert!(narrow.contains("its dequant_int4 is fused into mma.sync's B fragments: with the weights unpacked into a shared tile instead")
+        && narrow.contains("has a 64x128 tile; 2 warpgroup(s) of 64-row MMAs need M a multiple of 128"), "{narrow}");
+    // An unpacking that is not fused gets the reason its tiles give.
     let stationary = reason(read("tests/golden/specs/w4_stationary_bf16.yaml"));
-    assert!(stationary.contains("does not take dequant_int4: its unpacked tile `W_s`"), "{stationary}");
+    assert!(stationary.contains("`A_s` is 32 wide along its contiguous dimension"), "{stationary}");
     // Linear attention: K_s is Q·Kᵀ's K-major B and, through a swapped view, Kᵀ·V's MN-major
     // A; the state is stored from S_f's registers into S_s and read as an MN-major B.
     let c = compile_for(linear_attention(), Target::Sm90a).unwrap();

@@ -29,7 +29,7 @@ extern "C" {
 //   scales must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves 4-byte vectors of
 //   `scales`).
 //   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 164864 bytes of dynamic
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 230400 bytes of dynamic
 // shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:

@@ -271,47 +271,14 @@ pub(crate) struct Infer<'a> {
     /// `DequantPlan::fused_into`), decided before shared layouts so that those can leave
     /// the unpacked tile out and swizzle the packed one for the gemm's reads.
     pub fused: BTreeMap<StmtId, StmtId>,
+    /// Whether `dequant_int4` statements may be fused into their gemm (`fused`); off for
+    /// sm90a's warpgroup-MMA trial, which needs the unpacked tile in shared memory.
+    pub fuse_dequants: bool,
 }
 
 /// Runs inference and planning for `target`.
 pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
-    let mut cx = Infer {
-        spec,
-        info,
-        target,
-        plan: Plan {
-            target,
-            mmas: BTreeMap::new(),
-            shared: BTreeMap::new(),
-            fragments: BTreeMap::new(),
-            copies: BTreeMap::new(),
-            pipelines: BTreeMap::new(),
-            dequants: BTreeMap::new(),
-            alignment: Vec::new(),
-            smem: SmemUse { buffers: 0, staging: 0, staging_reuses_buffers: true, barriers: 0, total: 0, budget: target.smem_budget() },
-            regs_per_thread: 0,
-            collective: None,
-            attention: None,
-            mma_sync_reason: None,
-            cp_async_reason: None,
-            warp_specialization: None,
-            ws_reason: None,
-            overlap: None,
-            overlap_reason: None,
-            mbarriers: Vec::new(),
-            dequant_gemm: None,
-            dequant_gemm_reason: None,
-            tile: None,
-            raster: None,
-            raster_reason: None,
-            unit_scale_skips: BTreeMap::new(),
-        },
-        errors: Vec::new(),
-        fixed_at: BTreeMap::new(),
-        failed_stmts: Default::default(),
-        failed_buffers: Default::default(),
-        fused: BTreeMap::new(),
-    };
+    let mut cx = Infer::new(spec, info, target);
     if target.is_amd() {
         // AMD: GEMM-shaped specs map onto composable_kernel device operations, softmax
         // attention onto CK's fused attention.
@@ -386,49 +353,124 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             Err(why) => cx.plan.dequant_gemm_reason = Some(why),
         }
     }
-    // Other programs (and every program on sm80) lower to CuTe with cp.async multistage
-    // pipelines; the gemms are mma.sync with ldmatrix on sm80, and on sm90a warpgroup MMAs
-    // (WGMMA) where every gemm fits them (the last step below).
-    // Strict: gemms fix MMA atoms and accumulator layouts.
-    cx.strict_gemms();
-    // Reductions of accumulators along their rows give row-statistics fragments.
-    cx.row_stats();
-    // Common: parallel blocks propagate fragment layouts; copies fix shared majorness.
-    cx.common_parallel();
-    // Register-sourced gemm operands need the layout common propagation gave them.
-    cx.register_operands();
-    // A dequant whose tile only one gemm reads unpacks into that gemm's registers.
-    cx.dequant_fusions();
-    // Free: defaults for fragments nothing constrained.
-    cx.free_fragments();
-    // Shared layouts need the gemm roles (strict) and the copies' tensors (common).
-    cx.shared_layouts();
-    // Unpacking needs the destination's shared layout (16-byte runs along its rows).
-    cx.dequants();
-    // Copy atoms need shared and fragment layouts.
-    cx.copy_plans();
-    // sm90a: gemms become warpgroup MMAs when every one of them fits (shared tiles keep
-    // their rows, swizzle and bytes); needs the gemms, fragments and shared layouts.
-    if target == Target::Sm90a && cx.errors.is_empty() {
-        cx.plan_wgmma();
-        // Copies into GMMA-laid-out tiles become TMA loads (all of them or none).
-        cx.plan_tma();
+    // sm90a: a dequant GEMM whose weights can be unpacked into a shared tile that warpgroup
+    // MMAs read takes that route; otherwise (and on sm80) the dequant is fused into mma.sync's
+    // B fragments where it can be, which needs no shared tile and no barrier.
+    if target == Target::Sm90a && has_dequant {
+        let mut trial = Infer::new(spec, info, target);
+        trial.fuse_dequants = false;
+        trial.plan.dequant_gemm_reason = cx.plan.dequant_gemm_reason.clone();
+        trial.plan_general();
+        let wgmma = !trial.plan.mmas.is_empty() && trial.plan.mmas.values().all(|m| m.wgmma.is_some());
+        if trial.errors.is_empty() && wgmma {
+            return Ok(trial.plan);
+        }
+        cx.plan_general();
+        if cx.plan.mmas.values().any(|m| m.wgmma.is_none()) && !cx.fused.is_empty() {
+            let why = match (trial.errors.first(), trial.plan.mma_sync_reason) {
+                (Some(d), _) => d.message.clone(),
+                (None, Some(why)) => why,
+                (None, None) => "no reason recorded".into(),
+            };
+            cx.plan.mma_sync_reason = Some(format!(
+                "its dequant_int4 is fused into mma.sync's B fragments: with the weights unpacked into a shared tile instead (which warpgroup MMAs can read), {why}"));
+        }
+    } else {
+        cx.plan_general();
     }
-    // Pipelines need the copy plans to tell producers from consumers.
-    cx.pipelines();
-    // sm90a, warp-specialised: a loop's second gemm overlapped with the next tile's work;
-    // needs the pipelines' consumers and the warpgroup MMAs.
-    if target == Target::Sm90a && cx.errors.is_empty() {
-        cx.plan_overlap();
-    }
-    // Row-statistic scales a warp may skip: needs the fragment layouts and, on sm90a, the
-    // warpgroup MMA decision (their accumulators are left alone).
-    cx.unit_scale_skips();
-    // Block order: needs the copy plans (which grid index each operand's tiles step along).
-    cx.rasterization();
-    // Budgets need everything above.
-    cx.budgets();
     if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) }
+}
+
+impl<'a> Infer<'a> {
+    fn new(spec: &'a Spec, info: &'a Info, target: Target) -> Self {
+        Infer {
+            spec,
+            info,
+            target,
+            plan: Plan {
+                target,
+                mmas: BTreeMap::new(),
+                shared: BTreeMap::new(),
+                fragments: BTreeMap::new(),
+                copies: BTreeMap::new(),
+                pipelines: BTreeMap::new(),
+                dequants: BTreeMap::new(),
+                alignment: Vec::new(),
+                smem: SmemUse { buffers: 0, staging: 0, staging_reuses_buffers: true, barriers: 0, total: 0, budget: target.smem_budget() },
+                regs_per_thread: 0,
+                collective: None,
+                attention: None,
+                mma_sync_reason: None,
+                cp_async_reason: None,
+                warp_specialization: None,
+                ws_reason: None,
+                overlap: None,
+                overlap_reason: None,
+                mbarriers: Vec::new(),
+                dequant_gemm: None,
+                dequant_gemm_reason: None,
+                tile: None,
+                raster: None,
+                raster_reason: None,
+                unit_scale_skips: BTreeMap::new(),
+            },
+            errors: Vec::new(),
+            fixed_at: BTreeMap::new(),
+            failed_stmts: Default::default(),
+            failed_buffers: Default::default(),
+            fused: BTreeMap::new(),
+            fuse_dequants: true,
+        }
+    }
+
+    /// The general CuTe lowering's planning steps, in dependency order; errors go to
+    /// `self.errors`.
+    fn plan_general(&mut self) {
+        let target = self.target;
+        let cx = self;
+        // Other programs (and every program on sm80) lower to CuTe with cp.async multistage
+        // pipelines; the gemms are mma.sync with ldmatrix on sm80, and on sm90a warpgroup MMAs
+        // (WGMMA) where every gemm fits them (the last step below).
+        // Strict: gemms fix MMA atoms and accumulator layouts.
+        cx.strict_gemms();
+        // Reductions of accumulators along their rows give row-statistics fragments.
+        cx.row_stats();
+        // Common: parallel blocks propagate fragment layouts; copies fix shared majorness.
+        cx.common_parallel();
+        // Register-sourced gemm operands need the layout common propagation gave them.
+        cx.register_operands();
+        // A dequant whose tile only one gemm reads unpacks into that gemm's registers.
+        cx.dequant_fusions();
+        // Free: defaults for fragments nothing constrained.
+        cx.free_fragments();
+        // Shared layouts need the gemm roles (strict) and the copies' tensors (common).
+        cx.shared_layouts();
+        // Unpacking needs the destination's shared layout (16-byte runs along its rows).
+        cx.dequants();
+        // Copy atoms need shared and fragment layouts.
+        cx.copy_plans();
+        // sm90a: gemms become warpgroup MMAs when every one of them fits (shared tiles keep
+        // their rows, swizzle and bytes); needs the gemms, fragments and shared layouts.
+        if target == Target::Sm90a && cx.errors.is_empty() {
+            cx.plan_wgmma();
+            // Copies into GMMA-laid-out tiles become TMA loads (all of them or none).
+            cx.plan_tma();
+        }
+        // Pipelines need the copy plans to tell producers from consumers.
+        cx.pipelines();
+        // sm90a, warp-specialised: a loop's second gemm overlapped with the next tile's work;
+        // needs the pipelines' consumers and the warpgroup MMAs.
+        if target == Target::Sm90a && cx.errors.is_empty() {
+            cx.plan_overlap();
+        }
+        // Row-statistic scales a warp may skip: needs the fragment layouts and, on sm90a, the
+        // warpgroup MMA decision (their accumulators are left alone).
+        cx.unit_scale_skips();
+        // Block order: needs the copy plans (which grid index each operand's tiles step along).
+        cx.rasterization();
+        // Budgets need everything above.
+        cx.budgets();
+    }
 }
 
 /// "one reason" or "N reasons", for diagnostics that announce the ones after them.
@@ -495,6 +537,9 @@ impl<'a> Infer<'a> {
 
     /// Fills `fused`: each `dequant_int4` with a gemm it can be fused into.
     fn dequant_fusions(&mut self) {
+        if !self.fuse_dequants {
+            return;
+        }
         for s in self.statements() {
             let StmtKind::Dequant { dst, scales, .. } = &s.kind else { continue };
             let (Some(id), Some(ic)) = (self.buffer_index(&dst.name), self.buffer_index(&scales.name)) else { continue };

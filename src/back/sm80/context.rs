@@ -574,8 +574,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         helpers.push(if wgmma { ACC_AS_OPERAND_A_GMMA } else { ACC_AS_OPERAND_A }.into());
     }
     // The proxy fence publishes generic-proxy writes (cp.async, zero fills, accumulator
-    // stores) to warpgroup MMAs; TMA loads need none.
-    let generic_writes = plan.copies.values().any(|cp| cp.kind == CopyKind::AccumulatorToShared || (cp.kind == CopyKind::GlobalToShared && cp.tma.is_none()));
+    // stores, unpacked weights) to warpgroup MMAs; TMA loads need none.
+    let generic_writes = plan.copies.values().any(|cp| cp.kind == CopyKind::AccumulatorToShared || (cp.kind == CopyKind::GlobalToShared && cp.tma.is_none()))
+        || plan.dequants.values().any(|d| d.fused_into.is_none());
     if wgmma && generic_writes {
         helpers.push(FENCE_VIEW_ASYNC_SHARED.into());
     }
