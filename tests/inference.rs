@@ -553,7 +553,7 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
     assert_eq!(c.plan.mma_sync_reason, None);
     let ops: Vec<_> = c.plan.mmas.values().map(|m| m.wgmma.as_ref().expect("a warpgroup MMA").op.clone()).collect();
     assert_eq!(ops, ["SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>"]);
-    assert!(c.plan.dequants.values().all(|d| d.fused_into.is_none()));
+    assert!(c.plan.dequants.values().all(|d| d.fused_into.is_none() && d.why.contains("the stores are fenced (fence.proxy.async)")));
     assert_eq!(c.plan.shared[&buffer(&c, "W_s")].gmma_atom, Some("GMMA::Layout_K_SW128_Atom"));
     assert!(c.plan.cp_async_reason.as_deref().is_some_and(|r| r.contains("`Wq_s` is not a warpgroup MMA operand")), "{:?}", c.plan.cp_async_reason);
     assert!(compile(prefill.clone()).unwrap().plan.dequants.values().all(|d| d.fused_into.is_some()));

@@ -30,6 +30,10 @@ impl Infer<'_> {
                     m.warps = (4 * w.warpgroups, 1);
                     m.wgmma = Some(w);
                 }
+                // An unpacked tile is written with generic stores and read by the async proxy.
+                for d in self.plan.dequants.values_mut() {
+                    d.why.push_str("; warpgroup MMAs read the tile through the async proxy, so the stores are fenced (fence.proxy.async) before the barrier that publishes it");
+                }
                 for (b, atom) in tiles {
                     let l = self.plan.shared.get_mut(&b).expect("planned tile");
                     l.gmma_atom = Some(atom);

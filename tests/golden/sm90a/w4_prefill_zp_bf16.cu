@@ -401,7 +401,9 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
       // 128 threads each unpack 16 32-bit words of Wq_s per tile, eight values per word into one
       // 16-byte store; rounds of eight whole rows keep each thread on one row modulo 8 (the
       // swizzle's period), so its addresses differ by constants; neighbouring threads take
-      // neighbouring words; one scale per 128 values, one zero point per group from `Z_s`.
+      // neighbouring words; one scale per 128 values, one zero point per group from `Z_s`;
+      // warpgroup MMAs read the tile through the async proxy, so the stores are fenced
+      // (fence.proxy.async) before the barrier that publishes it.
       {
         // All of this thread's words and scales (and zero points) are loaded first, so that the
         // shared-memory loads are in flight together, then unpacked and stored.
