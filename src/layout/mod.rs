@@ -362,7 +362,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         trial.plan.dequant_gemm_reason = cx.plan.dequant_gemm_reason.clone();
         trial.plan_general();
         let wgmma = !trial.plan.mmas.is_empty() && trial.plan.mmas.values().all(|m| m.wgmma.is_some());
-        if trial.errors.is_empty() && wgmma {
+        if trial.errors.is_empty() && wgmma && cx.errors.is_empty() {
             return Ok(trial.plan);
         }
         cx.plan_general();
@@ -427,49 +427,48 @@ impl<'a> Infer<'a> {
     /// `self.errors`.
     fn plan_general(&mut self) {
         let target = self.target;
-        let cx = self;
-        // Other programs (and every program on sm80) lower to CuTe with cp.async multistage
-        // pipelines; the gemms are mma.sync with ldmatrix on sm80, and on sm90a warpgroup MMAs
-        // (WGMMA) where every gemm fits them (the last step below).
+        // Programs that take neither a library collective nor the thin-tile lowering lower to
+        // CuTe with cp.async multistage pipelines; the gemms are mma.sync with ldmatrix on sm80,
+        // and on sm90a warpgroup MMAs (WGMMA) where every gemm fits them.
         // Strict: gemms fix MMA atoms and accumulator layouts.
-        cx.strict_gemms();
+        self.strict_gemms();
         // Reductions of accumulators along their rows give row-statistics fragments.
-        cx.row_stats();
+        self.row_stats();
         // Common: parallel blocks propagate fragment layouts; copies fix shared majorness.
-        cx.common_parallel();
+        self.common_parallel();
         // Register-sourced gemm operands need the layout common propagation gave them.
-        cx.register_operands();
+        self.register_operands();
         // A dequant whose tile only one gemm reads unpacks into that gemm's registers.
-        cx.dequant_fusions();
+        self.dequant_fusions();
         // Free: defaults for fragments nothing constrained.
-        cx.free_fragments();
+        self.free_fragments();
         // Shared layouts need the gemm roles (strict) and the copies' tensors (common).
-        cx.shared_layouts();
+        self.shared_layouts();
         // Unpacking needs the destination's shared layout (16-byte runs along its rows).
-        cx.dequants();
+        self.dequants();
         // Copy atoms need shared and fragment layouts.
-        cx.copy_plans();
+        self.copy_plans();
         // sm90a: gemms become warpgroup MMAs when every one of them fits (shared tiles keep
         // their rows, swizzle and bytes); needs the gemms, fragments and shared layouts.
-        if target == Target::Sm90a && cx.errors.is_empty() {
-            cx.plan_wgmma();
+        if target == Target::Sm90a && self.errors.is_empty() {
+            self.plan_wgmma();
             // Copies into GMMA-laid-out tiles become TMA loads (all of them or none).
-            cx.plan_tma();
+            self.plan_tma();
         }
         // Pipelines need the copy plans to tell producers from consumers.
-        cx.pipelines();
+        self.pipelines();
         // sm90a, warp-specialised: a loop's second gemm overlapped with the next tile's work;
         // needs the pipelines' consumers and the warpgroup MMAs.
-        if target == Target::Sm90a && cx.errors.is_empty() {
-            cx.plan_overlap();
+        if target == Target::Sm90a && self.errors.is_empty() {
+            self.plan_overlap();
         }
         // Row-statistic scales a warp may skip: needs the fragment layouts and, on sm90a, the
         // warpgroup MMA decision (their accumulators are left alone).
-        cx.unit_scale_skips();
+        self.unit_scale_skips();
         // Block order: needs the copy plans (which grid index each operand's tiles step along).
-        cx.rasterization();
+        self.rasterization();
         // Budgets need everything above.
-        cx.budgets();
+        self.budgets();
     }
 }
 
