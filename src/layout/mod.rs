@@ -366,7 +366,9 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             return Ok(trial.plan);
         }
         cx.plan_general();
-        if cx.plan.mmas.values().any(|m| m.wgmma.is_none()) && !cx.fused.is_empty() {
+        // A fused dequant keeps every gemm on mma.sync (wgmma_fit refuses it): say why the
+        // unfused plan did not take warpgroup MMAs instead.
+        if !cx.fused.is_empty() {
             let why = match (trial.errors.first(), trial.plan.mma_sync_reason) {
                 (Some(d), _) => d.message.clone(),
                 (None, Some(why)) => why,
