@@ -72,6 +72,10 @@ pub fn explain(c: &Compiled) -> String {
         explain_dequant_gemm(&mut o, c, p);
         return o;
     }
+    if let Some(p) = &plan.dequant_wgmma {
+        explain_dequant_wgmma(&mut o, c, p);
+        return o;
+    }
     let _ = writeln!(o, "\nMMA");
     if plan.mmas.is_empty() {
         let _ = writeln!(o, "  (no gemm)");
@@ -495,6 +499,47 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
     if p.tma.is_some() {
         let _ = writeln!(o, "    `{}`'s columns a multiple of 256 (TMA loads 256-deep spans)", spec.tensors[p.tensors[0]].name.name);
     }
+}
+
+fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::DequantWgmmaPlan) {
+    let spec = &c.spec;
+    let heading = |id: crate::ast::StmtId| stmt_heading(c, id);
+    let (bm, bn, bk) = p.block;
+    let name = |b: usize| &spec.buffers[b].name.name;
+    let [a_s, wq_s, s_s, w_s, acc] = p.buffers;
+    let producers = crate::layout::WGMMA_PRODUCER_THREADS;
+    let _ = writeln!(o, "\nWide-tile dequant GEMM (warpgroup MMAs, the unpacked weights as their register A operand)");
+    let _ = writeln!(o, "  {}\n  {}", heading(p.dequant), heading(p.gemm));
+    let _ = writeln!(o, "    MMA {} (wgmma.mma_async), Cᵀ = W · Aᵀ: 64 weight rows x {bm} rows of A per MMA and warpgroup; `{}` is never stored: each thread unpacks its A registers from the packed words in shared memory (one scale per {} values, {})",
+        p.op, name(w_s), p.group, match p.zero {
+            crate::layout::DequantZero::Constant(z) => format!("zero {z}"),
+            crate::layout::DequantZero::PerGroup { buffer, .. } => format!("one zero point per group, read with its scale instead of through `{}`", name(buffer)),
+        });
+    let _ = writeln!(o, "    why: {}", p.why);
+    let _ = writeln!(o, "  accumulators: `{}` transposed ({bn}x{bm}), {} f32 registers per consumer thread", name(acc), bm / 2);
+    let _ = writeln!(o, "\nWarp roles ({} threads)", spec.threads.0 + producers);
+    let _ = writeln!(o, "  producer: threads {}..{} (one warpgroup, setmaxnreg down to {} registers): one thread issues the TMA loads", spec.threads.0, spec.threads.0 + producers - 1, p.regs.0);
+    let _ = writeln!(o, "  consumers: threads 0..{} (the spec's: {} warpgroup(s) of 64 weight rows, setmaxnreg up to {} registers): read their scales, wait on the stages, unpack and issue the MMAs", spec.threads.0 - 1, p.warpgroups, p.regs.1);
+    let _ = writeln!(o, "\nShared layouts");
+    let _ = writeln!(o, "  `{}`: {}<{}> tiled over [{bm}, {bk}] and the stages (the MMA's B operand, K-major; TMA writes the same swizzle)", name(a_s), p.a_atom, spec.buffers[a_s].dtype.0);
+    let _ = writeln!(o, "  `{}`: {}<i32> tiled over [{bn}, {}] and the stages: TMA writes rows of {} bytes swizzled; each thread reads 16 bytes (four words) of its two rows per 32 k", name(wq_s), p.w_atom, bk / 8, bk / 2);
+    let _ = writeln!(o, "  `{}`: not allocated: each consumer thread loads the scales of its two weight rows from global memory a k-tile ahead (2-byte values fit neither a TMA box nor a cp.async)", name(s_s));
+    if let crate::layout::DequantZero::PerGroup { buffer, .. } = p.zero {
+        let _ = writeln!(o, "  `{}`: not allocated: its zero points are loaded with the scales", name(buffer));
+    }
+    let _ = writeln!(o, "  C's tile: {bm} rows of {} elements ({} of padding) in the stages' place after the loop, written through a transposed view from the accumulators, read as 16-byte vectors", p.c_pitch, p.c_pitch - bn);
+    let _ = writeln!(o, "\nCopies (TMA from tensor maps the launcher builds, completing on the stage's full mbarrier; rows and k's past the tensors arrive as zeros)");
+    let _ = writeln!(o, "  {}: one {bm}x{bk} tile per stage, {} bytes", heading(p.copies[0]), p.stage_bytes[0]);
+    let _ = writeln!(o, "  {}: one {bn}x{} tile of words per stage, {} bytes", heading(p.copies[1]), bk / 8, p.stage_bytes[1]);
+    let _ = writeln!(o, "  {}: per consumer thread from global memory, see `{}` above", heading(p.copies[2]), name(s_s));
+    let _ = writeln!(o, "\nPipeline");
+    let _ = writeln!(o, "  {}: TMA multistage, warp-specialised, {} stages: each stage has a full mbarrier (the producer's expected bytes) and an empty one (every consumer thread read it); a consumer issues a k-tile's MMAs step by step as it unpacks them, waits for them at the tile's end and releases the stage", heading(p.pipeline), p.stages);
+    let _ = writeln!(o, "\nResources");
+    let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {}; the C tile's {} bytes reuse them; {} bytes of mbarriers; rounded up to 1024) of {} allowed",
+        c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.epilogue_bytes, c.plan.smem.barriers, c.plan.smem.budget);
+    let _ = writeln!(o, "  registers: {} per consumer thread, {} per producer thread (setmaxnreg)", p.regs.1, p.regs.0);
+    let _ = writeln!(o, "  launcher checks:");
+    alignment_lines(o, c);
 }
 
 fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::CollectivePlan) {

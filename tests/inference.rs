@@ -544,24 +544,26 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
         c.plan.mma_sync_reason.expect("a reason")
     };
     assert!(reason(w4a16()).contains("dequant_int4"), "w4a16");
-    // The prefill dequant GEMM unpacks into a GMMA-swizzled shared tile that a warpgroup MMA
+    // A prefill dequant GEMM with one warpgroup for its 128 weight rows (the wide-tile lowering
+    // wants one per 64, see below) unpacks into a GMMA-swizzled shared tile that a warpgroup MMA
     // reads (on sm80 the same spec fuses the unpacking into mma.sync's B fragments).
     let read = |path: &str| std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
-    let prefill = read("specs/w4a16_prefill_gemm_bf16.yaml");
-    let c = compile_for(prefill.clone(), Target::Sm90a).unwrap();
+    let onewg = read("tests/golden/specs/w4_prefill_onewg_f16.yaml");
+    let c = compile_for(onewg.clone(), Target::Sm90a).unwrap();
     let buffer = |c: &tilegen::Compiled, n: &str| c.spec.buffers.iter().position(|b| b.name.name == n).unwrap();
     assert_eq!(c.plan.mma_sync_reason, None);
+    assert!(c.plan.dequant_wgmma.is_none() && c.plan.dequant_gemm_reason.as_deref().is_some_and(|r| r.contains("not 64 rows (the warpgroup MMA's M) for each of its 1 consumer warpgroup(s)")), "{:?}", c.plan.dequant_gemm_reason);
     let ops: Vec<_> = c.plan.mmas.values().map(|m| m.wgmma.as_ref().expect("a warpgroup MMA").op.clone()).collect();
-    assert_eq!(ops, ["SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>"]);
+    assert_eq!(ops, ["SM90_64x128x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::K>"]);
     assert!(c.plan.dequants.values().all(|d| d.fused_into.is_none() && d.why.contains("the stores are fenced (fence.proxy.async)")));
     assert_eq!(c.plan.shared[&buffer(&c, "W_s")].gmma_atom, Some("GMMA::Layout_K_SW128_Atom"));
     assert!(c.plan.cp_async_reason.as_deref().is_some_and(|r| r.contains("`Wq_s` is not a warpgroup MMA operand")), "{:?}", c.plan.cp_async_reason);
-    assert!(compile(prefill.clone()).unwrap().plan.dequants.values().all(|d| d.fused_into.is_some()));
+    assert!(compile(onewg.clone()).unwrap().plan.dequants.values().all(|d| d.fused_into.is_some()));
     // Where the unpacked tile cannot feed warpgroup MMAs, the dequant stays fused into mma.sync,
     // and the reason is the unfused attempt's.
-    let narrow = reason(prefill.replace("block_M: 128, block_N: 128", "block_M: 64, block_N: 128"));
+    let narrow = reason(onewg.replace("block_M: 128, block_N: 128", "block_M: 64, block_N: 64").replace("threads: 128", "threads: 256"));
     assert!(narrow.contains("its dequant_int4 is fused into mma.sync's B fragments: with the weights unpacked into a shared tile instead")
-        && narrow.contains("has a 64x128 tile; 2 warpgroup(s) of 64-row MMAs need M a multiple of 128"), "{narrow}");
+        && narrow.contains("has a 64x64 tile; 2 warpgroup(s) of 64-row MMAs need M a multiple of 128"), "{narrow}");
     // An unpacking that is not fused gets the reason its tiles give.
     let stationary = reason(read("tests/golden/specs/w4_stationary_bf16.yaml"));
     assert!(stationary.contains("`A_s` is 32 wide along its contiguous dimension"), "{stationary}");
@@ -576,6 +578,74 @@ fn sm90a_lowers_attention_gemms_to_warpgroup_mmas_and_says_why_others_stay_on_mm
     assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().is_some_and(|w| w.warpgroups == 2 && w.m_steps == 1) && m.warps == (8, 1)));
     assert!(c.plan.mmas.values().all(|m| m.wgmma.as_ref().unwrap().op.starts_with("SM90_64x128x16_")), "128-key tiles");
     assert!(reason(attention().replace("D: 128", "D: 32")).contains("multiples of 64 elements"), "32-wide rows");
+}
+
+#[test]
+fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
+    let read = |path: &str| std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+    let prefill = read("specs/w4a16_prefill_gemm_bf16.yaml");
+    let cu_of = |c: &tilegen::Compiled| {
+        let files = tilegen::back::render(c).unwrap_or_else(|_| panic!("renders"));
+        files.into_iter().find(|f| f.name.ends_with(".cu")).unwrap().contents
+    };
+    // The bundled spec's sm90a tiles: 256 rows of A (the MMA's N), two consumer warpgroups of 64
+    // weight rows, 128-deep k tiles (64-byte rows of packed words) in three stages; the launcher
+    // may run 128-row tiles instead.
+    let c = compile_for(prefill.clone(), Target::Sm90a).unwrap();
+    let p = c.plan.dequant_wgmma.as_ref().expect("the wide-tile plan");
+    assert_eq!((p.block, p.stages, p.warpgroups, p.group, &p.zero), ((256, 128, 128), 3, 2, 128, &DequantZero::Constant(8)));
+    assert_eq!(p.op, "SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>");
+    assert_eq!(p.half_op.as_deref(), Some("SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>"));
+    assert_eq!((p.a_atom, p.w_atom, p.m_grid_dim), ("GMMA::Layout_K_SW128_Atom", "GMMA::Layout_K_SW64_Atom", Some(1)));
+    // Three stages of A's and the words' tiles (C's padded tile reuses them) and two mbarriers
+    // per stage, rounded up to the 128-byte swizzle's 1024-byte period.
+    assert_eq!(c.plan.smem.total, (3 * (256 * 128 * 2 + 128 * 16 * 4) + 3 * 16u64).div_ceil(1024) * 1024);
+    assert_eq!(p.epilogue_bytes, 256 * (128 + 8) * 2);
+    // Nothing else plans the program; the scales are read as 2-byte values, so only TMA's
+    // operands and C's 16-byte stores constrain alignment.
+    assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty() && c.plan.dequant_gemm.is_none());
+    let aligned: Vec<_> = c.plan.alignment.iter().map(|a| (c.spec.tensors[a.tensor].name.name.as_str(), a.vector_elems)).collect();
+    assert_eq!(aligned, [("A", 8), ("Wq", 4), ("C", 8)]);
+    let cu = cu_of(&c);
+    for needle in ["std::conditional_t<kRowsA == block_M, SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>{}",
+                   "using SmemLayoutWq_sAtom = GMMA::Layout_K_SW64_Atom<ElementWq_s>;", "cutlass::arch::warpgroup_reg_dealloc<40>();", "cutlass::arch::warpgroup_reg_alloc<232>();",
+                   "set_barrier_transaction_bytes(smem.full[stage], kStageBytes<kRowsA>);", "wait_barrier(smem.empty[stage], (tile / stages - 1) % 2);",
+                   "a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], byte_sel, scale2[0][i], bias_lo);",
+                   "gemm(tiled_mma, W_s(_, _, k16), tCrA_s(_, _, k16, stage), acc);", "arrive_barrier(smem.empty[stage]);",
+                   "next_scales[r][i] = col < (K / 128) ? scale_rows[r][col].raw() : 0u;", "Tensor tCsCT = thr_mma.partition_C(sCT);",
+                   "bool const half_rows = grid_x * grid_y * grid_z * 2 <= sms;", "grid_y = (M + block_M / 2 - 1) / (block_M / 2);",
+                   "return half_rows ? launch<block_M / 2>(A, Wq, scales, C, M, N, K, grid, stream)", "N % 8 != 0"] {
+        assert!(cu.contains(needle), "the kernel lacks {needle}");
+    }
+    assert!(!cu.contains("(K / 128) % 2") && !cu.contains("cp_async"), "no copy of the scales");
+    // The spec's own tiles (128x128, 256-deep k tiles, two stages): 128-byte rows of words, and
+    // a 64-row instantiation for small M.
+    let c = compile_for(without_targets(prefill.clone()), Target::Sm90a).unwrap();
+    let p = c.plan.dequant_wgmma.as_ref().expect("the wide-tile plan");
+    assert_eq!((p.block, p.stages, p.w_atom), ((128, 128, 256), 2, "GMMA::Layout_K_SW128_Atom"));
+    assert_eq!(p.half_op.as_deref(), Some("SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>"));
+    // f16 takes the f16 atoms.
+    let c = compile_for(without_targets(prefill.replace("bf16", "f16")), Target::Sm90a).unwrap();
+    assert!(c.plan.dequant_wgmma.as_ref().is_some_and(|p| p.op == "SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::K>"));
+    // Per-group zero points (a 64x64 tile: one warpgroup, no half-height instantiation) are read
+    // with the scales.
+    let c = compile_for(read("tests/golden/specs/w4_prefill_zp_bf16.yaml"), Target::Sm90a).unwrap();
+    let p = c.plan.dequant_wgmma.as_ref().expect("the wide-tile plan");
+    assert!(matches!(p.zero, DequantZero::PerGroup { .. }) && p.half_op.is_none() && p.warpgroups == 1);
+    let cu = cu_of(&c);
+    assert!(cu.contains("neg_bias[r][i] = dequant_neg_bias<ElementW_s>(next_zeros[r][i] * 0x10001u);") && cu.contains("return launch<block_M>(A, Wq, scales, zeros, C, M, N, K, grid, stream);") && !cu.contains("half_rows"), "{cu}");
+    // What it does not take runs the general lowering, with the reason kept for explain.
+    let reason = |text: String| {
+        let c = compile_for(text, Target::Sm90a).unwrap();
+        assert!(c.plan.dequant_wgmma.is_none() && !c.plan.dequants.is_empty());
+        c.plan.dequant_gemm_reason.expect("a reason")
+    };
+    let spec = without_targets(prefill);
+    assert!(reason(spec.replace("block_M: 128,", "block_M: 96,")).contains("its 96-row tile of A is the warpgroup MMA's N, which this lowering takes as 64, 128, 192 or 256"));
+    assert!(reason(spec.replace("threads: 256", "threads: 128")).contains("its 128-row weight tile is not 64 rows (the warpgroup MMA's M) for each of its 1 consumer warpgroup(s)"));
+    assert!(reason(spec.replace("block_K: 256", "block_K: 64").replace("block_K/128", "block_K/32").replace("K/128]", "K/32]")).contains("its k tile of 64 is not a multiple of 128"));
+    // Below 64 rows of A the thin-tile lowering is the candidate, and says why not.
+    assert!(reason(spec.replace("block_M: 128,", "block_M: 32,")).contains("its M tile is 32 rows"));
 }
 
 #[test]

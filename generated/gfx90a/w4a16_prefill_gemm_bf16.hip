@@ -26,12 +26,12 @@
 namespace tilegen::w4a16_prefill_gemm_bf16 {
 
 // Spec constants.
-constexpr int block_M = 64;  // spec 12
-constexpr int block_N = 64;  // spec 12
-constexpr int block_K = 128;  // spec 12
-[[maybe_unused]] constexpr int stages = 2;  // spec 12, not used on this target
+constexpr int block_M = 64;  // spec 13
+constexpr int block_N = 64;  // spec 13
+constexpr int block_K = 128;  // spec 13
+[[maybe_unused]] constexpr int stages = 2;  // spec 13, not used on this target
 
-constexpr int kThreads = 256;  // spec 16: 4 waves of 64 lanes
+constexpr int kThreads = 256;  // spec 17: 4 waves of 64 lanes
 
 // Element types (CK's bf16 is a bit pattern: values go through ck::type_convert).
 using ElementA = ck::bhalf_t;  // tensor `A`
@@ -95,18 +95,18 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 38016 of 65536 bytes.
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 18: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementWq_s Wq_s[block_N][block_K / 8];  // spec 19: 4096 bytes; unpadded: read along its rows
-  __shared__ ElementS_s S_s[block_N][block_K / 128];  // spec 20: 128 bytes; unpadded: read along its rows
-  __shared__ ElementW_s W_s[block_N][block_K + 4];  // spec 21: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 19: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  __shared__ ElementWq_s Wq_s[block_N][block_K / 8];  // spec 20: 4096 bytes; unpadded: read along its rows
+  __shared__ ElementS_s S_s[block_N][block_K / 128];  // spec 21: 128 bytes; unpadded: read along its rows
+  __shared__ ElementW_s W_s[block_N][block_K + 4];  // spec 22: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
 
   // Fragments, in registers.
-  // `acc` (spec 22): [64, 64] f32, waves 4x1 (rows x columns); each holds 1x4 blocks.
+  // `acc` (spec 23): [64, 64] f32, waves 4x1 (rows x columns); each holds 1x4 blocks.
   ck::float4_t acc[1][4];
   int const acc_row = wave % 4 * 16;  // the wave's first row
   int const acc_col = 0;  // and column
 
-  // spec 24: clear(acc)
+  // spec 25: clear(acc)
   #pragma unroll
   for (int bi = 0; bi < 1; ++bi) {
     #pragma unroll
@@ -117,29 +117,29 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
     }
   }
-  // spec 25: pipelined(k, ceildiv(K, block_K), stages): in order on gfx90a: this lowering has no
+  // spec 26: pipelined(k, ceildiv(K, block_K), stages): in order on gfx90a: this lowering has no
   // asynchronous global → LDS copies, so the spec's stages apply to the NVIDIA targets
   for (int k = 0; k < ((K + block_K - 1) / block_K); ++k) {
-    // spec 26: copy(A[by*block_M, k*block_K], A_s): every thread a strided share of the tile, 4
+    // spec 27: copy(A[by*block_M, k*block_K], A_s): every thread a strided share of the tile, 4
     // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     __syncthreads();  // `A_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_M * (block_K / 4); e += kThreads) {
       int const r = e / (block_K / 4), c = e % (block_K / 4) * 4;
       store_vec<4>(&A_s[r][c], (by * block_M + r < M && k * block_K + c < K) ? load_vec<4>(&A[int64_t(by * block_M + r) * K + k * block_K + c]) : Vec<ElementA_s, 4>{});
     }
-    // spec 27: copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): every thread a strided share of the tile,
+    // spec 28: copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): every thread a strided share of the tile,
     // 4 elements (16 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_N * ((block_K / 8) / 4); e += kThreads) {
       int const r = e / ((block_K / 8) / 4), c = e % ((block_K / 8) / 4) * 4;
       store_vec<4>(&Wq_s[r][c], (bx * block_N + r < N && k * (block_K / 8) + c < (K / 8)) ? load_vec<4>(&Wq[int64_t(bx * block_N + r) * (K / 8) + k * (block_K / 8) + c]) : Vec<ElementWq_s, 4>{});
     }
-    // spec 28: copy(scales[bx*block_N, k*(block_K/128)], S_s): every thread a strided share of the
+    // spec 29: copy(scales[bx*block_N, k*(block_K/128)], S_s): every thread a strided share of the
     // tile; elements past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_N * (block_K / 128); e += kThreads) {
       int const r = e / (block_K / 128), c = e % (block_K / 128);
       S_s[r][c] = (bx * block_N + r < N && k * (block_K / 128) + c < (K / 128)) ? scales[int64_t(bx * block_N + r) * (K / 128) + k * (block_K / 128) + c] : ck::type_convert<ck::bhalf_t>(0.f);
     }
-    // spec 29: dequant_int4(Wq_s, W_s, scales=S_s, zero=8): each thread unpacks whole words:
+    // spec 30: dequant_int4(Wq_s, W_s, scales=S_s, zero=8): each thread unpacks whole words:
     // element c of a row is bits 4*(c%8) .. of word c/8, minus 8, times the scale of group c/128
     __syncthreads();  // `Wq_s` is read after other threads wrote it
     for (int e = threadIdx.x; e < block_N * (block_K / 8); e += kThreads) {
@@ -151,7 +151,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
         W_s[r][c * 8 + nib] = ck::type_convert<ck::bhalf_t>(static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - 8) * word_scale);
       }
     }
-    // spec 30: gemm(A_s, W_s, acc, transpose_b=true): 64x64x128 in 8 k-steps of 16; each MFMA takes
+    // spec 31: gemm(A_s, W_s, acc, transpose_b=true): 64x64x128 in 8 k-steps of 16; each MFMA takes
     // the B operand as its rows and A's as its columns, so the result lands row-of-lane
     __syncthreads();  // `W_s` is read after other threads wrote it
     #pragma unroll
@@ -172,7 +172,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
     }
   }
-  // spec 31: copy(acc, C[by*block_M, bx*block_N]): each lane stores its own registers; elements
+  // spec 32: copy(acc, C[by*block_M, bx*block_N]): each lane stores its own registers; elements
   // past the tensor's edges are not stored
   #pragma unroll
   for (int bi = 0; bi < 1; ++bi) {

@@ -94,7 +94,7 @@ using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
 using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
 using ElementAcc = float;  // fragment buffer `acc`
 
-// Shared buffer `A_s` (spec 18): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
+// Shared buffer `A_s` (spec 19): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
 // cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutA_sAtom = decltype(composition(
@@ -103,7 +103,7 @@ using SmemLayoutA_sAtom = decltype(composition(
 using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
 
-// Shared buffer `Wq_s` (spec 19): not a gemm operand; dim 1 contiguous to match `Wq` so cp.async
+// Shared buffer `Wq_s` (spec 20): not a gemm operand; dim 1 contiguous to match `Wq` so cp.async
 // moves 16-byte vectors; Swizzle<3,2,3> on a 8x32 atom spreads each 128-byte line's 16-byte chunks
 // over all banks for both the cp.async writes and the fused gemm's reads (a 16-byte chunk from each
 // of eight rows at a time).
@@ -113,7 +113,7 @@ using SmemLayoutWq_sAtom = decltype(composition(
 using SmemLayoutWq_s = decltype(tile_to_shape(
     SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
-// Shared buffer `S_s` (spec 20): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
+// Shared buffer `S_s` (spec 21): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors.
 using SmemLayoutS_sAtom = decltype(composition(
     Swizzle<0, 3, 3>{},
@@ -121,7 +121,7 @@ using SmemLayoutS_sAtom = decltype(composition(
 using SmemLayoutS_s = decltype(tile_to_shape(
     SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
-// gemm (spec 30): 8 warps as 2x4: each warp owns a 64x32 accumulator tile, the squarest split of
+// gemm (spec 31): 8 warps as 2x4: each warp owns a 64x32 accumulator tile, the squarest split of
 // 128x128 (best operand reuse).
 using TiledMma = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
@@ -132,21 +132,21 @@ static_assert(size(TiledMma{}) == kThreads, "the MMA uses every thread of the bl
 using S2RCopyAtomA_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementA_s>;
 // B is unpacked in registers from packed words: no shared-memory load.
 
-// copy (spec 26): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// copy (spec 27): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 8x32 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyA_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementA_s>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<8>>>{}));                             // values per thread
 
-// copy (spec 27): 16-byte cp.async (L2-only) vectors of 4 elements along the contiguous dimension;
+// copy (spec 28): 16-byte cp.async (L2-only) vectors of 4 elements along the contiguous dimension;
 // 32x8 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyWq_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementWq_s>{},
     Layout<Shape<Int<32>, Int<8>>, Stride<Int<8>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<4>>>{}));                             // values per thread
 
-// copy (spec 28): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
+// copy (spec 29): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
 // 128x1 threads, numbered along it first so that neighbours read neighbouring bytes (the tile holds
 // one vector for each of only 128 threads: the others skip it).
 using G2SCopyS_s = decltype(make_tiled_copy(
@@ -154,7 +154,7 @@ using G2SCopyS_s = decltype(make_tiled_copy(
     Layout<Shape<Int<128>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<2>>>{}));                             // values per thread
 
-// copy (spec 31): accumulators are converted to bf16 and staged through a swizzled shared tile
+// copy (spec 32): accumulators are converted to bf16 and staged through a swizzled shared tile
 // (Swizzle<3,3,3>), then stored as 16-byte vectors by 16x16 threads: whole 128-byte lines per warp
 // instead of scattered 4-byte writes.
 using SmemLayoutCAtom = decltype(composition(
@@ -207,12 +207,12 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, block_K/8, stage)
   Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_N, block_K/128, stage)
 
-  // MMA (spec 30) and its accumulator.
+  // MMA (spec 31) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec line 22): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec line 23): (MMA, MMA_M, MMA_N), float registers
 
-  // Operand partitions of the MMA at spec 30.
+  // Operand partitions of the MMA at spec 31.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
   Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
@@ -220,14 +220,14 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   Tensor tXsA_s = s2r_thr_A_s.partition_S(sA_s);
   Tensor tXrA_s = s2r_thr_A_s.retile_D(tCrA_s);
 
-  // spec 24: clear(acc)
+  // spec 25: clear(acc)
   clear(acc);
 
-  // spec 25: pipelined(k, ceildiv(K, block_K), stages)
+  // spec 26: pipelined(k, ceildiv(K, block_K), stages)
   // cp.async multistage: the next k-tile in flight in 2 shared stages while the current one feeds
   // the MMAs; ldmatrix loads of k-block b+1 overlap the MMAs of b.
   {
-    // spec 26: copy(A[by*block_M, k*block_K], A_s)
+    // spec 27: copy(A[by*block_M, k*block_K], A_s)
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
@@ -235,7 +235,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
-    // spec 27: copy(Wq[bx*block_N, k*(block_K/8)], Wq_s)
+    // spec 28: copy(Wq[bx*block_N, k*(block_K/8)], Wq_s)
     G2SCopyWq_s g2s_copy_Wq;
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // (tile, tile, k)
@@ -243,7 +243,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);  // (CPY, CPY_0, CPY_1, k)
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);  // (CPY, CPY_0, CPY_1, k)
-    // spec 28: copy(scales[bx*block_N, k*(block_K/128)], S_s)
+    // spec 29: copy(scales[bx*block_N, k*(block_K/128)], S_s)
     G2SCopyS_s g2s_copy_scales;
     auto g2s_thr_scales = g2s_copy_scales.get_slice(tid);
     Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));  // (tile, tile, k)
@@ -326,10 +326,10 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
       cp_async_fence();
 
-      // spec 29: dequant_int4(Wq_s, W_s, scales=S_s, zero=8)
-      // fused into the gemm at spec 30, which unpacks `W_s` in registers.
+      // spec 30: dequant_int4(Wq_s, W_s, scales=S_s, zero=8)
+      // fused into the gemm at spec 31, which unpacks `W_s` in registers.
 
-      // spec 30: gemm(A_s, W_s, acc, transpose_b=true), with spec 29: dequant_int4(Wq_s, W_s,
+      // spec 31: gemm(A_s, W_s, acc, transpose_b=true), with spec 30: dequant_int4(Wq_s, W_s,
       // scales=S_s, zero=8)
       // fused into the gemm that reads `W_s`, its only use: each thread unpacks its B fragments
       // straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t
@@ -372,7 +372,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     cp_async_wait<0>();
   }
 
-  // spec 31: copy(acc, C[by*block_M, bx*block_N])
+  // spec 32: copy(acc, C[by*block_M, bx*block_N])
   // accumulators are converted to bf16 and staged through a swizzled shared tile (Swizzle<3,3,3>),
   // then stored as 16-byte vectors by 16x16 threads: whole 128-byte lines per warp instead of
   // scattered 4-byte writes.

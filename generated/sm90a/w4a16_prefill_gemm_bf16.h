@@ -23,19 +23,19 @@ extern "C" {
 // Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
 // it); tiles at ragged edges are predicated.
 // Alignment:
-//   A must be 16-byte aligned and K a multiple of 8 (cp.async moves 16-byte vectors of `A`).
-//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (cp.async moves 16-byte vectors of
+//   A must be 16-byte aligned and K a multiple of 8 (TMA reads 16-byte aligned rows of `A`).
+//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (TMA reads 16-byte aligned rows of
 //   `Wq`).
-//   scales must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves 4-byte vectors of
-//   `scales`).
 //   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 230400 bytes of dynamic
-// shared memory (the limit is raised when over 48 KB).
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), or with twice the blocks along A's rows
+// (tiles of half the rows) when that grid would occupy at most half the device's SMs, 384 threads
+// (the spec's 256 and a TMA producer warpgroup), 222208 bytes of dynamic shared memory.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
 //   alignment, or the grid exceeds CUDA's limits;
-//   otherwise the error that cudaFuncSetAttribute or the launch reported.
+//   otherwise the error that cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or the
+//   launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream);
 

@@ -88,6 +88,15 @@ const RESERVED_THIN_TMA: [&str; 15] = [
     "pair", "span", "tile_rows", "box_rows", "map", "dims", "strides", "box", "unit", "make_uint4", "sizeof_bits_v",
     "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
 ];
+/// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
+/// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA
+/// names it calls unqualified.
+const RESERVED_WIDE: [&str; 30] = [
+    "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_neg_bias", "device", "g", "h",
+    "half_rows", "k16", "lane", "launch", "load_scales", "n0", "neg_bias", "next_scales", "next_zeros",
+    "partition_shape_A", "scale2", "scale_rows", "sms", "t", "w_regs", "w_row", "words_hi", "words_lo", "zero_rows",
+    "prefetch_tma_descriptor",
+];
 /// Names the CuTe lowering of a `dequant_int4` statement declares (its helpers and locals).
 const RESERVED_DEQUANT: [&str; 15] = [
     "dequant_int4x2", "dequant_int4x8", "dequant_neg_bias", "packed", "scale", "zero", "wc", "b0", "b1", "byte_sel", "b_row",
@@ -144,6 +153,7 @@ fn reserved_by_convention(name: &str) -> bool {
 pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     let extra: &[&str] = match c.plan.target {
         _ if c.plan.dequant_gemm.is_some() => &RESERVED_THIN,
+        _ if c.plan.dequant_wgmma.is_some() => &RESERVED_WIDE,
         Target::Sm80 => &[],
         Target::Sm90a if c.plan.collective.is_some() => &RESERVED_SM90A,
         Target::Sm90a => &RESERVED_SM90A_FUSED,

@@ -158,6 +158,43 @@ pub(super) struct Shape<'a> {
     store: &'a Stmt,
 }
 
+/// The operands of a dequant GEMM body ([`Infer::dequant_gemm_operands`]), which the thin-tile
+/// lowering and sm90a's wide-tile one ([`super::DequantWgmmaPlan`]) plan from.
+pub(super) struct Operands {
+    pub(super) pipeline: StmtId,
+    pub(super) gemm: StmtId,
+    pub(super) dequant: StmtId,
+    pub(super) store: StmtId,
+    /// The copies of A's, the packed words' and the scales' tiles.
+    pub(super) copies: [StmtId; 3],
+    /// Tensor indices: A, Wq, scales, C.
+    pub(super) tensors: [usize; 4],
+    /// Buffer indices: A_s, Wq_s, S_s, W_s, acc.
+    pub(super) buffers: [usize; 5],
+    /// The zero points' tile, with `zeros=`.
+    pub(super) z_s: Option<usize>,
+    /// block_M, block_N, block_K.
+    pub(super) block: (i64, i64, i64),
+    /// Scales per weight row and k-tile.
+    pub(super) scale_cols: i64,
+    /// Values per scale.
+    pub(super) group: i64,
+    pub(super) zero: DequantZero,
+    /// The 16-bit type of A, the weights and the scales.
+    pub(super) half: DType,
+    /// Shared stages of the pipelined loop.
+    pub(super) stages: i64,
+    /// The block indices of the tile origins: A's (and C's) row tile, the weight (C's column)
+    /// tile.
+    pub(super) tile_index: [String; 2],
+}
+
+/// Which dequant GEMM lowering a body takes.
+pub(super) enum DequantLowering {
+    Thin(DequantGemmPlan),
+    Wide(super::DequantWgmmaPlan),
+}
+
 /// 16-byte chunk accesses by one warp (lane order), as (row, first column) in elements.
 type WarpAccess = Vec<(i64, i64)>;
 
@@ -255,9 +292,10 @@ impl<'a> Infer<'a> {
         Ok(Shape { pipeline, copies, dequant, gemm, store })
     }
 
-    /// Plans the lowering for a body of that shape; `Err` says why it does not apply (the
-    /// general lowering then runs).
-    pub(super) fn plan_dequant_gemm(&self, shape: &Shape<'a>) -> Result<DequantGemmPlan, String> {
+    /// The operands of a body of that shape, checked for what every dequant GEMM lowering
+    /// needs (types, row-major 2-D tensors, tiles that agree, origins stepping k with the loop);
+    /// `Err` says why not.
+    pub(super) fn dequant_gemm_operands(&self, shape: &Shape<'a>) -> Result<Operands, String> {
         let spec = self.spec;
         let StmtKind::Loop { var, .. } = &shape.pipeline.kind else { return Err("no loop".into()) };
         let StmtKind::Dequant { src, dst, scales, zero } = &shape.dequant.kind else { return Err("no dequant".into()) };
@@ -334,6 +372,43 @@ impl<'a> Infer<'a> {
         if sacc != [bm, bn] || sw[1] * 8 != bk || self.shape(w_s) != [bn, bk] || ss[0] != bn {
             return Err("the tiles do not agree (A_s [block_M, block_K], Wq_s [block_N, block_K/8], S_s [block_N, block_K/group], acc [block_M, block_N])".into());
         }
+        let stages = self.info.stages.get(&shape.pipeline.id).copied().unwrap_or(1);
+        Ok(Operands {
+            pipeline: shape.pipeline.id,
+            gemm: shape.gemm.id,
+            dequant: shape.dequant.id,
+            store: shape.store.id,
+            copies: [ca.id, cw.id, cs.id],
+            tensors: [ta, tw, ts, tc],
+            buffers: [a_s, wq_s, s_s, w_s, acc],
+            z_s,
+            block: (bm, bn, bk),
+            scale_cols: ss[1],
+            group,
+            zero,
+            half,
+            stages,
+            tile_index: [ka[0].clone(), kw[0].clone()],
+        })
+    }
+
+    /// The lowering for a dequant GEMM body: on sm90a, tiles of 64 or more rows of A take the
+    /// wide-tile lowering on warpgroup MMAs ([`super::DequantWgmmaPlan`]); otherwise the
+    /// thin-tile one. `Err` says why neither applies.
+    pub(super) fn plan_dequant_lowering(&self, op: Operands) -> Result<DequantLowering, String> {
+        if self.target == crate::target::Target::Sm90a && op.block.0 >= 64 {
+            return self.plan_dequant_wgmma(op).map(DequantLowering::Wide)
+                .map_err(|why| format!("the wide-tile lowering (warpgroup MMAs, the unpacked weights as their register A operand) does not apply: {why}"));
+        }
+        self.plan_dequant_gemm(op).map(DequantLowering::Thin)
+    }
+
+    /// Plans the thin-tile lowering for a body of that shape; `Err` says why it does not apply
+    /// (the general lowering then runs).
+    pub(super) fn plan_dequant_gemm(&self, op: Operands) -> Result<DequantGemmPlan, String> {
+        let spec = self.spec;
+        let Operands { pipeline, gemm, dequant, store, copies: [ca, cw, cs], tensors: [ta, tw, ts, tc], buffers: [a_s, wq_s, s_s, w_s, acc], z_s, block: (bm, bn, bk), scale_cols, group, zero, half, stages, .. } = op;
+        let ss = [bn, scale_cols];
         if bm != 8 && bm != 16 {
             return Err(format!("its M tile is {bm} rows; this lowering takes 8 or 16 (the MMA's N, once or twice)"));
         }
@@ -351,7 +426,6 @@ impl<'a> Infer<'a> {
             return Err(format!("{warps} warps cannot split a {bn}-row weight tile into 16-row groups with an equal share of its {k_steps} 128-deep k steps each"));
         }
         let k_split = warps / row_groups;
-        let stages = self.info.stages.get(&shape.pipeline.id).copied().unwrap_or(1);
         if stages < 2 {
             return Err("it needs two or more stages".into());
         }
@@ -445,11 +519,11 @@ impl<'a> Infer<'a> {
             if bm == 8 { "an" } else { "a" }, bm.min(8), if bm == 16 { ", twice; when M <= 8 the launcher runs an instantiation with one 8-row tile" } else { "" });
         let tma_why = |what: &str| format!("{TMA_SPAN}-deep spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which {what} hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen)");
         Ok(DequantGemmPlan {
-            pipeline: shape.pipeline.id,
-            gemm: shape.gemm.id,
-            dequant: shape.dequant.id,
-            store: shape.store.id,
-            copies: [ca.id, cw.id, cs.id],
+            pipeline,
+            gemm,
+            dequant,
+            store,
+            copies: [ca, cw, cs],
             tensors: [ta, tw, ts, tc],
             buffers: [a_s, wq_s, s_s, w_s, acc],
             block: (bm, bn, bk),

@@ -20,6 +20,7 @@ pub mod attention;
 pub mod mfma;
 mod copy;
 mod dequant_gemm;
+mod dequant_wgmma;
 mod fragments;
 mod mma;
 mod pipeline;
@@ -37,6 +38,7 @@ use std::collections::BTreeMap;
 
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, DequantZero, PaddedLayout, PRODUCER_THREADS};
+pub use dequant_wgmma::{DequantWgmmaPlan, WGMMA_PRODUCER_THREADS};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
@@ -241,6 +243,9 @@ pub struct Plan {
     pub dequant_gemm: Option<DequantGemmPlan>,
     /// A program with a `dequant_int4` that does not take that lowering: why not.
     pub dequant_gemm_reason: Option<String>,
+    /// sm90a's wide-tile dequant GEMM (warpgroup MMAs, the unpacked weights in registers), if
+    /// the body has its shape.
+    pub dequant_wgmma: Option<DequantWgmmaPlan>,
     /// AMD: the tile lowering on MFMAs, for fused programs that are neither GEMM-shaped
     /// nor softmax attention.
     pub tile: Option<mfma::TilePlan>,
@@ -345,9 +350,13 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     // dequant take the general lowering below, and `explain` says why.
     let has_dequant = cx.statements().iter().any(|s| matches!(s.kind, StmtKind::Dequant { .. }));
     if has_dequant {
-        match cx.dequant_gemm_shape().and_then(|shape| cx.plan_dequant_gemm(&shape)) {
-            Ok(p) => {
+        match cx.dequant_gemm_shape().and_then(|shape| cx.dequant_gemm_operands(&shape)).and_then(|op| cx.plan_dequant_lowering(op)) {
+            Ok(dequant_gemm::DequantLowering::Thin(p)) => {
                 cx.adopt_dequant_gemm(p);
+                return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+            }
+            Ok(dequant_gemm::DequantLowering::Wide(p)) => {
+                cx.adopt_dequant_wgmma(p);
                 return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
             }
             Err(why) => cx.plan.dequant_gemm_reason = Some(why),
@@ -411,6 +420,7 @@ impl<'a> Infer<'a> {
                 mbarriers: Vec::new(),
                 dequant_gemm: None,
                 dequant_gemm_reason: None,
+                dequant_wgmma: None,
                 tile: None,
                 raster: None,
                 raster_reason: None,

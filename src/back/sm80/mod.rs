@@ -12,6 +12,7 @@ mod common;
 mod context;
 pub(crate) use common::kernel_signature;
 mod dequant_gemm;
+mod dequant_wgmma;
 mod tma;
 
 use super::OutputFile;
@@ -26,12 +27,17 @@ const DEQUANT_GEMM_BASE: &str = include_str!("../../../templates/sm80/dequant_ge
 const DEQUANT_GEMM_CP_ASYNC: &str = include_str!("../../../templates/sm80/dequant_gemm_cp_async.cu.tera");
 /// A TMA producer warp fills the stages (sm90a, `DequantGemmPlan::tma`).
 const DEQUANT_GEMM_TMA: &str = include_str!("../../../templates/sm80/dequant_gemm_tma.cu.tera");
+/// sm90a's wide-tile dequant GEMM: warpgroup MMAs with the unpacked weights in registers.
+const DEQUANT_GEMM_WGMMA: &str = include_str!("../../../templates/sm80/dequant_gemm_wgmma.cu.tera");
 
 /// Renders the `.cu` and `.h` for a spec planned for sm80.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     if let Some(p) = &c.plan.dequant_gemm {
         let flavour = if p.tma.is_some() { DEQUANT_GEMM_TMA } else { DEQUANT_GEMM_CP_ASYNC };
         return super::render_pair_extending(c, &[("dequant_gemm.cu", DEQUANT_GEMM_BASE)], flavour, &dequant_gemm::build(c, p));
+    }
+    if let Some(p) = &c.plan.dequant_wgmma {
+        return super::render_pair(c, DEQUANT_GEMM_WGMMA, &dequant_wgmma::build(c, p));
     }
     let ctx = context::build(c)?;
     super::render_pair(c, KERNEL_TEMPLATE, &ctx)
