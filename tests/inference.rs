@@ -644,6 +644,7 @@ fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
     assert!(reason(spec.replace("block_M: 128,", "block_M: 96,")).contains("its 96-row tile of A is the warpgroup MMA's N, which this lowering takes as 64, 128, 192 or 256"));
     assert!(reason(spec.replace("threads: 256", "threads: 128")).contains("its 128-row weight tile is not 64 rows (the warpgroup MMA's M) for each of its 1 consumer warpgroup(s)"));
     assert!(reason(spec.replace("block_K: 256", "block_K: 64").replace("block_K/128", "block_K/32").replace("K/128]", "K/32]")).contains("its k tile of 64 is not a multiple of 128"));
+    assert!(reason(spec.replace("threads: 256", "threads: 512").replace("block_N: 128", "block_N: 256")).contains("its 512 threads are 4 consumer warpgroups; it takes one or two"));
     // Below 64 rows of A the thin-tile lowering is the candidate, and says why not.
     assert!(reason(spec.replace("block_M: 128,", "block_M: 32,")).contains("its M tile is 32 rows"));
 }

@@ -99,6 +99,11 @@ impl<'a> Infer<'a> {
             return Err(format!("its {threads} threads are not whole warpgroups"));
         }
         let warpgroups = threads / 128;
+        // The register file (64K) holds the producer's 40 registers and 232 for each consumer
+        // thread of at most two warpgroups, as `setmaxnreg` hands them over.
+        if warpgroups > 2 {
+            return Err(format!("its {threads} threads are {warpgroups} consumer warpgroups; it takes one or two (the register file holds {CONSUMER_REGS} registers per consumer thread for two, beside the producer's {PRODUCER_REGS})"));
+        }
         if bn != 64 * warpgroups {
             return Err(format!("its {bn}-row weight tile is not 64 rows (the warpgroup MMA's M) for each of its {warpgroups} consumer warpgroup(s)"));
         }

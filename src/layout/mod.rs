@@ -345,9 +345,11 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         cx.plan_collective(shape);
         return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
     }
-    // A thin-tile dequant GEMM (decode shapes) has a lowering of its own: the weights are the
-    // MMA's A operand and each thread unpacks whole packed words. Other programs with a
-    // dequant take the general lowering below, and `explain` says why.
+    // A dequant GEMM has lowerings of its own, with the weights as the MMA's A operand: thin
+    // tiles (decode shapes) on mma.sync, each thread unpacking whole packed words; on sm90a,
+    // tiles of 64 or more rows of A on warpgroup MMAs, each thread unpacking its register
+    // fragment. Other programs with a dequant take the general lowering below, and `explain`
+    // says why.
     let has_dequant = cx.statements().iter().any(|s| matches!(s.kind, StmtKind::Dequant { .. }));
     if has_dequant {
         match cx.dequant_gemm_shape().and_then(|shape| cx.dequant_gemm_operands(&shape)).and_then(|op| cx.plan_dequant_lowering(op)) {
