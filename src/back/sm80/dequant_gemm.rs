@@ -5,6 +5,7 @@ use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ct
 use super::context::DEQUANT_INT4X2;
 use crate::back::conv::Conv;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
+use crate::ast::StmtId;
 use crate::layout::{DequantGemmPlan, DequantZero, PaddedLayout};
 use crate::Compiled;
 use serde::Serialize;
@@ -16,16 +17,17 @@ const MBARRIER: &str = helper!("mbarrier_sm80.cuh");
 /// A barrier over the consumer threads (the producer warp leaves early).
 const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
 
+/// The spec's names and the plan's choices that both dequant GEMM templates (the thin-tile
+/// flavours and sm90a's wide tiles) read: the kernel's signature and grid, the operands'
+/// names, types, extents and row strides, and the spec lines and texts the comments quote.
 #[derive(Serialize)]
-pub struct Context {
+pub struct OperandsCtx {
     #[serde(flatten)]
     pub header: HeaderCtx,
     #[serde(flatten)]
     pub launcher_ctx: LauncherCtx,
-    pub target_banner: String,
     pub gencode: String,
     pub threads: i64,
-    pub helpers: Vec<String>,
     pub constants: Vec<ConstantCtx>,
     pub elements: Vec<ElementCtx>,
     pub block_indices: Vec<BlockIndexCtx>,
@@ -33,17 +35,8 @@ pub struct Context {
     pub kernel_args: Vec<String>,
     pub grid: Vec<String>,
     pub grid_limits: Vec<String>,
-    pub doc_launch: String,
-    pub doc_invalid: String,
-    pub doc_errors: String,
+    /// Why the lowering, for the comments.
     pub why: String,
-    pub why_a: String,
-    pub why_w: String,
-    pub mma_atom: String,
-    pub row_groups: i64,
-    pub k_split: i64,
-    pub m_tiles: i64,
-    pub small_m: bool,
     pub group: i64,
     /// The constant zero point; `None` with `zeros` (then `zp`).
     pub zero: Option<i64>,
@@ -82,24 +75,9 @@ pub struct Context {
     pub w_cols: String,
     pub s_cols: String,
     pub stages: String,
-    /// k-tiles a thread's copies run ahead of its MMAs (the plan's `prefetch`).
-    pub prefetch: i64,
-    /// Shared layouts: padding, `Swizzle<..>` arguments and the swizzle's period (elements).
-    pub a_pad: i64,
-    pub a_swizzle: String,
-    pub a_period: i64,
-    pub w_pad: i64,
-    pub w_swizzle: String,
-    pub w_period: i64,
-    /// The tile origins of the block: rows of A (and C), weight rows (C's columns).
-    pub m0: String,
+    /// The weight tile's origin (C's columns) and the main loop's trip count.
     pub n0: String,
     pub num_tiles: String,
-    /// sm90a's TMA flavour (see `DequantGemmTma`), read only by its template (which `render`
-    /// picks when this is set).
-    pub tma: Option<TmaCtx>,
-    /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
-    pub smem_align: i64,
     /// Spec lines and statement texts for the comments.
     pub gemm_line: usize,
     pub dequant_line: usize,
@@ -109,7 +87,7 @@ pub struct Context {
     pub store_text: String,
     pub copy_a_line: usize,
     pub copy_w_line: usize,
-    pub copy_lines: String,
+    pub copy_s_line: usize,
     pub copy_a_text: String,
     pub copy_w_text: String,
     pub copy_s_text: String,
@@ -117,6 +95,134 @@ pub struct Context {
     pub wq_s_line: usize,
     pub s_s_line: usize,
     pub acc_line: usize,
+}
+
+/// The plan's statements and operands [`operands_ctx`] reads (both dequant GEMM plans have them).
+pub(super) struct PlanRefs<'p> {
+    /// Tensor indices: A, Wq, scales, C.
+    pub tensors: [usize; 4],
+    /// Buffer indices: A_s, Wq_s, S_s, W_s, acc.
+    pub buffers: [usize; 5],
+    /// The pipelined loop, its gemm, its dequant and the store.
+    pub stmts: [StmtId; 4],
+    /// The copies of A's, the words' and the scales' tiles.
+    pub copies: [StmtId; 3],
+    pub stages: i64,
+    pub group: i64,
+    pub zero: &'p DequantZero,
+    pub why: &'p str,
+}
+
+/// The shared context for a plan's statements and operands.
+pub(super) fn operands_ctx(c: &Compiled, p: PlanRefs) -> OperandsCtx {
+    let spec = &c.spec;
+    let st = SpecText::new(c);
+    let [ta, tw, ts, tc] = p.tensors;
+    let [a_s, wq_s, s_s, _w_s, acc] = p.buffers;
+    let [pipeline, gemm, dequant, store] = p.stmts;
+    let (count, stages) = st.pipeline(pipeline, p.stages);
+    let (grid, grid_limits, _) = grid_ctx(c);
+    let (kernel_params, kernel_args) = kernel_signature(c);
+    let buffer_line = |b: usize| c.line(spec.buffers[b].span);
+    OperandsCtx {
+        header: header(c),
+        launcher_ctx: launcher(c),
+        gencode: gencode(c.plan.target),
+        threads: spec.threads.0,
+        constants: constants_ctx(c),
+        elements: elements_ctx(c),
+        block_indices: block_indices_ctx(c),
+        kernel_params,
+        kernel_args,
+        grid,
+        grid_limits,
+        why: p.why.to_string(),
+        group: p.group,
+        zero: if let DequantZero::Constant(z) = p.zero { Some(*z) } else { None },
+        zp: st.zero_points(p.zero),
+        a: st.tensor(ta),
+        wq: st.tensor(tw),
+        sc: st.tensor(ts),
+        c: st.tensor(tc),
+        m_ext: spec.tensors[ta].shape[0].text(),
+        n_ext: spec.tensors[tw].shape[0].text(),
+        k_ext: spec.tensors[ta].shape[1].text(),
+        wq_ld: st.ld(tw),
+        sc_ld: st.ld(ts),
+        c_ld: st.ld(tc),
+        a_elem: element_alias(&st.tensor(ta)),
+        wq_elem: element_alias(&st.tensor(tw)),
+        sc_elem: element_alias(&st.tensor(ts)),
+        c_elem: element_alias(&st.tensor(tc)),
+        a_s_elem: element_alias(&st.buffer(a_s)),
+        wq_s_elem: element_alias(&st.buffer(wq_s)),
+        s_s_elem: element_alias(&st.buffer(s_s)),
+        a_s: st.buffer(a_s),
+        wq_s: st.buffer(wq_s),
+        s_s: st.buffer(s_s),
+        acc: st.buffer(acc),
+        m_rows: st.extent(a_s, 0),
+        k_cols: st.extent(a_s, 1),
+        n_rows: st.extent(wq_s, 0),
+        w_cols: st.extent(wq_s, 1),
+        s_cols: st.extent(s_s, 1),
+        stages,
+        n0: st.origin(p.copies[1], 0),
+        num_tiles: count,
+        gemm_line: st.line(gemm),
+        dequant_line: st.line(dequant),
+        pipeline_line: st.line(pipeline),
+        pipeline_text: st.text(pipeline),
+        store_line: st.line(store),
+        store_text: st.text(store),
+        copy_a_line: st.line(p.copies[0]),
+        copy_w_line: st.line(p.copies[1]),
+        copy_s_line: st.line(p.copies[2]),
+        copy_a_text: st.text(p.copies[0]),
+        copy_w_text: st.text(p.copies[1]),
+        copy_s_text: st.text(p.copies[2]),
+        a_s_line: buffer_line(a_s),
+        wq_s_line: buffer_line(wq_s),
+        s_s_line: buffer_line(s_s),
+        acc_line: buffer_line(acc),
+    }
+}
+
+/// The thin-tile templates' context: [`OperandsCtx`] and the plan's own numbers.
+#[derive(Serialize)]
+pub struct Context {
+    #[serde(flatten)]
+    pub operands: OperandsCtx,
+    pub target_banner: String,
+    pub helpers: Vec<String>,
+    pub doc_launch: String,
+    pub doc_invalid: String,
+    pub doc_errors: String,
+    pub why_a: String,
+    pub why_w: String,
+    pub mma_atom: String,
+    pub row_groups: i64,
+    pub k_split: i64,
+    pub m_tiles: i64,
+    pub small_m: bool,
+    /// k-tiles a thread's copies run ahead of its MMAs (the plan's `prefetch`).
+    pub prefetch: i64,
+    /// Shared layouts: padding, `Swizzle<..>` arguments and the swizzle's period (elements).
+    pub a_pad: i64,
+    pub a_swizzle: String,
+    pub a_period: i64,
+    pub w_pad: i64,
+    pub w_swizzle: String,
+    pub w_period: i64,
+    /// The tile origin of the block's rows of A (and C).
+    pub m0: String,
+    /// sm90a's TMA flavour (see `DequantGemmTma`), read only by its template (which `render`
+    /// picks when this is set).
+    pub tma: Option<TmaCtx>,
+    /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
+    pub smem_align: i64,
+    /// The copies' spec lines, sorted, for the producer's comment.
+    pub copy_lines: String,
 }
 
 /// The TMA flavour's numbers: its producer warp, spans and tensor maps.
@@ -149,6 +255,80 @@ pub struct ZeroPointsCtx {
     pub copy_text: String,
 }
 
+/// What both dequant GEMM contexts (this one and the wide-tile one) quote from the spec: names,
+/// tile extents as written, spec lines and statement texts.
+pub(super) struct SpecText<'c> {
+    c: &'c Compiled,
+    conv: Conv<'c>,
+}
+
+impl<'c> SpecText<'c> {
+    pub(super) fn new(c: &'c Compiled) -> Self {
+        SpecText { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false } }
+    }
+
+    /// Tensor `t`'s name.
+    pub(super) fn tensor(&self, t: usize) -> String {
+        self.c.spec.tensors[t].name.name.clone()
+    }
+
+    /// Buffer `b`'s name.
+    pub(super) fn buffer(&self, b: usize) -> String {
+        self.c.spec.buffers[b].name.name.clone()
+    }
+
+    /// Dimension `d` of buffer `b` as the spec wrote it, parenthesised where it is an expression.
+    pub(super) fn extent(&self, b: usize, d: usize) -> String {
+        let e = self.conv.expr(&self.c.spec.buffers[b].shape[d], &PlainEnv);
+        if e.contains(' ') && !e.starts_with('(') { format!("({e})") } else { e }
+    }
+
+    /// Tensor `t`'s row stride (its second dimension) as written.
+    pub(super) fn ld(&self, t: usize) -> String {
+        self.c.spec.tensors[t].shape[1].text()
+    }
+
+    /// The spec line of statement `id`.
+    pub(super) fn line(&self, id: StmtId) -> usize {
+        self.c.spec.stmt(id).map_or(0, |s| self.c.line(s.span))
+    }
+
+    /// The text of statement `id`.
+    pub(super) fn text(&self, id: StmtId) -> String {
+        self.c.spec.stmt(id).map_or(String::new(), |s| self.c.file.snippet(s.span).to_string())
+    }
+
+    /// Coordinate `d` of the source origin of copy `id`, as C++.
+    pub(super) fn origin(&self, id: StmtId, d: usize) -> String {
+        match self.c.spec.stmt(id).map(|s| &s.kind) {
+            Some(crate::ast::StmtKind::Copy { src, .. }) => src.origin.as_ref().and_then(|o| o.get(d)).map_or("0".into(), |e| self.conv.expr(e, &PlainEnv)),
+            _ => "0".into(),
+        }
+    }
+
+    /// The per-group zero points' context, with `zeros=`.
+    pub(super) fn zero_points(&self, zero: &DequantZero) -> Option<ZeroPointsCtx> {
+        let DequantZero::PerGroup { copy, tensor, buffer } = *zero else { return None };
+        Some(ZeroPointsCtx {
+            tensor: self.tensor(tensor),
+            ld: self.ld(tensor),
+            elem: element_alias(&self.tensor(tensor)),
+            tile: self.buffer(buffer),
+            tile_line: self.c.line(self.c.spec.buffers[buffer].span),
+            copy_text: self.text(copy),
+        })
+    }
+
+    /// The pipelined loop `id`'s trip count as C++ and its stage count as written (`stages`,
+    /// the planned count, where the spec wrote none).
+    pub(super) fn pipeline(&self, id: StmtId, stages: i64) -> (String, String) {
+        match self.c.spec.stmt(id).map(|s| &s.kind) {
+            Some(crate::ast::StmtKind::Loop { count, stages: st, .. }) => (self.conv.expr(count, &PlainEnv), st.as_ref().map_or(stages.to_string(), |e| self.c.file.snippet(e.span).to_string())),
+            _ => (String::new(), stages.to_string()),
+        }
+    }
+}
+
 /// A layout's `Swizzle<..>` arguments and the swizzle's period in elements (the offsets it
 /// leaves alone when added).
 fn swizzle_args(l: PaddedLayout) -> (String, i64) {
@@ -158,64 +338,42 @@ fn swizzle_args(l: PaddedLayout) -> (String, i64) {
 
 /// The context for a spec planned with `p`.
 pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
-    let (spec, info) = (&c.spec, &c.info);
-    let conv = Conv { spec, info, hip: false };
-    let [ta, tw, ts, tc] = p.tensors;
-    let [a_s, wq_s, s_s, _w_s, acc] = p.buffers;
-    let tname = |t: usize| spec.tensors[t].name.name.clone();
-    let bname = |b: usize| spec.buffers[b].name.name.clone();
-    // Extents as the spec wrote them, parenthesised where they are expressions.
-    let extent = |b: usize, d: usize| {
-        let e = conv.expr(&spec.buffers[b].shape[d], &PlainEnv);
-        if e.contains(' ') && !e.starts_with('(') { format!("({e})") } else { e }
-    };
-    let stmt = |id| spec.stmt(id);
-    let line = |id| stmt(id).map_or(0, |s| c.line(s.span));
-    let text = |id| stmt(id).map_or(String::new(), |s| c.file.snippet(s.span).to_string());
-    let origin = |id, d: usize| match stmt(id).map(|s| &s.kind) {
-        Some(crate::ast::StmtKind::Copy { src, .. }) => src.origin.as_ref().and_then(|o| o.get(d)).map_or("0".into(), |e| conv.expr(e, &PlainEnv)),
-        _ => "0".into(),
-    };
-    let (count, stages) = match stmt(p.pipeline).map(|s| &s.kind) {
-        Some(crate::ast::StmtKind::Loop { count, stages, .. }) => (conv.expr(count, &PlainEnv), stages.as_ref().map_or(p.stages.to_string(), |e| c.file.snippet(e.span).to_string())),
-        _ => (String::new(), p.stages.to_string()),
-    };
-    let ld = |t: usize| spec.tensors[t].shape[1].text();
+    let spec = &c.spec;
+    let st = SpecText::new(c);
+    let [ta, _, _, _] = p.tensors;
+    let half = spec.buffers[p.buffers[0]].dtype.0;
     let (a_swizzle, a_period) = swizzle_args(p.a_layout);
     let (w_swizzle, w_period) = swizzle_args(p.w_layout);
-    let (grid, grid_limits, grid_doc) = grid_ctx(c);
-    let (kernel_params, kernel_args) = kernel_signature(c);
-    let half = spec.buffers[a_s].dtype.0;
+    let (_, _, grid_doc) = grid_ctx(c);
     let zeros = match p.zero {
-        DequantZero::PerGroup { copy, tensor, buffer } => Some((tensor, buffer, copy)),
+        DequantZero::PerGroup { copy, .. } => Some(copy),
         DequantZero::Constant(_) => None,
     };
     let target = c.plan.target;
-    let mut launcher_ctx = launcher(c);
+    let mut operands = operands_ctx(c, PlanRefs {
+        tensors: p.tensors,
+        buffers: p.buffers,
+        stmts: [p.pipeline, p.gemm, p.dequant, p.store],
+        copies: p.copies,
+        stages: p.stages,
+        group: p.group,
+        zero: &p.zero,
+        why: &p.why,
+    });
     if let Some(tma) = &p.tma {
         // TMA loads whole spans of A and the packed words (their tensor maps' outer mode).
         let (k, span) = (spec.tensors[ta].shape[1].text(), tma.span);
-        launcher_ctx.size_checks.push(format!("{k} % {span} != 0"));
-        launcher_ctx.doc_sizes.push_str(&format!("; {k} a multiple of {span} (TMA loads {span}-deep spans)"));
+        operands.launcher_ctx.size_checks.push(format!("{k} % {span} != 0"));
+        operands.launcher_ctx.doc_sizes.push_str(&format!("; {k} a multiple of {span} (TMA loads {span}-deep spans)"));
     }
     Context {
-        header: header(c),
-        launcher_ctx,
+        operands,
         target_banner: match target {
             crate::target::Target::Sm90a if p.tma.is_some() => "Target sm90a: the thin-tile 4-bit-weight GEMM (a TMA producer warp filling mbarrier stages, weights unpacked into mma.sync's A operand).".into(),
             crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
             _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
-        gencode: gencode(target),
-        threads: spec.threads.0,
         helpers: if p.tma.is_some() { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into(), CONSUMER_SYNC.into()] } else { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into()] },
-        constants: constants_ctx(c),
-        elements: elements_ctx(c),
-        block_indices: block_indices_ctx(c),
-        kernel_params,
-        kernel_args,
-        grid,
-        grid_limits,
         doc_launch: match &p.tma {
             Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), {} bytes of dynamic shared memory",
                 grid_doc.join(", "), spec.threads.0 + crate::layout::PRODUCER_THREADS, spec.threads.0, c.plan.smem.total),
@@ -224,7 +382,6 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         },
         doc_invalid: if p.tma.is_some() { "the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors".into() } else { "the grid exceeds CUDA's limits".into() },
         doc_errors: "cudaFuncSetAttribute or the launch".into(),
-        why: p.why.clone(),
         why_a: p.why_a.clone(),
         why_w: p.why_w.clone(),
         mma_atom: if half == crate::ast::DType::F16 { "SM80_16x8x16_F32F16F16F32_TN" } else { "SM80_16x8x16_F32BF16BF16F32_TN" }.into(),
@@ -232,43 +389,6 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         k_split: p.k_split,
         m_tiles: p.m_tiles,
         small_m: p.small_m,
-        group: p.group,
-        zero: if let DequantZero::Constant(z) = p.zero { Some(z) } else { None },
-        zp: zeros.map(|(t, b, id)| ZeroPointsCtx {
-            tensor: tname(t),
-            ld: ld(t),
-            elem: element_alias(&tname(t)),
-            tile: bname(b),
-            tile_line: c.line(spec.buffers[b].span),
-            copy_text: text(id),
-        }),
-        a: tname(ta),
-        wq: tname(tw),
-        sc: tname(ts),
-        c: tname(tc),
-        m_ext: spec.tensors[ta].shape[0].text(),
-        n_ext: spec.tensors[tw].shape[0].text(),
-        k_ext: spec.tensors[ta].shape[1].text(),
-        wq_ld: ld(tw),
-        sc_ld: ld(ts),
-        c_ld: ld(tc),
-        a_elem: element_alias(&tname(ta)),
-        wq_elem: element_alias(&tname(tw)),
-        sc_elem: element_alias(&tname(ts)),
-        c_elem: element_alias(&tname(tc)),
-        a_s_elem: element_alias(&bname(a_s)),
-        wq_s_elem: element_alias(&bname(wq_s)),
-        s_s_elem: element_alias(&bname(s_s)),
-        a_s: bname(a_s),
-        wq_s: bname(wq_s),
-        s_s: bname(s_s),
-        acc: bname(acc),
-        m_rows: extent(a_s, 0),
-        k_cols: extent(a_s, 1),
-        n_rows: extent(wq_s, 0),
-        w_cols: extent(wq_s, 1),
-        s_cols: extent(s_s, 1),
-        stages,
         prefetch: p.prefetch,
         a_pad: p.a_layout.pad,
         a_swizzle,
@@ -276,9 +396,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         w_pad: p.w_layout.pad,
         w_swizzle,
         w_period,
-        m0: origin(p.copies[0], 0),
-        n0: origin(p.copies[1], 0),
-        num_tiles: count,
+        m0: st.origin(p.copies[0], 0),
         tma: p.tma.as_ref().map(|t| TmaCtx {
             producer_threads: crate::layout::PRODUCER_THREADS,
             span: t.span,
@@ -288,25 +406,10 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             tile_rows: if p.small_m { format!("decode ? 8 : {}", 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
         }),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
-        gemm_line: line(p.gemm),
-        dequant_line: line(p.dequant),
-        pipeline_line: line(p.pipeline),
-        pipeline_text: text(p.pipeline),
-        store_line: line(p.store),
-        store_text: text(p.store),
-        copy_a_line: line(p.copies[0]),
-        copy_w_line: line(p.copies[1]),
         copy_lines: {
-            let mut l: Vec<usize> = p.copies.iter().copied().chain(zeros.map(|(_, _, id)| id)).map(line).collect();
+            let mut l: Vec<usize> = p.copies.iter().copied().chain(zeros).map(|id| st.line(id)).collect();
             l.sort();
             l.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
         },
-        copy_a_text: text(p.copies[0]),
-        copy_w_text: text(p.copies[1]),
-        copy_s_text: text(p.copies[2]),
-        a_s_line: c.line(spec.buffers[a_s].span),
-        wq_s_line: c.line(spec.buffers[wq_s].span),
-        s_s_line: c.line(spec.buffers[s_s].span),
-        acc_line: c.line(spec.buffers[acc].span),
     }
 }
