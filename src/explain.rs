@@ -517,6 +517,14 @@ fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::Dequan
         });
     let _ = writeln!(o, "    why: {}", p.why);
     let _ = writeln!(o, "  accumulators: `{}` transposed ({bn}x{bm}), {} f32 registers per consumer thread", name(acc), bm / 2);
+    match &p.half_op {
+        Some(op) => {
+            let _ = writeln!(o, "  row tiles: {bm} rows of A per block; the launcher runs an instantiation with {} ({op}) when the spec's grid would occupy at most half the device's SMs, with twice the blocks along A's rows", bm / 2);
+        }
+        None => {
+            let _ = writeln!(o, "  row tiles: {bm} rows of A per block{}", if bm >= 128 { " (no half-height instantiation: no grid dimension steps A's row tiles)" } else { "" });
+        }
+    }
     let _ = writeln!(o, "\nWarp roles ({} threads)", spec.threads.0 + producers);
     let _ = writeln!(o, "  producer: threads {}..{} (one warpgroup, setmaxnreg down to {} registers): one thread issues the TMA loads", spec.threads.0, spec.threads.0 + producers - 1, p.regs.0);
     let _ = writeln!(o, "  consumers: threads 0..{} (the spec's: {} warpgroup(s) of 64 weight rows, setmaxnreg up to {} registers): read their scales, wait on the stages, unpack and issue the MMAs", spec.threads.0 - 1, p.warpgroups, p.regs.1);

@@ -618,6 +618,12 @@ fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
         assert!(cu.contains(needle), "the kernel lacks {needle}");
     }
     assert!(!cu.contains("(K / 128) % 2") && !cu.contains("cp_async"), "no copy of the scales");
+    let explained = tilegen::explain::explain(&c);
+    for needle in ["Wide-tile dequant GEMM (warpgroup MMAs, the unpacked weights as their register A operand)",
+                   "row tiles: 256 rows of A per block; the launcher runs an instantiation with 128 (SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>)",
+                   "producer: threads 256..383 (one warpgroup, setmaxnreg down to 40 registers)", "`S_s`: not allocated"] {
+        assert!(explained.contains(needle), "explain lacks {needle}:\n{explained}");
+    }
     // The spec's own tiles (128x128, 256-deep k tiles, two stages): 128-byte rows of words, and
     // a 64-row instantiation for small M.
     let c = compile_for(without_targets(prefill.clone()), Target::Sm90a).unwrap();
