@@ -252,7 +252,7 @@ fn pick_layout(rows: i64, cols: i64, elem_bytes: i64, accesses: &[WarpAccess]) -
 /// The kernel's shared storage in bytes: the stages (the partial sums reuse their space), a
 /// full and an empty mbarrier (8 bytes each) per stage, and with TMA the whole rounded up to
 /// the 128-byte swizzle's 1024-byte period, to which the storage is aligned.
-fn shared_bytes(stage_bytes: &[u64; 4], stages: i64, partial_bytes: u64, tma: bool) -> u64 {
+pub(super) fn shared_bytes(stage_bytes: &[u64; 4], stages: i64, partial_bytes: u64, tma: bool) -> u64 {
     let total = (stages as u64 * stage_bytes.iter().sum::<u64>()).max(partial_bytes) + 16 * stages as u64;
     if tma { total.div_ceil(1024) * 1024 } else { total }
 }
@@ -550,23 +550,28 @@ impl<'a> Infer<'a> {
         })
     }
 
-    /// Records the plan: shared memory, alignment and register estimates, with the budget
-    /// checked as for every program.
-    pub(super) fn adopt_dequant_gemm(&mut self, p: DequantGemmPlan) {
-        let buffers = p.stages as u64 * p.stage_bytes.iter().sum::<u64>();
-        let barriers = 16 * p.stages as u64;
-        let total = shared_bytes(&p.stage_bytes, p.stages, p.partial_bytes, p.tma.is_some());
-        self.plan.smem = super::SmemUse { buffers, staging: p.partial_bytes, staging_reuses_buffers: true, barriers, total, budget: self.target.smem_budget() };
-        if total > self.target.smem_budget() {
-            let span = match self.spec.stmt(p.pipeline).map(|s| &s.kind) {
+    /// Records the shared memory of a dequant GEMM lowering (`stages` of `stage_bytes`, and
+    /// `staging` bytes reusing them, `total` in all with the mbarriers), with an error at the
+    /// pipelined loop's stage count when it is over the target's budget.
+    pub(super) fn record_dequant_smem(&mut self, pipeline: StmtId, stages: i64, stage_bytes: u64, staging: u64, total: u64) {
+        let budget = self.target.smem_budget();
+        self.plan.smem = super::SmemUse { buffers: stages as u64 * stage_bytes, staging, staging_reuses_buffers: true, barriers: 16 * stages as u64, total, budget };
+        if total > budget {
+            let span = match self.spec.stmt(pipeline).map(|s| &s.kind) {
                 Some(StmtKind::Loop { stages: Some(st), .. }) => st.span,
                 _ => self.spec.kernel.span,
             };
             self.err(Diagnostic::error(span, format!(
-                "shared memory over budget: {} stages of {} bytes need {total} bytes but {} allows {} bytes per block",
-                p.stages, p.stage_bytes.iter().sum::<u64>(), self.target, self.target.smem_budget()))
+                "shared memory over budget: {stages} stages of {stage_bytes} bytes need {total} bytes but {} allows {budget} bytes per block", self.target))
                 .hint("use fewer stages or a smaller k tile"));
         }
+    }
+
+    /// Records the plan: shared memory, alignment and register estimates, with the budget
+    /// checked as for every program.
+    pub(super) fn adopt_dequant_gemm(&mut self, p: DequantGemmPlan) {
+        let total = shared_bytes(&p.stage_bytes, p.stages, p.partial_bytes, p.tma.is_some());
+        self.record_dequant_smem(p.pipeline, p.stages, p.stage_bytes.iter().sum(), p.partial_bytes, total);
         let [ta, tw, ts, _] = p.tensors;
         let name = |t: usize| self.spec.tensors[t].name.name.clone();
         let half = 16 / self.spec.tensors[ta].dtype.0.bytes() as i64;

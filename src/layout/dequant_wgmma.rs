@@ -18,10 +18,9 @@
 //! packed words' tiles into mbarrier stages; the consumers read their scales (2-byte values
 //! that fit neither a TMA box nor a cp.async) from global memory, a k-tile ahead.
 
-use super::dequant_gemm::Operands;
+use super::dequant_gemm::{shared_bytes, Operands};
 use super::Infer;
 use crate::ast::*;
-use crate::diag::Diagnostic;
 use crate::target::Target;
 
 /// Threads in the producer warpgroup (`setmaxnreg` reallocates registers per warpgroup).
@@ -73,6 +72,8 @@ pub struct DequantWgmmaPlan {
     /// The swizzle atom of Wq_s's rows (a GMMA atom over 32-bit words: TMA writes the packed
     /// rows with that swizzle, and the consumers' 16-byte reads stay whole).
     pub w_atom: &'static str,
+    /// That swizzle's width in bytes (128 or 64: the packed rows' width, bk / 2, allows).
+    pub w_swizzle_bytes: i64,
     /// Shared bytes of one stage of A_s and of Wq_s.
     pub stage_bytes: [u64; 2],
     /// C's elements per 16-byte store.
@@ -129,7 +130,7 @@ impl<'a> Infer<'a> {
         // The launch grid's dimension that steps A's row tiles (the launcher doubles it for the
         // half-height instantiation).
         let m_grid_dim = spec.grid.iter().position(|g| g.var.name == op.tile_index[0]);
-        let w_atom = if bk % 256 == 0 { "GMMA::Layout_K_SW128_Atom" } else { "GMMA::Layout_K_SW64_Atom" };
+        let (w_atom, w_swizzle_bytes) = if bk % 256 == 0 { ("GMMA::Layout_K_SW128_Atom", 128) } else { ("GMMA::Layout_K_SW64_Atom", 64) };
         let why = format!(
             "a {bm}-row tile of A on sm90a: C is computed transposed (Cᵀ = W · Aᵀ) on 64x{bm}x16 warpgroup MMAs, {warpgroups} consumer warpgroup(s) of 64 weight rows; \
              the MMA's A operand comes from registers, so each thread unpacks the fragment it owns (byte t of each packed word of its two weight rows, t = lane % 4: the k pairs 2t, 2t + 1 and 2t + 8, 2t + 9 of every k16 step) \
@@ -153,6 +154,7 @@ impl<'a> Infer<'a> {
             m_grid_dim,
             a_atom: "GMMA::Layout_K_SW128_Atom",
             w_atom,
+            w_swizzle_bytes,
             stage_bytes,
             c_vector,
             c_pitch,
@@ -164,21 +166,10 @@ impl<'a> Infer<'a> {
 
     /// Records the plan: shared memory (checked against the budget), alignment and registers.
     pub(super) fn adopt_dequant_wgmma(&mut self, p: DequantWgmmaPlan) {
-        let buffers = p.stages as u64 * p.stage_bytes.iter().sum::<u64>();
-        let barriers = 16 * p.stages as u64;
-        // The stages start on the 128-byte swizzle's 1024-byte period.
-        let total = (buffers.max(p.epilogue_bytes) + barriers).div_ceil(1024) * 1024;
-        self.plan.smem = super::SmemUse { buffers, staging: p.epilogue_bytes, staging_reuses_buffers: true, barriers, total, budget: self.target.smem_budget() };
-        if total > self.target.smem_budget() {
-            let span = match self.spec.stmt(p.pipeline).map(|s| &s.kind) {
-                Some(StmtKind::Loop { stages: Some(st), .. }) => st.span,
-                _ => self.spec.kernel.span,
-            };
-            self.err(Diagnostic::error(span, format!(
-                "shared memory over budget: {} stages of {} bytes need {total} bytes but {} allows {} bytes per block",
-                p.stages, p.stage_bytes.iter().sum::<u64>(), self.target, self.target.smem_budget()))
-                .hint("use fewer stages or a smaller k tile"));
-        }
+        // The stages start on the 128-byte swizzle's 1024-byte period, as the thin tiles' TMA ones do.
+        let [a, w] = p.stage_bytes;
+        let total = shared_bytes(&[a, w, 0, 0], p.stages, p.epilogue_bytes, true);
+        self.record_dequant_smem(p.pipeline, p.stages, p.stage_bytes.iter().sum(), p.epilogue_bytes, total);
         let [ta, tw, _, tc] = p.tensors;
         let name = |t: usize| self.spec.tensors[t].name.name.clone();
         let half = 16 / self.spec.tensors[ta].dtype.0.bytes() as i64;

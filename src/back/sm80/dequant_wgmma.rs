@@ -81,7 +81,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
         mma_op: p.op.clone(),
         a_atom: p.a_atom.into(),
         w_atom: p.w_atom.into(),
-        w_swizzle_bytes: if p.w_atom.contains("SW128") { 128 } else { 64 },
+        w_swizzle_bytes: p.w_swizzle_bytes,
         half_op: p.half_op.clone(),
         m_grid_dim: ["x", "y", "z"][p.m_grid_dim.unwrap_or(0)].into(),
         launch_args: spec.tensors.iter().map(|t| t.name.name.clone()).chain(c.info.runtime_dims.iter().cloned()).collect(),
