@@ -519,10 +519,19 @@ fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::Dequan
     let _ = writeln!(o, "  accumulators: `{}` transposed ({bn}x{bm}), {} f32 registers per consumer thread", name(acc), bm / 2);
     match &p.half_op {
         Some(op) => {
-            let _ = writeln!(o, "  row tiles: {bm} rows of A per block; the launcher runs an instantiation with {} ({op}) when the spec's grid would occupy at most half the device's SMs, with twice the blocks along A's rows", bm / 2);
+            let _ = writeln!(o, "  row tiles: {bm} rows of A per block; the launcher runs an instantiation with {} ({op}) when the spec's grid would occupy at most half the device's SMs{}, with twice the blocks along A's rows", bm / 2,
+                if p.split_k.is_ok() { " and its last row tile is at most half used (else splitting k pays more)" } else { "" });
         }
         None => {
             let _ = writeln!(o, "  row tiles: {bm} rows of A per block{}", if bm >= 128 { " (no half-height instantiation: no grid dimension steps A's row tiles)" } else { "" });
+        }
+    }
+    match &p.split_k {
+        Ok(bytes) => {
+            let _ = writeln!(o, "  k split: when the grid (after any halving) would occupy at most half the device's SMs and there are two k-tiles or more, the launcher runs clusters of two blocks along z: block 0 takes the first half of the k-tiles (rounded up), block 1 the rest; block 1 writes its f32 accumulators ({bytes} bytes) into block 0's free stages through distributed shared memory between two cluster barriers (every thread of both blocks, the producers included), and block 0 adds them and stores C (no workspace, one kernel)");
+        }
+        Err(why) => {
+            let _ = writeln!(o, "  k split: not available: {why}");
         }
     }
     let _ = writeln!(o, "\nWarp roles ({} threads)", spec.threads.0 + producers);
@@ -543,8 +552,9 @@ fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::Dequan
     let _ = writeln!(o, "\nPipeline");
     let _ = writeln!(o, "  {}: TMA multistage, warp-specialised, {} stages: each stage has a full mbarrier (the producer's expected bytes) and an empty one (every consumer thread read it); a consumer issues a k-tile's MMAs step by step as it unpacks them, waits for them at the tile's end and releases the stage", heading(p.pipeline), p.stages);
     let _ = writeln!(o, "\nResources");
-    let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {}; the C tile's {} bytes reuse them; {} bytes of mbarriers; rounded up to 1024) of {} allowed",
-        c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.epilogue_bytes, c.plan.smem.barriers, c.plan.smem.budget);
+    let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {} + {}; the C tile's {} bytes{} reuse them; {} bytes of mbarriers; rounded up to 1024) of {} allowed",
+        c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.epilogue_bytes,
+        p.split_k.as_ref().map(|b| format!(" and the split's {b}-byte partial tile")).unwrap_or_default(), c.plan.smem.barriers, c.plan.smem.budget);
     let _ = writeln!(o, "  registers: {} per consumer thread, {} per producer thread (setmaxnreg)", p.regs.1, p.regs.0);
     let _ = writeln!(o, "  launcher checks:");
     alignment_lines(o, c);

@@ -597,9 +597,12 @@ fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
     assert_eq!(p.op, "SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>");
     assert_eq!(p.half_op.as_deref(), Some("SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>"));
     assert_eq!((p.a_atom, p.w_atom, p.m_grid_dim), ("GMMA::Layout_K_SW128_Atom", "GMMA::Layout_K_SW64_Atom", Some(1)));
-    // Three stages of A's and the words' tiles (C's padded tile reuses them) and two mbarriers
-    // per stage, rounded up to the 128-byte swizzle's 1024-byte period.
-    assert_eq!(c.plan.smem.total, (3 * (256 * 128 * 2 + 128 * 16 * 4) + 3 * 16u64).div_ceil(1024) * 1024);
+    // k may be split over a cluster of two blocks: the second hands over its f32 accumulators.
+    assert_eq!(p.split_k, Ok(256 * 128 * 4));
+    // Three stages of A's and the words' tiles (C's padded tile and the partial tile reuse them)
+    // and two mbarriers per stage, rounded up to the 128-byte swizzle's 1024-byte period.
+    assert_eq!((c.plan.smem.barriers, c.plan.smem.staging), (8 * 2 * 3, 256 * 128 * 4));
+    assert_eq!(c.plan.smem.total, (3 * (256 * 128 * 2 + 128 * 16 * 4) + 8 * 2 * 3u64).div_ceil(1024) * 1024);
     assert_eq!(p.epilogue_bytes, 256 * (128 + 8) * 2);
     // Nothing else plans the program; the scales are read as 2-byte values, so only TMA's
     // operands and C's 16-byte stores constrain alignment.
@@ -609,19 +612,32 @@ fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
     let cu = cu_of(&c);
     for needle in ["std::conditional_t<kRowsA == block_M, SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>{}",
                    "using SmemLayoutWq_sAtom = GMMA::Layout_K_SW64_Atom<ElementWq_s>;", "cutlass::arch::warpgroup_reg_dealloc<40>();", "cutlass::arch::warpgroup_reg_alloc<232>();",
-                   "set_barrier_transaction_bytes(smem.full[stage], kStageBytes<kRowsA>);", "wait_barrier(smem.empty[stage], (tile / stages - 1) % 2);",
+                   "set_barrier_transaction_bytes(smem.full[stage], kStageBytes<kRowsA>);", "wait_barrier(smem.empty[stage], (kt / stages - 1) % 2);",
                    "a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], byte_sel, scale2[0][i], bias_lo);",
                    "gemm(tiled_mma, W_s(_, _, k16), tCrA_s(_, _, k16, stage), acc);", "arrive_barrier(smem.empty[stage]);",
                    "next_scales[r][i] = col < (K / 128) ? scale_rows[r][col].raw() : 0u;", "Tensor tCsCT = thr_mma.partition_C(sCT);",
-                   "bool const half_rows = grid_x * grid_y * grid_z * 2 <= sms;", "grid_y = (M + block_M / 2 - 1) / (block_M / 2);",
-                   "return half_rows ? launch<block_M / 2>(A, Wq, scales, C, M, N, K, grid, stream)", "N % 8 != 0"] {
+                   "bool const half_rows = grid_x * grid_y * grid_z * 2 <= sms &&\n                         (M + block_M / 2 - 1) / (block_M / 2) < 2 * grid_y;",
+                   "grid_y = (M + block_M / 2 - 1) / (block_M / 2);", "N % 8 != 0",
+                   // The k split: block 0 of the cluster takes the first half of the k-tiles, block 1
+                   // hands its accumulators over through distributed shared memory.
+                   "template <int kRowsA, int kSplitK>", "int const first_tile = k_half * ((num_tiles + 1) / 2);",
+                   "int const last_tile = kSplitK == 2 && k_half == 0 ? (num_tiles + 1) / 2 : num_tiles;",
+                   "for (int tile = first_tile; tile < last_tile; ++tile) {",
+                   "float4* const peer_partial = peer_shared(reinterpret_cast<float4*>(smem.partial.data()), 0);",
+                   "cute::cluster_arrive();  // release: block 1's accumulators are written", "cute::cluster_arrive_relaxed();",
+                   "bool const split_k = grid_x * grid_y * grid_z * 2 <= sms && ((K + block_K - 1) / block_K) >= 2;",
+                   "grid_z = 2;", "cluster.val.clusterDim.z = kSplitK;",
+                   "return split_k ? launch<block_M / 2, 2>(A, Wq, scales, C, M, N, K, grid, stream)",
+                   "return split_k ? launch<block_M, 2>(A, Wq, scales, C, M, N, K, grid, stream)"] {
         assert!(cu.contains(needle), "the kernel lacks {needle}");
     }
     assert!(!cu.contains("(K / 128) % 2") && !cu.contains("cp_async"), "no copy of the scales");
     let explained = tilegen::explain::explain(&c);
     for needle in ["Wide-tile dequant GEMM (warpgroup MMAs, the unpacked weights as their register A operand)",
                    "row tiles: 256 rows of A per block; the launcher runs an instantiation with 128 (SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>)",
-                   "producer: threads 256..383 (one warpgroup, setmaxnreg down to 40 registers)", "`S_s`: not allocated"] {
+                   "producer: threads 256..383 (one warpgroup, setmaxnreg down to 40 registers)", "`S_s`: not allocated",
+                   "and its last row tile is at most half used", "k split: when the grid (after any halving) would occupy at most half the device's SMs",
+                   "block 1 writes its f32 accumulators (131072 bytes) into block 0's free stages through distributed shared memory between two cluster barriers"] {
         assert!(explained.contains(needle), "explain lacks {needle}:\n{explained}");
     }
     // The spec's own tiles (128x128, 256-deep k tiles, two stages): 128-byte rows of words, and
@@ -639,7 +655,18 @@ fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
     let p = c.plan.dequant_wgmma.as_ref().expect("the wide-tile plan");
     assert!(matches!(p.zero, DequantZero::PerGroup { .. }) && p.half_op.is_none() && p.warpgroups == 1);
     let cu = cu_of(&c);
-    assert!(cu.contains("neg_bias[r][i] = dequant_neg_bias<ElementW_s>(next_zeros[r][i] * 0x10001u);") && cu.contains("return launch<block_M>(A, Wq, scales, zeros, C, M, N, K, grid, stream);") && !cu.contains("half_rows"), "{cu}");
+    assert!(cu.contains("neg_bias[r][i] = dequant_neg_bias<ElementW_s>(next_zeros[r][i] * 0x10001u);") && !cu.contains("half_rows"), "{cu}");
+    assert!(cu.contains("return split_k ? launch<block_M, 2>(A, Wq, scales, zeros, C, M, N, K, grid, stream)\n                 : launch<block_M, 1>(A, Wq, scales, zeros, C, M, N, K, grid, stream);"), "{cu}");
+    // A spec whose grid uses z keeps it: no k split, one launch, and explain says why.
+    let spec = without_targets(prefill.clone()).replace("  by: ceildiv(M, block_M)\n", "  by: ceildiv(M, block_M)\n  bz: 1\n");
+    let c = compile_for(spec, Target::Sm90a).unwrap();
+    let p = c.plan.dequant_wgmma.as_ref().expect("the wide-tile plan");
+    assert_eq!(p.split_k, Err("the spec's grid uses z, which the cluster of two blocks splitting k would take".to_string()));
+    let cu = cu_of(&c);
+    assert!(!cu.contains("kSplitK") && !cu.contains("cluster") && cu.contains("bool const half_rows = grid_x * grid_y * grid_z * 2 <= sms;\n")
+        && cu.contains("return half_rows ? launch<block_M / 2>(A, Wq, scales, C, M, N, K, grid, stream)"), "{cu}");
+    assert_eq!(c.plan.smem.staging, p.epilogue_bytes);
+    assert!(tilegen::explain::explain(&c).contains("k split: not available: the spec's grid uses z"));
     // What it does not take runs the general lowering, with the reason kept for explain.
     let reason = |text: String| {
         let c = compile_for(text, Target::Sm90a).unwrap();

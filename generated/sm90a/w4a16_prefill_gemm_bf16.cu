@@ -95,6 +95,16 @@ CUTE_DEVICE void consumer_sync() {
   asm volatile("bar.sync 1, %0;" :: "n"(kThreads) : "memory");
 }
 
+// The address of `ptr` (this block's shared memory) at the same offset in the shared memory of
+// block `rank` of the cluster (distributed shared memory, sm_90): a generic address that plain
+// loads and stores reach.
+template <class T>
+CUTE_DEVICE T* peer_shared(T* ptr, uint32_t rank) {
+  uint64_t peer;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(peer) : "l"(reinterpret_cast<uint64_t>(ptr)), "r"(rank));
+  return reinterpret_cast<T*>(peer);
+}
+
 // Element types.
 using ElementA = cute::bfloat16_t;  // tensor `A`
 using ElementWq = int32_t;  // tensor `Wq`
@@ -174,6 +184,8 @@ using S2GCopyC = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_
 
 // Shared memory: the pipeline's stages, C's tile in their place after the loop, and each
 // stage's two mbarriers; sized for the spec's tile (block_M rows of `A`).
+// With k split between the two blocks of a cluster, the second block's f32 accumulators also
+// land where the stages were.
 struct SharedStorage {
   union {
     struct {
@@ -181,6 +193,7 @@ struct SharedStorage {
       cute::array_aligned<ElementWq_s, cosize_v<SmemLayoutWq_s>, 1024> Wq_s;
     } mainloop;
     cute::array_aligned<ElementC, cosize_v<SmemLayoutC<block_M>>, 128> epilogue;
+    cute::array_aligned<float, block_N * block_M, 16> partial;  // the second block's accumulators, in fragment order
   };
   uint64_t full[stages];   // the stage's loads have landed
   uint64_t empty[stages];  // every consumer thread has read the stage
@@ -188,7 +201,8 @@ struct SharedStorage {
 
 constexpr size_t kSmemBytes = sizeof(SharedStorage);
 
-template <int kRowsA>
+// kSplitK: 1, or 2 when the two blocks of a cluster along z split the k-tiles between them.
+template <int kRowsA, int kSplitK>
 __global__ void __launch_bounds__(kThreads + kProducerThreads, 1)
 w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     ElementWq const* __restrict__ Wq,
@@ -206,6 +220,11 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const bx = blockIdx.x;
   int const by = blockIdx.y;
   int const num_tiles = ((K + block_K - 1) / block_K);  // spec 26: pipelined(k, ceildiv(K, block_K), stages)
+  // The block's k-tiles: all of them, or with kSplitK == 2 the first half (rounded up) for the
+  // cluster's block 0 and the rest for block 1.
+  int const k_half = kSplitK == 2 ? int(cute::block_rank_in_cluster()) : 0;
+  int const first_tile = k_half * ((num_tiles + 1) / 2);
+  int const last_tile = kSplitK == 2 && k_half == 0 ? (num_tiles + 1) / 2 : num_tiles;
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s<kRowsA>{});  // (kRowsA, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
 
@@ -234,15 +253,23 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
       Tensor tma_dst_A = tma_thr_A.partition_D(sA_s);  // (TMA, 1, 1, stage)
       Tensor tma_src_Wq = tma_thr_Wq.partition_S(gWq);
       Tensor tma_dst_Wq = tma_thr_Wq.partition_D(sWq_s);
-      for (int tile = 0; tile < num_tiles; ++tile) {
-        int const stage = tile % stages;
-        if (tile >= stages) {
-          wait_barrier(smem.empty[stage], (tile / stages - 1) % 2);  // tile - stages has been read
+      for (int tile = first_tile; tile < last_tile; ++tile) {
+        int const kt = tile - first_tile;  // the block's kt-th k-tile
+        int const stage = kt % stages;
+        if (kt >= stages) {
+          wait_barrier(smem.empty[stage], (kt / stages - 1) % 2);  // the block's k-tile kt - stages has been read
         }
         set_barrier_transaction_bytes(smem.full[stage], kStageBytes<kRowsA>);
         copy(tma_A.with(smem.full[stage]), tma_src_A(_, _, _, tile), tma_dst_A(_, _, _, stage));
         copy(tma_Wq.with(smem.full[stage]), tma_src_Wq(_, _, _, tile), tma_dst_Wq(_, _, _, stage));
       }
+    }
+    if constexpr (kSplitK == 2) {
+      // Every thread of both blocks meets the consumers' two cluster barriers of the hand-over.
+      cute::cluster_arrive_relaxed();
+      cute::cluster_wait();
+      cute::cluster_arrive_relaxed();
+      cute::cluster_wait();
     }
     return;
   }
@@ -288,9 +315,10 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   constexpr uint32_t kNegBias = dequant_neg_bias<8, ElementW_s>();  // dequant_int4x2's bias for the zero point 8
   clear(acc);
   warpgroup_fence_operand(acc);
-  load_scales(0);
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    int const stage = tile % stages;
+  load_scales(first_tile);
+  for (int tile = first_tile; tile < last_tile; ++tile) {
+    int const kt = tile - first_tile;  // the block's kt-th k-tile
+    int const stage = kt % stages;
     // This tile's scales in both halves, then the next tile's loads issued.
     uint32_t scale2[2][kScales];
     CUTE_UNROLL
@@ -300,10 +328,10 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
         scale2[r][i] = next_scales[r][i] * 0x10001u;
       }
     }
-    if (tile + 1 < num_tiles) {
+    if (tile + 1 < last_tile) {
       load_scales(tile + 1);
     }
-    wait_barrier(smem.full[stage], (tile / stages) % 2);  // tile's loads have landed
+    wait_barrier(smem.full[stage], (kt / stages) % 2);  // tile's loads have landed
     // spec 30-31: per 32 k, one 16-byte read of four packed words from each of the thread's rows;
     // per k16 step (two words) its four A registers unpacked, then the step's warpgroup MMA issued,
     // the MMAs of the tile running while later steps unpack.
@@ -335,6 +363,37 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // Cᵀ's fragments into C's shared tile through its transposed view, then 16-byte vectors of C's
   // rows; rows past M and columns past N dropped.
   consumer_sync();  // every consumer is past its last MMA, and every load has landed: the stages are free
+  if constexpr (kSplitK == 2) {
+    // spec 26: the cluster's two blocks ran halves of the k-tiles. Block 1 writes its accumulators
+    // into block 0's free stages (each thread its fragment as float4s, at a stride of kThreads) and
+    // leaves; block 0 adds them to its own and stores C.
+    constexpr int kVectors = size(decltype(acc){}) / 4;
+    static_assert(size(decltype(acc){}) % 4 == 0 && sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial), "the partial tile fits");
+    cute::cluster_arrive();  // release: this block's stages have been read
+    cute::cluster_wait();  // acquire: so have the other block's
+    if (k_half == 1) {
+      float4* const peer_partial = peer_shared(reinterpret_cast<float4*>(smem.partial.data()), 0);
+      CUTE_UNROLL
+      for (int v = 0; v < kVectors; ++v) {
+        peer_partial[v * kThreads + tid] = make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3));
+      }
+    }
+    cute::cluster_arrive();  // release: block 1's accumulators are written
+    cute::cluster_wait();  // acquire: block 0 reads them; block 1 is done
+    if (k_half == 1) {
+      return;
+    }
+    float4 const* const partial = reinterpret_cast<float4 const*>(smem.partial.data());
+    CUTE_UNROLL
+    for (int v = 0; v < kVectors; ++v) {
+      float4 const p = partial[v * kThreads + tid];
+      acc(4 * v) += p.x;
+      acc(4 * v + 1) += p.y;
+      acc(4 * v + 2) += p.z;
+      acc(4 * v + 3) += p.w;
+    }
+    consumer_sync();  // every thread has read its partial sums before C's tile overwrites them
+  }
   Tensor sCT = make_tensor(make_smem_ptr(smem.epilogue.data()), SmemLayoutCT<kRowsA>{});
   Tensor tCsCT = thr_mma.partition_C(sCT);
   CUTE_UNROLL
@@ -362,19 +421,29 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
 }
 
 // Builds the tensor maps on the host and launches the instantiation for kRowsA rows of `A` per
-// block.
-template <int kRowsA>
+// block, in clusters of kSplitK blocks along z.
+template <int kRowsA, int kSplitK>
 int launch(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, dim3 grid, cudaStream_t stream) {
-  auto const kernel = w4a16_prefill_gemm_bf16_kernel<kRowsA>;
+  auto const kernel = w4a16_prefill_gemm_bf16_kernel<kRowsA, kSplitK>;
   cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
   TmaA<kRowsA> const tma_A = make_tma_A<kRowsA>(static_cast<ElementA const*>(A), M, K);
   TmaWq const tma_Wq = make_tma_Wq(static_cast<ElementWq const*>(Wq), N, (K / 8));
-  kernel<<<grid, kThreads + kProducerThreads, kSmemBytes, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq);
-  return static_cast<int>(cudaGetLastError());
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = kSplitK;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads + kProducerThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel, static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq));
 }
 
 }  // namespace tilegen::w4a16_prefill_gemm_bf16
@@ -400,8 +469,9 @@ extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, co
   int64_t grid_x = int64_t(((N + block_N - 1) / block_N));
   int64_t grid_y = int64_t(((M + block_M - 1) / block_M));
   int64_t grid_z = 1;
-  // Half as many rows of `A` per block (twice the blocks along them) when the spec's tiles
-  // would occupy at most half the SMs.
+  // A grid that would occupy at most half the SMs gets more blocks: half as many rows of `A` per
+  // block (twice the blocks along them) when the last row tile is at most half used, then k split
+  // between the two blocks of a cluster along z when the grid still occupies at most half the SMs.
   int device = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) {
@@ -410,9 +480,14 @@ extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, co
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
-  bool const half_rows = grid_x * grid_y * grid_z * 2 <= sms;
+  bool const half_rows = grid_x * grid_y * grid_z * 2 <= sms &&
+                         (M + block_M / 2 - 1) / (block_M / 2) < 2 * grid_y;
   if (half_rows) {
     grid_y = (M + block_M / 2 - 1) / (block_M / 2);  // by: tiles of block_M / 2 rows
+  }
+  bool const split_k = grid_x * grid_y * grid_z * 2 <= sms && ((K + block_K - 1) / block_K) >= 2;
+  if (split_k) {
+    grid_z = 2;  // the cluster's two halves of k
   }
   if (grid_x < 1 || grid_x > 2147483647 ||
       grid_y < 1 || grid_y > 65535 ||
@@ -420,6 +495,10 @@ extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, co
     return static_cast<int>(cudaErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  return half_rows ? launch<block_M / 2>(A, Wq, scales, C, M, N, K, grid, stream)
-                   : launch<block_M>(A, Wq, scales, C, M, N, K, grid, stream);
+  if (half_rows) {
+    return split_k ? launch<block_M / 2, 2>(A, Wq, scales, C, M, N, K, grid, stream)
+                   : launch<block_M / 2, 1>(A, Wq, scales, C, M, N, K, grid, stream);
+  }
+  return split_k ? launch<block_M, 2>(A, Wq, scales, C, M, N, K, grid, stream)
+                 : launch<block_M, 1>(A, Wq, scales, C, M, N, K, grid, stream);
 }

@@ -17,7 +17,7 @@ import torch
 
 from bench import time_ms  # scripts/gpu/bench.py: the same timing for every peer
 
-CHECK_SHAPES = [(1, 64, 256), (77, 136, 512), (33, 200, 768), (300, 264, 1280), (1000, 4096, 1024), (1, 8192, 8192), (16, 4096, 4096)]  # (M, N, K)
+CHECK_SHAPES = [(1, 64, 256), (77, 136, 512), (33, 200, 768), (300, 264, 1280), (256, 1024, 1152), (1000, 4096, 1024), (1, 8192, 8192), (16, 4096, 4096)]  # (M, N, K)
 DECODE_SHAPES = [(1, 8192, 8192), (16, 8192, 8192), (256, 8192, 8192)]
 PREFILL_SHAPES = [(256, 8192, 8192), (1024, 8192, 8192), (4096, 8192, 8192)]
 # Kernel -> (element type, whether it takes per-group zero points after the scales, the shapes

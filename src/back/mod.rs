@@ -91,11 +91,15 @@ const RESERVED_THIN_TMA: [&str; 15] = [
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA
 /// names it calls unqualified.
-const RESERVED_WIDE: [&str; 30] = [
+const RESERVED_WIDE: [&str; 47] = [
     "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_neg_bias", "device", "g", "h",
     "half_rows", "k16", "lane", "launch", "load_scales", "n0", "neg_bias", "next_scales", "next_zeros",
     "partition_shape_A", "scale2", "scale_rows", "sms", "t", "w_regs", "w_row", "words_hi", "words_lo", "zero_rows",
     "prefetch_tma_descriptor",
+    // splitting k over a cluster of two blocks
+    "k_half", "first_tile", "last_tile", "kt", "split_k", "partial", "peer_partial", "v", "p", "cluster", "config",
+    "peer_shared", "block_rank_in_cluster", "cluster_arrive", "cluster_arrive_relaxed", "cluster_wait",
+    "make_float4",
 ];
 /// Names the CuTe lowering of a `dequant_int4` statement declares (its helpers and locals).
 const RESERVED_DEQUANT: [&str; 15] = [

@@ -17,6 +17,13 @@
 //! memory, and `W_s` never exists. A producer warpgroup issues the TMA loads of A's and the
 //! packed words' tiles into mbarrier stages; the consumers read their scales (2-byte values
 //! that fit neither a TMA box nor a cp.async) from global memory, a k-tile ahead.
+//!
+//! Few tiles (a prefill of a few hundred rows fills one or two row tiles per weight tile) leave
+//! most SMs idle. The launcher then halves the row tiles where the last one is at most half
+//! used, and splits k between the two blocks of a cluster: each runs half the k-tiles, the
+//! second writes its f32 accumulators into the first's free stages through distributed shared
+//! memory, between two cluster barriers, and the first adds them and stores C. No workspace and
+//! no second kernel are needed.
 
 use super::dequant_gemm::{shared_bytes, Operands};
 use super::Infer;
@@ -67,6 +74,9 @@ pub struct DequantWgmmaPlan {
     pub half_op: Option<String>,
     /// The grid dimension (0, 1, 2: x, y, z) whose block index steps A's row tiles.
     pub m_grid_dim: Option<usize>,
+    /// `Ok(bytes of the f32 tile the halves exchange)` when the launcher may split k between the
+    /// two blocks of a cluster (along the grid's z, which the spec leaves free); else why not.
+    pub split_k: Result<u64, String>,
     /// GMMA layout atom of A_s (the MMA's B operand, K-major).
     pub a_atom: &'static str,
     /// The swizzle atom of Wq_s's rows (a GMMA atom over 32-bit words: TMA writes the packed
@@ -130,6 +140,16 @@ impl<'a> Infer<'a> {
         // The launch grid's dimension that steps A's row tiles (the launcher doubles it for the
         // half-height instantiation).
         let m_grid_dim = spec.grid.iter().position(|g| g.var.name == op.tile_index[0]);
+        // Splitting k needs the grid's z free for the cluster's two blocks. The f32 accumulators
+        // the second block hands over (bm x bn x 4 bytes) fit where the stages were: two stages
+        // of A alone hold bm x 2bk x 2 bytes, and bk >= 128, bn <= 128.
+        let partial_bytes = (bm * bn * 4) as u64;
+        debug_assert!(partial_bytes <= op.stages as u64 * stage_bytes[0]);
+        let split_k = if spec.grid.len() > 2 {
+            Err("the spec's grid uses z, which the cluster of two blocks splitting k would take".to_string())
+        } else {
+            Ok(partial_bytes)
+        };
         let (w_atom, w_swizzle_bytes) = if bk % 256 == 0 { ("GMMA::Layout_K_SW128_Atom", 128) } else { ("GMMA::Layout_K_SW64_Atom", 64) };
         let why = format!(
             "a {bm}-row tile of A on sm90a: C is computed transposed (Cᵀ = W · Aᵀ) on 64x{bm}x16 warpgroup MMAs, {warpgroups} consumer warpgroup(s) of 64 weight rows; \
@@ -152,6 +172,7 @@ impl<'a> Infer<'a> {
             op: format!("SM90_64x{bm}x16_F32{t}_RS<GMMA::Major::K, GMMA::Major::K>"),
             half_op: (bm >= 128 && m_grid_dim.is_some()).then(|| format!("SM90_64x{}x16_F32{t}_RS<GMMA::Major::K, GMMA::Major::K>", bm / 2)),
             m_grid_dim,
+            split_k,
             a_atom: "GMMA::Layout_K_SW128_Atom",
             w_atom,
             w_swizzle_bytes,
@@ -167,9 +188,11 @@ impl<'a> Infer<'a> {
     /// Records the plan: shared memory (checked against the budget), alignment and registers.
     pub(super) fn adopt_dequant_wgmma(&mut self, p: DequantWgmmaPlan) {
         // The stages start on the 128-byte swizzle's 1024-byte period, as the thin tiles' TMA ones do.
+        // With k split, the second block's accumulators land where the stages were.
         let [a, w] = p.stage_bytes;
-        let total = shared_bytes(&[a, w, 0, 0], p.stages, p.epilogue_bytes, true);
-        self.record_dequant_smem(p.pipeline, p.stages, p.stage_bytes.iter().sum(), p.epilogue_bytes, total);
+        let staging = p.split_k.as_ref().map_or(p.epilogue_bytes, |partial| p.epilogue_bytes.max(*partial));
+        let total = shared_bytes(&[a, w, 0, 0], p.stages, staging, true);
+        self.record_dequant_smem(p.pipeline, p.stages, p.stage_bytes.iter().sum(), staging, total);
         let [ta, tw, _, tc] = p.tensors;
         let name = |t: usize| self.spec.tensors[t].name.name.clone();
         let half = 16 / self.spec.tensors[ta].dtype.0.bytes() as i64;

@@ -10,6 +10,8 @@ use serde::Serialize;
 
 /// A barrier over the consumer threads (the producer warpgroup leaves early).
 const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
+/// A peer block's shared memory address (distributed shared memory).
+const PEER_SHARED: &str = helper!("peer_shared.cuh");
 
 /// The wide-tile template's context: [`OperandsCtx`] and the plan's own choices.
 #[derive(Serialize)]
@@ -33,6 +35,8 @@ pub struct Context {
     pub w_swizzle_bytes: i64,
     /// The half-height instantiation's atom, if the launcher may run it.
     pub half_op: Option<String>,
+    /// Whether the launcher may split k between the two blocks of a cluster.
+    pub split: bool,
     /// `x`, `y` or `z`: the grid dimension stepping A's row tiles.
     pub m_grid_dim: String,
     /// The launcher's parameter names, passed on to `launch`.
@@ -55,6 +59,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
     let w_s = spec.buffers[p.buffers[3]].name.name.clone();
     let (_, _, grid_doc) = grid_ctx(c);
     let threads = spec.threads.0;
+    let split = p.split_k.is_ok();
     Context {
         operands: operands_ctx(c, PlanRefs {
             tensors: p.tensors,
@@ -67,13 +72,22 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
             why: &p.why,
         }),
         target_banner: "Target sm90a: the wide-tile 4-bit-weight GEMM (a TMA producer warpgroup filling mbarrier stages, weights unpacked into the warpgroup MMAs' register A operand).".into(),
-        helpers: vec![DEQUANT_INT4X2.into(), CONSUMER_SYNC.into()],
+        helpers: [DEQUANT_INT4X2, CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from).collect(),
         doc_launch: format!("grid ({}){}, {} threads (the spec's {threads} and a TMA producer warpgroup), {} bytes of dynamic shared memory",
             grid_doc.join(", "),
-            if p.half_op.is_some() { format!(", or with twice the blocks along {}'s rows (tiles of half the rows) when that grid would occupy at most half the device's SMs", spec.tensors[ta].name.name) } else { String::new() },
+            match (&p.half_op, split) {
+                (Some(_), true) => format!(" in clusters of one block; when that grid would occupy at most half the device's SMs, twice the blocks along {}'s rows (tiles of half the rows) if the last row tile is at most half used, then, if the grid still occupies at most half the SMs, two blocks along z in clusters of 1x1x2 (the pair splits k)", spec.tensors[ta].name.name),
+                (Some(_), false) => format!(", or with twice the blocks along {}'s rows (tiles of half the rows) when that grid would occupy at most half the device's SMs", spec.tensors[ta].name.name),
+                (None, true) => " in clusters of one block, or with two blocks along z in clusters of 1x1x2 (the pair splits k) when that grid would occupy at most half the device's SMs".into(),
+                (None, false) => String::new(),
+            },
             threads + WGMMA_PRODUCER_THREADS, c.plan.smem.total),
         doc_invalid: "the grid exceeds CUDA's limits".into(),
-        doc_errors: if p.half_op.is_some() { "cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or the launch" } else { "cudaFuncSetAttribute or the launch" }.into(),
+        doc_errors: match (p.half_op.is_some(), split) {
+            (_, true) => "cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or cudaLaunchKernelEx",
+            (true, false) => "cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or the launch",
+            (false, false) => "cudaFuncSetAttribute or the launch",
+        }.into(),
         warpgroups: p.warpgroups,
         producer_threads: WGMMA_PRODUCER_THREADS,
         producer_regs: p.regs.0,
@@ -83,6 +97,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
         w_atom: p.w_atom.into(),
         w_swizzle_bytes: p.w_swizzle_bytes,
         half_op: p.half_op.clone(),
+        split,
         m_grid_dim: ["x", "y", "z"][p.m_grid_dim.unwrap_or(0)].into(),
         launch_args: spec.tensors.iter().map(|t| t.name.name.clone()).chain(c.info.runtime_dims.iter().cloned()).collect(),
         w_s_elem: element_alias(&w_s),

@@ -29,13 +29,16 @@ extern "C" {
 //   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (TMA reads 16-byte aligned rows of
 //   `Wq`).
 //   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads (the spec's 128 and a TMA
-// producer warpgroup), 123904 bytes of dynamic shared memory.
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)) in clusters of one block, or with two
+// blocks along z in clusters of 1x1x2 (the pair splits k) when that grid would occupy at most half
+// the device's SMs, 256 threads (the spec's 128 and a TMA producer warpgroup), 123904 bytes of
+// dynamic shared memory.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
 //   alignment, or the grid exceeds CUDA's limits;
-//   otherwise the error that cudaFuncSetAttribute or the launch reported.
+//   otherwise the error that cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or
+//   cudaLaunchKernelEx reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_w4_prefill_zp_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M, int N, int K, cudaStream_t stream);
 
