@@ -37,6 +37,9 @@ pub struct Context {
     pub half_op: Option<String>,
     /// Whether the launcher may split k between the two blocks of a cluster.
     pub split: bool,
+    /// The launcher's comment on how it gets more blocks for a small grid (half-height tiles,
+    /// the k split), or `None` when it launches the spec's grid as it is.
+    pub launch_rule: Option<String>,
     /// `x`, `y` or `z`: the grid dimension stepping A's row tiles.
     pub m_grid_dim: String,
     /// The launcher's parameter names, passed on to `launch`.
@@ -98,6 +101,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
         w_swizzle_bytes: p.w_swizzle_bytes,
         half_op: p.half_op.clone(),
         split,
+        launch_rule: launch_rule(spec.tensors[ta].name.name.as_str(), p.half_op.is_some(), split),
         m_grid_dim: ["x", "y", "z"][p.m_grid_dim.unwrap_or(0)].into(),
         launch_args: spec.tensors.iter().map(|t| t.name.name.clone()).chain(c.info.runtime_dims.iter().cloned()).collect(),
         w_s_elem: element_alias(&w_s),
@@ -107,4 +111,18 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
         n_index: p.tile_index[1].clone(),
         c_vector: p.c_vector,
     }
+}
+
+/// The launcher's comment on the ways it gets more blocks when the spec's grid would occupy at
+/// most half the SMs: the half-height instantiation of `a`'s row tiles, the k split, or both.
+fn launch_rule(a: &str, half: bool, split: bool) -> Option<String> {
+    let halve = format!("half as many rows of `{a}` per block (twice the blocks along them)");
+    let split_k = "k split between the two blocks of a cluster along z when the grid still occupies at most half the SMs";
+    let ways = match (half, split) {
+        (true, true) => format!("{halve} when the last row tile is at most half used, then {split_k}"),
+        (true, false) => halve,
+        (false, true) => split_k.to_string(),
+        (false, false) => return None,
+    };
+    Some(format!("A grid that would occupy at most half the SMs gets more blocks: {ways}."))
 }
