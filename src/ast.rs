@@ -624,6 +624,24 @@ impl Spec {
         found
     }
 
+    /// Whether any expression of the body (indices, origins, loop counts, conditions, values)
+    /// names `name`.
+    pub fn body_mentions(&self, name: &str) -> bool {
+        let mut found = false;
+        self.walk(&mut |s| {
+            let exprs: Vec<&Expr> = match &s.kind {
+                StmtKind::Copy { src, dst } => [src, dst].into_iter().flat_map(|o| o.origin.iter().flatten()).collect(),
+                StmtKind::Fill { value, .. } => vec![value],
+                StmtKind::Assign { indices, value, .. } => indices.iter().chain([value]).collect(),
+                StmtKind::Loop { count, stages, .. } => [count].into_iter().chain(stages).collect(),
+                StmtKind::If { cond, .. } => vec![cond],
+                StmtKind::Reduce { .. } | StmtKind::Dequant { .. } | StmtKind::Gemm { .. } | StmtKind::Clear { .. } | StmtKind::Parallel { .. } => vec![],
+            };
+            found |= exprs.iter().any(|e| e.mentions(name));
+        });
+        found
+    }
+
     /// Visits every statement in pre-order.
     pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Stmt)) {
         walk_stmts(&self.body, f);

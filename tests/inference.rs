@@ -351,6 +351,21 @@ fn descending_grid_dimensions_start_with_the_last_tile() {
     assert!(errs.contains("grid dimension `bx` has no `extent`"), "{errs}");
 }
 
+#[test]
+fn grid_variables_the_body_never_names_get_no_local() {
+    let read = |f: &str| std::fs::read_to_string(format!("{}/specs/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let with_bz = |text: String| without_targets(text).replace("  by: ceildiv(M, block_M)\n", "  by: ceildiv(M, block_M)\n  bz: 1\n");
+    for (file, target) in [("gemm_bf16.yaml", Target::Sm80), ("w4a16_gemm_bf16.yaml", Target::Sm80), ("w4a16_prefill_gemm_bf16.yaml", Target::Sm90a)] {
+        let text = with_bz(read(file));
+        assert!(text.contains("  bz: 1\n"), "{file}");
+        let c = compile_for(text, target).unwrap();
+        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("{file} renders"));
+        let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+        // The launch keeps the spec's z extent; the kernel declares no `bz` it would never read.
+        assert!(!cu.contains("int const bz") && cu.contains("int const by") && cu.contains(" grid_z = int64_t(1);"), "{file}: {cu}");
+    }
+}
+
 fn linear_attention() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/linear_attention_causal_bf16.yaml")).unwrap()
 }

@@ -125,7 +125,8 @@ pub(crate) fn kernel_signature(c: &Compiled) -> (Vec<String>, Vec<String>) {
 /// The spec's block indices as kernel locals.
 pub(super) fn block_indices_ctx(c: &Compiled) -> Vec<BlockIndexCtx> {
     let grid_dims = ["x", "y", "z"];
-    c.spec.grid.iter().enumerate().map(|(i, g)| BlockIndexCtx {
+    // A grid variable the body never names gets no local (nvcc would warn about it).
+    c.spec.grid.iter().enumerate().filter(|(_, g)| c.spec.body_mentions(&g.var.name)).map(|(i, g)| BlockIndexCtx {
         name: g.var.name.clone(),
         value: if g.descending {
             format!("gridDim.{d} - 1 - blockIdx.{d};  // descending: the first blocks take the last tiles", d = grid_dims[i])
