@@ -76,6 +76,9 @@ pub fn explain(c: &Compiled) -> String {
         explain_dequant_wgmma(&mut o, c, p);
         return o;
     }
+    if let Some(why) = &plan.collective_reason {
+        let _ = writeln!(o, "  lowering: tilegen's CuTe-level code, not a CUTLASS collective: GEMM-shaped, but the collective cannot take it: {why}");
+    }
     let _ = writeln!(o, "\nMMA");
     if plan.mmas.is_empty() {
         let _ = writeln!(o, "  (no gemm)");

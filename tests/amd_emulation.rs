@@ -183,6 +183,7 @@ fn interpreted(c: &tilegen::Compiled, dims: &std::collections::BTreeMap<String, 
 fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
     let sizes: &[(&str, &[(&str, i64)])] = &[
         ("attention_window_bf16", &[("B", 2), ("S", 100), ("H", 2)]),
+        ("bmm_bf16", &[("batch", 2), ("M", 70), ("N", 90), ("K", 100)]),
         ("gemm_nt_f16", &[("M", 70), ("N", 90), ("K", 100)]),
         ("gemm_rowmax_f16", &[("M", 70), ("N", 50), ("K", 100)]),
         ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
@@ -216,5 +217,5 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }

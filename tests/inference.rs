@@ -127,13 +127,41 @@ fn sm90a_maps_majorness_and_refuses_what_it_cannot_lower() {
     // Column-major A and B stored [N, K]: CUTLASS ColumnMajor for both.
     let c = compile_for(spec((128, 128, 64), 4, 128, "col_major", true), Target::Sm90a).unwrap();
     assert_eq!(c.plan.collective.as_ref().unwrap().layouts, ("ColumnMajor", "ColumnMajor", "RowMajor"));
-    let errs = compile_for(spec((64, 128, 32), 4, 128, "row_major", false), Target::Sm90a).unwrap_err().join("\n");
-    assert!(errs.contains("does not fit the sm90a cooperative WGMMA kernel"), "{errs}");
+    // What the collective refuses takes tilegen's CuTe-level lowering, with the reason kept for
+    // explain and the file's banner: a tile the cooperative kernel does not fit, ...
+    let c = compile_for(spec((64, 128, 32), 4, 128, "row_major", false), Target::Sm90a).unwrap();
+    assert!(c.plan.collective.is_none() && !c.plan.mmas.is_empty());
+    assert_eq!(c.plan.collective_reason.as_deref(), Some("tile 64x128x32 does not fit the sm90a cooperative WGMMA kernel"));
+    // ... or an epilogue EVT cannot spell (here on warpgroup MMAs: 128 accumulators per thread).
+    let exp2 = spec((128, 128, 64), 4, 128, "row_major", false).replace("  - copy(acc, C", "  - parallel(i, j):\n      - acc[i, j] = exp2(acc[i, j])\n  - copy(acc, C");
+    let c = compile_for(exp2, Target::Sm90a).unwrap();
+    assert!(c.plan.collective_reason.as_ref().is_some_and(|r| r.contains("cannot express `exp2`")) && c.plan.mmas.values().all(|m| m.wgmma.is_some()));
+    assert!(tilegen::explain::explain(&c).contains("lowering: tilegen's CuTe-level code, not a CUTLASS collective: GEMM-shaped, but the collective cannot take it: "));
+    // When neither takes it, one error says so, then each lowering's reasons.
     let errs = compile_for(spec((128, 256, 64), 6, 128, "row_major", false), Target::Sm90a).unwrap_err().join("\n");
-    assert!(errs.contains("but sm90a allows 232448 bytes"), "{errs}");
-    let masked = spec((128, 128, 64), 4, 128, "row_major", false).replace("  - copy(acc, C", "  - parallel(i, j):\n      - acc[i, j] = exp2(acc[i, j])\n  - copy(acc, C");
-    let errs = compile_for(masked, Target::Sm90a).unwrap_err().join("\n");
-    assert!(errs.contains("cannot express `exp2`"), "{errs}");
+    assert!(errs.contains("the sm90a target has no lowering for this GEMM: a CUTLASS collective cannot take it (one reason), and neither can tilegen's CuTe-level lowering"), "{errs}");
+    assert!(errs.contains("but sm90a allows 232448 bytes") && errs.contains("the accumulators need 256 registers per thread with 128 threads, over the 128 this lowering allows"), "{errs}");
+}
+
+#[test]
+fn sm90a_batched_gemm_runs_warp_specialised_warpgroup_mmas_and_clusters_stay_with_collectives() {
+    let bmm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/bmm_bf16.yaml")).unwrap();
+    let c = compile_for(bmm.clone(), Target::Sm90a).unwrap();
+    assert_eq!(c.plan.collective_reason.as_deref(), Some("`A` has 3 dimensions, and the library's GEMM takes 2-D A, B and C here (a batch dimension is not mapped onto its batch mode)"));
+    assert!(c.plan.collective.is_none());
+    assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()) && c.plan.warp_specialization.is_some());
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let banner = cu.split("\n\n").next().unwrap().replace("\n// ", " ");
+    assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `A` has 3 dimensions"), "{banner}");
+    assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
+    // A spec's cluster is launched only by a collective: elsewhere it is an error at the value,
+    // not a setting silently dropped.
+    let clustered = bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
+    let errs = compile_for(clustered, Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("the sm90a target has no lowering for this GEMM") && errs.contains(":26:85: error: cluster [2, 1] is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
+    let errs = compile_for(attention().replace("stages: 3}}", "stages: 3}, cluster: [2, 1]}"), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("error: cluster [2, 1] is taken only by the CUTLASS collective") && errs.contains("remove `cluster` from this target's entry"), "{errs}");
 }
 
 fn attention() -> String {

@@ -243,6 +243,9 @@ pub struct Plan {
     pub dequant_gemm: Option<DequantGemmPlan>,
     /// A program with a `dequant_int4` that does not take that lowering: why not.
     pub dequant_gemm_reason: Option<String>,
+    /// sm90a: a GEMM-shaped spec that a CUTLASS collective cannot take, and so takes the
+    /// CuTe-level lowering: why the collective refused it.
+    pub collective_reason: Option<String>,
     /// sm90a's wide-tile dequant GEMM (warpgroup MMAs, the unpacked weights in registers), if
     /// the body has its shape.
     pub dequant_wgmma: Option<DequantWgmmaPlan>,
@@ -343,7 +346,40 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     if target == Target::Sm90a && let Some(shape) = cx.gemm_shape() {
         // Hopper: GEMM-shaped specs map onto a CUTLASS collective, which owns its layouts.
         cx.plan_collective(shape);
-        return if cx.errors.is_empty() { Ok(cx.plan) } else { Err(cx.errors) };
+        if cx.errors.is_empty() {
+            return Ok(cx.plan);
+        }
+        // One the collective cannot take (its grid, an epilogue EVT cannot spell, ...) runs
+        // tilegen's own CuTe-level lowering, as fused programs do, when that takes it and its
+        // accumulators fit in a thread's registers.
+        let collective = std::mem::take(&mut cx.errors);
+        let mut general = Infer::new(spec, info, target);
+        general.plan_general();
+        general.errors.extend(cluster_ignored(spec));
+        let acc_regs = general.accumulator_registers();
+        if general.errors.is_empty() && acc_regs <= MAX_ACCUMULATOR_REGS {
+            // The reasons without the preface that says what the collective lowering takes.
+            let why = |d: &Diagnostic| d.message.split_once("; ").filter(|(head, _)| head.contains("lowers GEMM-shaped specs")).map_or(d.message.clone(), |(_, why)| why.to_string());
+            general.plan.collective_reason = Some(collective.iter().map(why).collect::<Vec<_>>().join("; "));
+            return Ok(general.plan);
+        }
+        let mut refusals = std::mem::take(&mut general.errors);
+        if acc_regs > MAX_ACCUMULATOR_REGS {
+            let threads = spec.threads.0;
+            refusals.push(Diagnostic::error(spec.threads.1, format!(
+                "the accumulators need {acc_regs} registers per thread with {threads} threads, over the {MAX_ACCUMULATOR_REGS} this lowering allows (a thread holds at most 255)"))
+                .hint("use more threads or a smaller output tile for sm90a"));
+        }
+        cx.err(Diagnostic::error(spec.kernel.span, format!(
+            "the sm90a target has no lowering for this GEMM: a CUTLASS collective cannot take it ({}), and neither can tilegen's CuTe-level lowering, which takes the GEMMs the collective refuses ({})",
+            reasons(collective.len()), reasons(refusals.len())))
+            .hint("the reasons follow; the spec renders for sm90a once either lowering's reasons are gone"));
+        cx.errors.extend(collective);
+        cx.errors.extend(refusals);
+        return Err(cx.errors);
+    }
+    if let Some(d) = cluster_ignored(spec) {
+        return Err(vec![d]);
     }
     // A dequant GEMM has lowerings of its own, with the weights as the MMA's A operand: thin
     // tiles (decode shapes) on mma.sync, each thread unpacking whole packed words; on sm90a,
@@ -422,6 +458,7 @@ impl<'a> Infer<'a> {
                 mbarriers: Vec::new(),
                 dequant_gemm: None,
                 dequant_gemm_reason: None,
+                collective_reason: None,
                 dequant_wgmma: None,
                 tile: None,
                 raster: None,
@@ -487,6 +524,18 @@ impl<'a> Infer<'a> {
 }
 
 /// "one reason" or "N reasons", for diagnostics that announce the ones after them.
+/// The most accumulator registers per thread the CuTe-level lowering of a GEMM-shaped spec
+/// on sm90a takes: CUTLASS's widest warpgroup tile, 64x256 in f32, holds 128.
+const MAX_ACCUMULATOR_REGS: u64 = 128;
+
+/// A spec's `cluster` on a program that does not take a CUTLASS collective, which is the only
+/// lowering that launches the spec's cluster shape.
+fn cluster_ignored(spec: &Spec) -> Option<Diagnostic> {
+    let (d, span) = spec.cluster.as_ref()?;
+    Some(Diagnostic::error(*span, format!("cluster {d:?} is taken only by the CUTLASS collective of a GEMM-shaped spec; this spec takes tilegen's CuTe-level lowering, which chooses its own clusters"))
+        .hint("remove `cluster` from this target's entry"))
+}
+
 fn reasons(n: usize) -> String {
     if n == 1 { "one reason".to_string() } else { format!("{n} reasons") }
 }
@@ -706,6 +755,14 @@ impl<'a> Infer<'a> {
             regs += 2 * (if m.a_in_registers { 0 } else { m.a_regs_per_kblock } + m.b_regs_per_kblock);
         }
         self.plan.regs_per_thread = regs;
+    }
+
+    /// The 32-bit registers each thread holds for the MMA accumulators.
+    fn accumulator_registers(&self) -> u64 {
+        self.plan.fragments.iter().filter(|(_, l)| matches!(l, FragmentLayout::MmaAccumulator { .. })).map(|(b, _)| {
+            let elems: i64 = self.shape(*b).iter().product();
+            ((elems / self.spec.threads.0.max(1)) as u64 * self.spec.buffers[*b].dtype.0.bytes()).div_ceil(4)
+        }).sum()
     }
 }
 

@@ -154,7 +154,7 @@ impl<'a> Infer<'a> {
         let (lib, hint) = if self.target.is_amd() {
             ("composable_kernel device GEMMs", "fused programs have no CK lowering yet: this spec renders for sm80 and sm90a")
         } else {
-            ("CUTLASS collectives", "fused programs need the CuTe-level WGMMA backend, which is not implemented yet: use --target sm80 for this spec")
+            ("CUTLASS collectives", "GEMM-shaped specs the collective refuses take tilegen's CuTe-level lowering when it can run them; its reasons are listed too")
         };
         self.err(Diagnostic::error(span, format!("the {} target lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) to {lib}; {why}", self.target))
             .hint(hint));
@@ -241,6 +241,11 @@ impl<'a> Infer<'a> {
             self.off_path(shape.store.span, "the last statement must copy the accumulator to a global tensor");
             return;
         };
+        if let Some(t) = [ta_idx, tb_idx, td].into_iter().find(|&t| self.spec.tensors[t].shape.len() != 2) {
+            let t = &self.spec.tensors[t];
+            self.off_path(t.name.span, &format!("`{}` has {} dimensions, and the library's GEMM takes 2-D A, B and C here (a batch dimension is not mapped onto its batch mode)", t.name.name, t.shape.len()));
+            return;
+        }
         let (sa, sc) = (self.shape(ia).to_vec(), self.shape(ic).to_vec());
         let (bm, bn) = (sc[0], sc[1]);
         let bk = if *transpose_a { sa[0] } else { sa[1] };
