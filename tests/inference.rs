@@ -155,6 +155,13 @@ fn sm90a_batched_gemm_runs_warp_specialised_warpgroup_mmas_and_clusters_stay_wit
     let banner = cu.split("\n\n").next().unwrap().replace("\n// ", " ");
     assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `A` has 3 dimensions"), "{banner}");
     assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
+    // Its loop's only work is the gemm: each tile's MMAs stay in flight while the next tile is
+    // awaited, and a stage is released one tile later (attention's loops keep their own order).
+    assert!(c.plan.pipelines.values().all(|p| p.mma_in_flight));
+    assert!(cu.contains("warpgroup_wait<1>();  // the previous tile's MMAs are done; this tile's may still run")
+        && cu.contains("arrive_barrier(smem.empty_k[prev_stage]);") && cu.contains("warpgroup_wait<0>();  // the last tile's MMAs"), "{cu}");
+    let fa = compile_for(attention(), Target::Sm90a).unwrap();
+    assert!(fa.plan.pipelines.values().all(|p| !p.mma_in_flight));
     // A spec's cluster is launched only by a collective: elsewhere it is an error at the value,
     // not a setting silently dropped.
     let clustered = bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");

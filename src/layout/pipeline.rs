@@ -33,6 +33,11 @@ pub struct PipelinePlan {
     /// for everything when it ends, in case it ran no tile. With TMA loads the loop waits
     /// on their mbarriers right after its prologue instead.
     pub covers: Vec<StmtId>,
+    /// Warp-specialised TMA loop whose only consumer is one warpgroup MMA on shared operands:
+    /// each k-tile's MMAs stay in flight while the consumers wait for the next tile (one
+    /// committed batch outstanding), and a stage is released once the MMAs after it are
+    /// waited for.
+    pub mma_in_flight: bool,
     /// Why.
     pub why: String,
 }
@@ -108,10 +113,14 @@ impl Infer<'_> {
             }
             let mode = if stages >= 2 { PipelineMode::Multistage } else { PipelineMode::Synchronous };
             let tma = producers.iter().any(|id| self.plan.copies.get(id).is_some_and(|c| c.tma.is_some()));
+            let ws = tma && self.plan.warp_specialization.is_some();
+            let mma_in_flight = ws && mode == PipelineMode::Multistage && consumers.len() == 1
+                && self.plan.mmas.get(&consumers[0]).is_some_and(|m| m.wgmma.is_some() && !m.a_in_registers);
             let why = match mode {
-                PipelineMode::Multistage if tma && self.plan.warp_specialization.is_some() => format!(
-                    "TMA multistage, warp-specialised: {} in flight in {stages} shared stages while the current one feeds the MMAs; the producer warpgroup refills a stage once every consumer thread has released it (its \"empty\" mbarrier), and the consumers wait on the stage's \"full\" mbarrier before reading it; the warpgroup MMAs read the current stage through descriptors",
-                    if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) }),
+                PipelineMode::Multistage if ws => format!(
+                    "TMA multistage, warp-specialised: {} in flight in {stages} shared stages while the current one feeds the MMAs; the producer warpgroup refills a stage once every consumer thread has released it (its \"empty\" mbarrier), and the consumers wait on the stage's \"full\" mbarrier before reading it; the warpgroup MMAs read the current stage through descriptors{}",
+                    if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) },
+                    if mma_in_flight { "; the loop's only work is that gemm, so each k-tile's MMAs stay in flight while the consumers wait for the next tile (one committed batch outstanding), and a stage is released once the MMAs after it have been waited for" } else { "" }),
                 PipelineMode::Multistage if tma => format!(
                     "TMA multistage: {} in flight in {stages} shared stages while the current one feeds the MMAs; one thread issues each tile's TMA loads into the stage the block finished with (after a block barrier), and every thread waits on the stage's mbarrier before reading it; the warpgroup MMAs read the current stage through descriptors",
                     if stages == 2 { "the next k-tile".to_string() } else { format!("{} k-tiles", stages - 1) }),
@@ -126,7 +135,7 @@ impl Infer<'_> {
                 PipelineMode::Synchronous if tma => "one stage: each k-tile's TMA loads are issued, waited for (on the stage's mbarrier) and consumed in turn (no overlap)".into(),
                 PipelineMode::Synchronous => "one stage: each k-tile is loaded, waited for and consumed in turn (no overlap)".into(),
             };
-            self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, covers: Vec::new(), why });
+            self.plan.pipelines.insert(s.id, PipelinePlan { stages, mode, producers, consumers, k_dims, covers: Vec::new(), mma_in_flight, why });
         }
         self.deferred_waits(&self.spec.body);
     }

@@ -223,17 +223,21 @@ bmm_bf16_kernel(ElementA const* __restrict__ A,
   // TMA multistage, warp-specialised: 3 k-tiles in flight in 4 shared stages while the current one
   // feeds the MMAs; the producer warpgroup refills a stage once every consumer thread has released
   // it (its "empty" mbarrier), and the consumers wait on the stage's "full" mbarrier before reading
-  // it; the warpgroup MMAs read the current stage through descriptors.
+  // it; the warpgroup MMAs read the current stage through descriptors; the loop's only work is that
+  // gemm, so each k-tile's MMAs stay in flight while the consumers wait for the next tile (one
+  // committed batch outstanding), and a stage is released once the MMAs after it have been waited
+  // for.
   {
     int const num_tiles = ((K + block_K - 1) / block_K);
     int read_stage = 0;
     uint32_t phase = 0;  // the parity of read_stage's current mbarrier phase
+    int prev_stage = 0;  // the previous tile's stage: its MMAs may still read it
     for (int k = 0; k < num_tiles; ++k) {
       wait_barrier(smem.full_k[read_stage], phase);  // tile k has landed
 
       // spec 22: gemm(A_s, B_s, acc)
       // One batch of warpgroup MMAs over the k-blocks (each reads its shared operands through
-      // descriptors), committed and waited for before the accumulator is used.
+      // descriptors), committed and left running: the wait is for the previous tile's batch.
       warpgroup_fence_operand(acc);
       warpgroup_arrive();
       CUTE_UNROLL
@@ -241,15 +245,20 @@ bmm_bf16_kernel(ElementA const* __restrict__ A,
         gemm(tiled_mma, tCrA_s(_, _, k_block, read_stage), tCrB_s(_, _, k_block, read_stage), acc);
       }
       warpgroup_commit_batch();
-      warpgroup_wait<0>();
+      warpgroup_wait<1>();  // the previous tile's MMAs are done; this tile's may still run
       warpgroup_fence_operand(acc);
 
-      arrive_barrier(smem.empty_k[read_stage]);  // this thread is done with the stage: the producer may refill it
+      if (k > 0) {
+        arrive_barrier(smem.empty_k[prev_stage]);  // tile k - 1's MMAs are done with its stage: the producer may refill it
+      }
+      prev_stage = read_stage;
       if (++read_stage == stages) {
         read_stage = 0;
         phase ^= 1;
       }
     }
+    warpgroup_wait<0>();  // the last tile's MMAs
+    warpgroup_fence_operand(acc);
   }
 
   // spec 23: copy(acc, C[bz, by*block_M:, bx*block_N:])

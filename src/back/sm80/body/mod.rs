@@ -24,7 +24,10 @@ pub enum BodyItem {
     Else { pad: String },
     Close { pad: String },
     PipelineOpen(Box<PipelineCtx>),
-    PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool, tma: bool, empty: String },
+    /// `in_flight`: the loop's gemm keeps its last batch of MMAs in flight
+    /// (`PipelinePlan::mma_in_flight`); the stage before the current one is released, and
+    /// after the loop the last batch is waited for, on accumulator `acc`.
+    PipelineClose { pad: String, var: String, stages: String, multistage: bool, sync_after: bool, tma: bool, empty: String, in_flight: bool, acc: String },
     /// An overlapped loop's gemm as a lambda that issues and commits its MMAs on `stage`
     /// without waiting (`layout::MmaOverlap`); `zero`: the first k-block zeroes the
     /// accumulator, for the `clear` at spec `zero_line`.
@@ -37,7 +40,9 @@ pub enum BodyItem {
     /// `deferred`: the wait is left to the multistage pipeline that follows (cp.async
     /// groups complete in order, so its first wait covers this copy too).
     CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool },
-    Gemm { pad: String, line: usize, text: String, step: GemmCtx },
+    /// `in_flight`: a warpgroup MMA batch left running (`PipelinePlan::mma_in_flight`): the
+    /// previous batch is waited for, not this one.
+    Gemm { pad: String, line: usize, text: String, step: GemmCtx, in_flight: bool },
     /// A statement that emits no code of its own (a dequant fused into its gemm).
     Note { pad: String, line: usize, text: String, note: String },
     /// Element-wise over an accumulator, register by register.
@@ -82,6 +87,8 @@ pub struct PipelineCtx {
     pub tma_waits: Vec<String>,
     /// The loop's second gemm overlaps the next tile: `OverlapLoop` follows the lambdas.
     pub overlap: bool,
+    /// The loop's gemm keeps its last batch of MMAs in flight (`PipelinePlan::mma_in_flight`).
+    pub in_flight: bool,
 }
 
 /// The loop of a pipeline whose second gemm overlaps the next tile (`layout::MmaOverlap`).
@@ -229,10 +236,12 @@ struct Lower<'a> {
     errors: &'a mut Vec<Diagnostic>,
     /// Inside a pipelined loop: the variable naming the shared stage being read.
     stage: Option<&'static str>,
+    /// Inside a pipelined loop whose gemm keeps its last batch in flight.
+    in_flight: bool,
 }
 
 pub fn build(c: &Compiled, errors: &mut Vec<Diagnostic>) -> Vec<BodyItem> {
-    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false }, items: Vec::new(), errors, stage: None };
+    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false }, items: Vec::new(), errors, stage: None, in_flight: false };
     l.block(&c.spec.body, 1);
     l.items
 }
@@ -376,7 +385,7 @@ impl Lower<'_> {
             },
             StmtKind::Gemm { .. } => {
                 if let Some(step) = self.gemm_step(s, self.stage) {
-                    self.items.push(BodyItem::Gemm { pad: pad(depth), line, text, step });
+                    self.items.push(BodyItem::Gemm { pad: pad(depth), line, text, step, in_flight: self.in_flight });
                 }
             }
             StmtKind::Assign { .. } => self.unsupported(s, "assignments outside parallel blocks"),

@@ -187,6 +187,7 @@ impl Lower<'_> {
             tma_bytes,
             tma_waits,
             overlap: overlap.is_some(),
+            in_flight: plan.mma_in_flight,
         })));
         if let Some(o) = overlap {
             self.overlapped(s, o, depth);
@@ -194,15 +195,18 @@ impl Lower<'_> {
         }
         // The loop body: every statement but the producers, on the stage just landed.
         let outer = self.stage.replace("read_stage");
+        self.in_flight = plan.mma_in_flight;
         for st in body {
             if plan.consumers.contains(&st.id) {
                 self.stmt(st, depth + 2);
             }
         }
+        self.in_flight = false;
         self.stage = outer;
+        let acc = plan.consumers.first().and_then(|id| self.c.plan.mmas.get(id)).map(|m| self.c.spec.buffers[m.c].name.name.clone()).unwrap_or_default();
         let tma = plan.producers.iter().any(|p| self.c.plan.copies.get(p).is_some_and(|cp| cp.tma.is_some()));
         let sync_after = !plan.covers.is_empty();
-        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma, empty: empty_barrier(&var.name) });
+        self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma, empty: empty_barrier(&var.name), in_flight: plan.mma_in_flight, acc });
     }
 
     /// The body of an overlapped pipeline (`layout::MmaOverlap`): the two gemms as issuing
