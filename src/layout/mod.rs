@@ -349,9 +349,9 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         if cx.errors.is_empty() {
             return Ok(cx.plan);
         }
-        // One the collective cannot take (its grid, an epilogue EVT cannot spell, ...) runs
-        // tilegen's own CuTe-level lowering, as fused programs do, when that takes it and its
-        // accumulators fit in a thread's registers.
+        // A spec the collective cannot take (its grid, a 3-D operand, an epilogue EVT cannot
+        // spell, ...) runs tilegen's own CuTe-level lowering, as fused programs do, when that
+        // takes it and its accumulators fit in a thread's registers.
         let collective = std::mem::take(&mut cx.errors);
         let mut general = Infer::new(spec, info, target);
         general.plan_general();
@@ -523,7 +523,6 @@ impl<'a> Infer<'a> {
     }
 }
 
-/// "one reason" or "N reasons", for diagnostics that announce the ones after them.
 /// The most accumulator registers per thread the CuTe-level lowering of a GEMM-shaped spec
 /// on sm90a takes: CUTLASS's widest warpgroup tile, 64x256 in f32, holds 128.
 const MAX_ACCUMULATOR_REGS: u64 = 128;
@@ -536,6 +535,7 @@ fn cluster_ignored(spec: &Spec) -> Option<Diagnostic> {
         .hint("remove `cluster` from this target's entry"))
 }
 
+/// "one reason" or "N reasons", for diagnostics that announce the ones after them.
 fn reasons(n: usize) -> String {
     if n == 1 { "one reason".to_string() } else { format!("{n} reasons") }
 }
