@@ -738,18 +738,7 @@ impl<'a> Infer<'a> {
         }
         let mut regs = 32u64;
         for (b, l) in &self.plan.fragments {
-            let per_thread = match l {
-                FragmentLayout::MmaAccumulator { .. } => {
-                    let elems: i64 = self.shape(*b).iter().product();
-                    (elems / self.spec.threads.0.max(1)) as u64
-                }
-                FragmentLayout::Striped { per_thread } => *per_thread as u64,
-                FragmentLayout::RowStats { gemm } => {
-                    let m = &self.plan.mmas[gemm];
-                    m.rows_per_thread() as u64
-                }
-            };
-            regs += (per_thread * self.spec.buffers[*b].dtype.0.bytes()).div_ceil(4);
+            regs += self.fragment_registers(*b, l);
         }
         for m in self.plan.mmas.values() {
             regs += 2 * (if m.a_in_registers { 0 } else { m.a_regs_per_kblock } + m.b_regs_per_kblock);
@@ -757,12 +746,22 @@ impl<'a> Infer<'a> {
         self.plan.regs_per_thread = regs;
     }
 
+    /// The 32-bit registers each thread holds for fragment `b`, laid out as `l`.
+    fn fragment_registers(&self, b: usize, l: &FragmentLayout) -> u64 {
+        let per_thread = match l {
+            FragmentLayout::MmaAccumulator { .. } => {
+                let elems: i64 = self.shape(b).iter().product();
+                (elems / self.spec.threads.0.max(1)) as u64
+            }
+            FragmentLayout::Striped { per_thread } => *per_thread as u64,
+            FragmentLayout::RowStats { gemm } => self.plan.mmas[gemm].rows_per_thread() as u64,
+        };
+        (per_thread * self.spec.buffers[b].dtype.0.bytes()).div_ceil(4)
+    }
+
     /// The 32-bit registers each thread holds for the MMA accumulators.
     fn accumulator_registers(&self) -> u64 {
-        self.plan.fragments.iter().filter(|(_, l)| matches!(l, FragmentLayout::MmaAccumulator { .. })).map(|(b, _)| {
-            let elems: i64 = self.shape(*b).iter().product();
-            ((elems / self.spec.threads.0.max(1)) as u64 * self.spec.buffers[*b].dtype.0.bytes()).div_ceil(4)
-        }).sum()
+        self.plan.fragments.iter().filter(|(_, l)| matches!(l, FragmentLayout::MmaAccumulator { .. })).map(|(b, l)| self.fragment_registers(*b, l)).sum()
     }
 }
 
