@@ -6,9 +6,11 @@
 //! more than L2 holds, so each panel comes from device memory once per row of tiles.
 //! Grouped rasterization hands out `RASTER_GROUP` rows of tiles at a time, walking down the
 //! columns inside the group: the blocks in flight then read a few panels of each operand,
-//! and those stay in L2 while the group's other blocks read them. Guarantees: the mapping is
-//! a bijection of the launch grid onto the spec's block indices, so the kernel computes
-//! the same tiles, in another order.
+//! and those stay in L2 while the group's other blocks read them. A third grid dimension that
+//! both operands' tiles step along (a batch index on z, which the hardware walks last) keeps
+//! its place: the groups form inside each z slice. Guarantees: the mapping is a bijection of
+//! the launch grid onto the spec's block indices, so the kernel computes the same tiles, in
+//! another order.
 
 use super::{CopyKind, Infer};
 
@@ -17,7 +19,7 @@ use super::{CopyKind, Infer};
 /// 4096³, where 16 and 32 rows lost 8% (notes/PERF.md).
 pub const RASTER_GROUP: i64 = 8;
 
-/// Grouped rasterization of a two-dimensional grid.
+/// Grouped rasterization of a GEMM's two tile dimensions (the grid's x and y).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RasterPlan {
     /// The grid dimension (0 = x, 1 = y) of the rows of tiles, which the groups split: the
@@ -43,7 +45,7 @@ impl Infer<'_> {
 
     fn raster_fit(&self) -> Result<RasterPlan, String> {
         let spec = self.spec;
-        if spec.grid.len() != 2 {
+        if !(2..=3).contains(&spec.grid.len()) {
             return Err(format!("the grid has {} dimension(s); tiles are regrouped only for the two tile dimensions of a GEMM", spec.grid.len()));
         }
         if let Some(g) = spec.grid.iter().find(|g| g.descending) {
@@ -51,21 +53,25 @@ impl Infer<'_> {
         }
         let vars: Vec<&str> = spec.grid.iter().map(|g| g.var.name.as_str()).collect();
         // A gemm among a pipelined loop's consumers whose two shared operands are filled by
-        // the loop's producers from global tiles that step along different grid variables.
+        // the loop's producers from global tiles that step along one grid variable each of
+        // their own; a variable both tiles step along (a batch index) keeps its place.
         let mut found = None;
         for p in self.plan.pipelines.values() {
-            // The grid variable the global tile copied into `buffer` steps along (if exactly
-            // one), and the tensor it reads.
-            let along = |buffer: usize| -> Option<(usize, String)> {
+            // The grid variables the global tile copied into `buffer` steps along, and the
+            // tensor it reads.
+            let along = |buffer: usize| -> Option<(Vec<usize>, String)> {
                 let cp = p.producers.iter().filter_map(|id| self.plan.copies.get(id))
                     .find(|cp| cp.buffer == buffer && cp.kind == CopyKind::GlobalToShared)?;
                 let used: Vec<usize> = (0..vars.len()).filter(|&v| cp.tile_coords.iter().any(|e| e.mentions(vars[v]))).collect();
-                let tensor = &spec.tensors[cp.tensor?].name.name;
-                (used.len() == 1).then(|| (used[0], tensor.clone()))
+                Some((used, spec.tensors[cp.tensor?].name.name.clone()))
             };
-            found = p.consumers.iter().filter_map(|id| self.plan.mmas.get(id)).find_map(|m| match (along(m.a), along(m.b)) {
-                (Some((va, ta)), Some((vb, tb))) if va != vb => Some((va, vb, ta, tb)),
-                _ => None,
+            found = p.consumers.iter().filter_map(|id| self.plan.mmas.get(id)).find_map(|m| {
+                let ((ua, ta), (ub, tb)) = (along(m.a)?, along(m.b)?);
+                let only = |mine: &[usize], other: &[usize]| -> Option<usize> {
+                    let own: Vec<usize> = mine.iter().copied().filter(|v| !other.contains(v)).collect();
+                    (own.len() == 1).then(|| own[0])
+                };
+                Some((only(&ua, &ub)?, only(&ub, &ua)?, ta, tb))
             });
             if found.is_some() {
                 break;
@@ -74,13 +80,19 @@ impl Infer<'_> {
         let Some((group_dim, walk_dim, a, b)) = found else {
             return Err("no pipelined gemm reads two shared tiles whose global tiles step along different grid dimensions".into());
         };
+        if group_dim.max(walk_dim) > 1 {
+            return Err(format!(
+                "the gemm's tile dimensions `{}` and `{}` include the grid's z, which the hardware walks last; tiles are regrouped in x and y only",
+                vars[group_dim], vars[walk_dim]));
+        }
         let (gv, wv) = (vars[group_dim], vars[walk_dim]);
+        let slice = vars.get(2).map(|z| format!(" (inside each `{z}` slice)")).unwrap_or_default();
         Ok(RasterPlan {
             group_dim,
             walk_dim,
             group: RASTER_GROUP,
             why: format!(
-                "blocks take the tiles in groups of {RASTER_GROUP} `{gv}` rows, walking `{wv}` inside a group: the blocks in flight at once read {RASTER_GROUP} panels of `{a}` and a few of `{b}`, which stay in L2 for the group's other blocks, instead of every panel of `{b}`"),
+                "blocks take the tiles in groups of {RASTER_GROUP} `{gv}` rows{slice}, walking `{wv}` inside a group: the blocks in flight at once read {RASTER_GROUP} panels of `{a}` and a few of `{b}`, which stay in L2 for the group's other blocks, instead of every panel of `{b}`"),
         })
     }
 }

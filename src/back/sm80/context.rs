@@ -52,7 +52,8 @@ pub struct Context {
     pub kernel_params: Vec<String>,
     pub kernel_args: Vec<String>,
     pub block_indices: Vec<BlockIndexCtx>,
-    /// Grouped rasterization, which replaces `block_indices`.
+    /// Grouped rasterization, which decodes two of the block indices (the others stay in
+    /// `block_indices`).
     pub raster: Option<RasterCtx>,
     pub global_tensors: Vec<LineCtx>,
     pub shared_tensors: Vec<LineCtx>,
@@ -544,7 +545,13 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         kernel_args.push(t.var.clone());
     }
     let (barriers, barrier_inits) = tma_barriers(c, &tma_loads);
-    let block_indices = block_indices_ctx(c);
+    let raster = raster_ctx(c);
+    // The rasterized indices are decoded from the block's place in the grid; the rest (a
+    // batch index on z) stay as they are.
+    let mut block_indices = block_indices_ctx(c);
+    if let Some(r) = &raster {
+        block_indices.retain(|b| b.name != r.group_var && b.name != r.walk_var);
+    }
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
     let doc_launch = format!(
         "grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
@@ -641,7 +648,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         kernel_params,
         kernel_args,
         block_indices,
-        raster: raster_ctx(c),
+        raster,
         global_tensors,
         shared_tensors,
         body,

@@ -39,6 +39,7 @@ constexpr int kThreads = 256;  // the consumer warpgroups, which run the spec's 
 // "full" barriers and releasing stages, so no block-wide barrier ties them together; setmaxnreg
 // moves registers: 40 per producer thread, 232 per consumer thread.
 constexpr int kProducerThreads = 128;
+constexpr int kRasterGroup = 8;  // rows of tiles (`by`) per group of blocks
 
 // A barrier over the consumer threads only (named barrier 1, kThreads threads): the producer
 // threads never reach the consumers' barriers, so __syncthreads would hang.
@@ -147,8 +148,15 @@ bmm_bf16_kernel(ElementA const* __restrict__ A,
   extern __shared__ __align__(128) unsigned char smem_buf[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
   int const tid = threadIdx.x;
-  int const bx = blockIdx.x;
-  int const by = blockIdx.y;
+  // Block rasterization: blocks take the tiles in groups of 8 `by` rows (inside each `bz` slice),
+  // walking `bx` inside a group: the blocks in flight at once read 8 panels of `A` and a few of
+  // `B`, which stay in L2 for the group's other blocks, instead of every panel of `B`.
+  int64_t const block_linear = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+  int64_t const group_blocks = int64_t(kRasterGroup) * gridDim.x;
+  int const group_first = int(block_linear / group_blocks) * kRasterGroup;
+  int const group_rows = min(int(gridDim.y) - group_first, kRasterGroup);  // the last group may be short
+  int const by = group_first + int(block_linear % group_blocks % group_rows);
+  int const bx = int(block_linear % group_blocks / group_rows);
   int const bz = blockIdx.z;
 
   // Global tensors (64-bit strides).
