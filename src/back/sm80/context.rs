@@ -623,16 +623,12 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 plan.ws_reason.as_deref().unwrap_or("no reason recorded")),
             crate::target::Target::Sm90a if wgmma => format!("Target sm90a, WGMMA path: cp.async multistage pipeline (not TMA: {}), every gemm a warpgroup MMA (wgmma.mma_async) reading shared memory through descriptors.",
                 plan.cp_async_reason.as_deref().unwrap_or("no reason recorded")),
-            crate::target::Target::Sm90a => format!("Target sm90a, mma.sync path: {} and its gemms do not fit warpgroup MMAs ({}), so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.",
-                match &plan.collective_reason {
-                    Some(why) => format!("this spec is GEMM-shaped, but a CUTLASS collective cannot take it ({why}),"),
-                    None => "this spec is not GEMM-shaped".into(),
-                },
+            crate::target::Target::Sm90a => format!("Target sm90a, mma.sync path: its gemms do not fit warpgroup MMAs ({}), so it gets the sm80 lowering (cp.async, ldmatrix, mma.sync) built for sm_90a.",
                 plan.mma_sync_reason.as_deref().unwrap_or("no reason recorded")),
         }
-        .to_string() + &match (&plan.collective_reason, plan.target, wgmma) {
-            (Some(why), crate::target::Target::Sm90a, true) => format!(" This spec is GEMM-shaped, but a CUTLASS collective cannot take it: {why}."),
-            _ => String::new(),
+        .to_string() + &match &plan.collective_reason {
+            Some(why) => format!(" This spec is GEMM-shaped, but a CUTLASS collective cannot take it: {why}."),
+            None => String::new(),
         },
         gencode: gencode(plan.target),
         constants,
