@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Validate and time tilegen's GEMM-family kernels (attention: bench_attention.py) against torch/cuBLAS in one process.
 
-Usage: bench.py TARGET=LIBDIR... [--kernels k1,k2] [--quick] [--markdown BENCHMARKS.md] [--nvcc-version TEXT]
+Usage: bench.py TARGET=LIBDIR... [--kernels k1,k2] [--shapes MxNxK,...] [--quick] [--markdown BENCHMARKS.md]
+                [--nvcc-version TEXT]
 
 Each LIBDIR holds lib<kernel>.so files built for TARGET (e.g. sm80=build/sm80). For each
 kernel: fresh random inputs (never zeros), NaN-poisoned outputs, the launcher's return code
@@ -27,6 +28,17 @@ PEER_NAMES = {
 }
 CHECK_SHAPES = [(1000, 1000, 1000), (1, 4096, 4096), (77, 136, 264), (4096, 4096, 4096), (129, 8, 8)]
 BENCH_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 8192)]
+
+
+def parse_shapes(text):
+    """`4096x4096x4096,8192x8192x8192` -> [(4096, 4096, 4096), (8192, 8192, 8192)]."""
+    shapes = []
+    for item in text.split(","):
+        dims = item.strip().lower().split("x")
+        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise argparse.ArgumentTypeError(f"`{item}` is not MxNxK with positive integers")
+        shapes.append(tuple(int(d) for d in dims))
+    return shapes
 
 
 def load(libdir, name):
@@ -122,7 +134,7 @@ def bench_kernel(target, libdir, name, args, gen, rows):
     ok = rc == 1
     failures += not ok
     print(f"check {target:5s} {name:32s} K=71 (not a multiple of 8): {'PASS' if ok else 'FAIL'} launcher returned {rc}")
-    for (M, N, K) in BENCH_SHAPES[:1] if args.quick else BENCH_SHAPES:
+    for (M, N, K) in args.shapes[:1] if args.quick else args.shapes:
         nsets = 3
         sets = [inputs(M, N, K, dtype, bias, gen) + (torch.empty(M, N, device="cuda", dtype=dtype),) for _ in range(nsets)]
         ok, msg = check(fn, name, dtype, bias, bound, M, N, K, gen)
@@ -144,6 +156,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("libdirs", nargs="+", help="TARGET=DIR with lib<kernel>.so files")
     ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--shapes", type=parse_shapes, default=BENCH_SHAPES,
+                    help="timed shapes as MxNxK, comma-separated (default: %(default)s)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--markdown", help="write the table, with date, GPU and versions, to this file")
     ap.add_argument("--nvcc-version", default="", help="the nvcc that built the libraries, for the record")
