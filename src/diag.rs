@@ -112,12 +112,21 @@ pub struct Diagnostic {
     /// The spec is fine, but the target has no lowering for its program shape: `tilegen gen`
     /// over every target skips the pair with a note instead of failing.
     pub unsupported: bool,
+    /// The cause alone, where `message` also says which lowering refused the spec: an error
+    /// that lists several lowerings' refusals quotes this instead of the whole message.
+    pub cause: Option<String>,
 }
 
 impl Diagnostic {
     /// An error at `span`.
     pub fn error(span: Span, message: impl Into<String>) -> Diagnostic {
-        Diagnostic { span, message: message.into(), hint: None, labels: Vec::new(), unsupported: false }
+        Diagnostic { span, message: message.into(), hint: None, labels: Vec::new(), unsupported: false, cause: None }
+    }
+
+    /// Records the cause alone (see [`Diagnostic::cause`]).
+    pub fn with_cause(mut self, cause: impl Into<String>) -> Diagnostic {
+        self.cause = Some(cause.into());
+        self
     }
 
     /// Marks the diagnostic as "no lowering on this target" (see [`Diagnostic::unsupported`]).

@@ -907,6 +907,13 @@ fn a_batched_gemm_groups_its_tiles_inside_each_batch_slice() {
         assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
         assert!(!cu.contains("int const bx = blockIdx.x;"), "{cu}");
     }
+    // Both libraries refuse the 3-D operands; the reason each fallback quotes is the cause
+    // alone, without the preface naming the library's lowering.
+    let sm90a = compile_for(bmm.clone(), Target::Sm90a).unwrap();
+    let amd = compile_for(bmm.clone(), Target::Gfx942).unwrap();
+    for why in [sm90a.plan.collective_reason.clone().unwrap(), amd.plan.tile.as_ref().unwrap().why.clone()] {
+        assert!(why.contains("`A` has 3 dimensions") && !why.contains("lowers GEMM-shaped specs"), "{why}");
+    }
     // The M tiles on z and the batch on y: the hardware walks z last, so the order stays.
     let on_z = bmm
         .replace("by: ceildiv(M, block_M)\n  bz: batch", "by: batch\n  bz: ceildiv(M, block_M)")

@@ -304,7 +304,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             // A GEMM-shaped spec the CK instance cannot take (an epilogue CK's element-wise
             // operators cannot spell, say) takes the tile lowering when that can run it.
             if !cx.errors.is_empty() {
-                let why = format!("GEMM-shaped, but composable_kernel's device GEMM cannot take it: {}", cx.errors.iter().map(|d| d.message.as_str()).collect::<Vec<_>>().join("; "));
+                let why = format!("GEMM-shaped, but composable_kernel's device GEMM cannot take it: {}", cx.errors.iter().map(|d| d.cause.as_deref().unwrap_or(&d.message)).collect::<Vec<_>>().join("; "));
                 match tile(&mut cx, why) {
                     Ok(()) => {
                         cx.errors.clear();
@@ -358,8 +358,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         general.errors.extend(cluster_ignored(spec));
         let acc_regs = general.accumulator_registers();
         if general.errors.is_empty() && acc_regs <= MAX_ACCUMULATOR_REGS {
-            // The reasons without the preface that says what the collective lowering takes.
-            let why = |d: &Diagnostic| d.message.split_once("; ").filter(|(head, _)| head.contains("lowers GEMM-shaped specs")).map_or(d.message.clone(), |(_, why)| why.to_string());
+            // The causes, without the preface that says what the collective lowering takes.
+            let why = |d: &Diagnostic| d.cause.clone().unwrap_or_else(|| d.message.clone());
             general.plan.collective_reason = Some(collective.iter().map(why).collect::<Vec<_>>().join("; "));
             return Ok(general.plan);
         }

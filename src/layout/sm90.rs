@@ -157,6 +157,7 @@ impl<'a> Infer<'a> {
             ("CUTLASS collectives", "GEMM-shaped specs the collective refuses take tilegen's CuTe-level lowering when it can run them; its reasons are listed too")
         };
         self.err(Diagnostic::error(span, format!("the {} target lowers GEMM-shaped specs (clear, a pipelined copy/copy/gemm loop, element-wise epilogue, store) to {lib}; {why}", self.target))
+            .with_cause(why)
             .hint(hint));
     }
 
