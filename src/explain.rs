@@ -575,6 +575,9 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {kernel}, epilogue schedule {epilogue}", p.cluster.0, p.cluster.1, p.stages);
     let _ = writeln!(o, "  layouts: A ({}) {}, B ({}) {}, D ({}) {}; accumulator {}",
         spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2, p.accumulator);
+    if let Some((var, extent)) = &p.batch {
+        let _ = writeln!(o, "  batch: the leading dimension (`{extent}`, stepped by `{var}`) is the collective's batch mode L; each batch is packed after the previous one");
+    }
     let _ = writeln!(o, "\nWarp roles (384 threads)");
     let _ = writeln!(o, "  warpgroup 0: producer; one warp issues the TMA loads of A and B into the {} shared stages (setmaxnreg down to 40 registers)", p.stages);
     let _ = writeln!(o, "  warpgroups 1-2: consumers; each runs WGMMA on {}x{} of the tile from shared memory and the fused epilogue (setmaxnreg up to 232 registers)", bm / 2, bn);

@@ -144,16 +144,32 @@ fn sm90a_maps_majorness_and_refuses_what_it_cannot_lower() {
 }
 
 #[test]
-fn sm90a_batched_gemm_runs_warp_specialised_warpgroup_mmas_and_clusters_stay_with_collectives() {
+fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_warpgroup_mmas() {
     let bmm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/bmm_bf16.yaml")).unwrap();
+    // 3-D A, B and C sharing their leading dimension, stepped by `bz`: CUTLASS's batch mode.
     let c = compile_for(bmm.clone(), Target::Sm90a).unwrap();
-    assert_eq!(c.plan.collective_reason.as_deref(), Some("`A` has 3 dimensions, and the library's GEMM takes 2-D A, B and C here (a batch dimension is not mapped onto its batch mode)"));
+    let p = c.plan.collective.as_ref().expect("a batched GEMM takes the collective");
+    assert_eq!(p.batch, Some(("bz".to_string(), "batch".to_string())));
+    assert!(p.why.contains("over the `batch` batches of its batch mode"), "{}", p.why);
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("args.problem_shape = {M, N, K, batch};"), "{cu}");
+    assert!(cu.contains("args.mainloop.dA = cute::make_stride(int64_t(K), cute::Int<1>{}, int64_t(M) * K);"), "{cu}");
+    assert!(cu.contains("args.epilogue.dD = cute::make_stride(int64_t(N), cute::Int<1>{}, int64_t(M) * N);"), "{cu}");
+    let explained = tilegen::explain::explain(&c);
+    assert!(explained.contains("batch: the leading dimension (`batch`, stepped by `bz`) is the collective's batch mode L"), "{explained}");
+    // Batched A against one B shared by every batch: the batch mode is refused (the ranks
+    // differ), and the CuTe-level lowering takes it.
+    let shared_b = bmm.replace("B: {dtype: bf16, shape: [batch, K, N]}", "B: {dtype: bf16, shape: [K, N]}").replace("B[bz, k*block_K:", "B[k*block_K:");
+    assert_ne!(shared_b, bmm);
+    let c = compile_for(shared_b.clone(), Target::Sm90a).unwrap();
     assert!(c.plan.collective.is_none());
+    assert_eq!(c.plan.collective_reason.as_deref(), Some("`B` has 2 dimensions, and the library's GEMM takes 2-D A, B and C or 3-D ones whose leading batch dimension they share"));
     assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()) && c.plan.warp_specialization.is_some());
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     let banner = cu.split("\n\n").next().unwrap().replace("\n// ", " ");
-    assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `A` has 3 dimensions"), "{banner}");
+    assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `B` has 2 dimensions"), "{banner}");
     assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
     // Its loop's only work is the gemm: each tile's MMAs stay in flight while the next tile is
     // awaited, and a stage is released one tile later (attention's loops keep their own order).
@@ -162,11 +178,17 @@ fn sm90a_batched_gemm_runs_warp_specialised_warpgroup_mmas_and_clusters_stay_wit
         && cu.contains("arrive_barrier(smem.empty_k[prev_stage]);") && cu.contains("warpgroup_wait<0>();  // the last tile's MMAs"), "{cu}");
     let fa = compile_for(attention(), Target::Sm90a).unwrap();
     assert!(fa.plan.pipelines.values().all(|p| !p.mma_in_flight));
+    // A batch taken at another variable than the grid's batch one: the collective refuses it
+    // (and the CuTe-level lowering computes what the spec says).
+    let c = compile_for(bmm.replace("copy(A[bz,", "copy(A[by,"), Target::Sm90a).unwrap();
+    let why = c.plan.collective_reason.unwrap_or_default();
+    assert!(why.contains("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `batch`"), "{why}");
     // A spec's cluster is launched only by a collective: elsewhere it is an error at the value,
     // not a setting silently dropped.
-    let clustered = bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
+    let clustered = shared_b.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
     let errs = compile_for(clustered, Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("the sm90a target has no lowering for this GEMM") && errs.contains(":26:85: error: cluster [2, 1] is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
+    assert!(compile_for(bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}"), Target::Sm90a).is_ok(), "the batched collective takes a cluster");
     let errs = compile_for(attention().replace("stages: 3}}", "stages: 3}, cluster: [2, 1]}"), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("error: cluster [2, 1] is taken only by the CUTLASS collective") && errs.contains("remove `cluster` from this target's entry"), "{errs}");
 }
@@ -896,24 +918,29 @@ fn gemm_blocks_take_tiles_in_groups_of_rows_and_other_grids_keep_the_hardware_or
 #[test]
 fn a_batched_gemm_groups_its_tiles_inside_each_batch_slice() {
     let bmm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/bmm_bf16.yaml")).unwrap();
-    for target in [Target::Sm80, Target::Sm90a] {
-        let c = compile_for(bmm.clone(), target).unwrap();
+    // sm80's bmm, and on sm90a's CuTe-level lowering a GEMM whose grid has a z it never uses.
+    let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap()
+        .replace("  by: ceildiv(M, block_M)\n", "  by: ceildiv(M, block_M)\n  bz: 1\n")
+        .replace("threads: 128", "threads: 256").replace(", cluster: [2, 1]", "");
+    for (text, target, slice) in [(bmm.clone(), Target::Sm80, " (inside each `bz` slice)"), (gemm, Target::Sm90a, " (inside each `bz` slice)")] {
+        let c = compile_for(text, target).unwrap();
+        assert!(c.plan.collective.is_none());
         let r = c.plan.raster.as_ref().expect("the batch index both operands step along keeps its place");
         assert_eq!((r.group_dim, r.walk_dim), (1, 0));
-        assert!(r.why.contains("groups of 8 `by` rows (inside each `bz` slice)"), "{}", r.why);
+        assert!(r.why.contains(&format!("groups of 8 `by` rows{slice}")), "{}", r.why);
         let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
         let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
         assert!(cu.contains("int const by = group_first + int(block_linear % group_blocks % group_rows);"), "{cu}");
-        assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
         assert!(!cu.contains("int const bx = blockIdx.x;"), "{cu}");
     }
-    // Both libraries refuse the 3-D operands; the reason each fallback quotes is the cause
+    let c = compile_for(bmm.clone(), Target::Sm80).unwrap();
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    assert!(files.iter().any(|f| f.contents.contains("int const bz = blockIdx.z;")));
+    // CK's device GEMM refuses the 3-D operands; the reason its fallback quotes is the cause
     // alone, without the preface naming the library's lowering.
-    let sm90a = compile_for(bmm.clone(), Target::Sm90a).unwrap();
     let amd = compile_for(bmm.clone(), Target::Gfx942).unwrap();
-    for why in [sm90a.plan.collective_reason.clone().unwrap(), amd.plan.tile.as_ref().unwrap().why.clone()] {
-        assert!(why.contains("`A` has 3 dimensions") && !why.contains("lowers GEMM-shaped specs"), "{why}");
-    }
+    let why = &amd.plan.tile.as_ref().unwrap().why;
+    assert!(why.contains("`A` has 3 dimensions") && !why.contains("lowers GEMM-shaped specs"), "{why}");
     // The M tiles on z and the batch on y: the hardware walks z last, so the order stays.
     let on_z = bmm
         .replace("by: ceildiv(M, block_M)\n  bz: batch", "by: batch\n  bz: ceildiv(M, block_M)")

@@ -137,6 +137,9 @@ pub struct CollectivePlan {
     pub epilogue: EvtNode,
     /// Estimated shared memory: mainloop stages plus the epilogue's buffers.
     pub smem_bytes: u64,
+    /// A leading batch dimension of A, B and D, mapped onto the collective's batch mode
+    /// (L): the grid variable that steps it and its extent as the spec names it.
+    pub batch: Option<(String, String)>,
     /// Why.
     pub why: String,
 }
@@ -242,16 +245,22 @@ impl<'a> Infer<'a> {
             self.off_path(shape.store.span, "the last statement must copy the accumulator to a global tensor");
             return;
         };
-        if let Some(t) = [ta_idx, tb_idx, td].into_iter().find(|&t| self.spec.tensors[t].shape.len() != 2) {
-            let t = &self.spec.tensors[t];
-            self.off_path(t.name.span, &format!("`{}` has {} dimensions, and the library's GEMM takes 2-D A, B and C here (a batch dimension is not mapped onto its batch mode)", t.name.name, t.shape.len()));
-            return;
-        }
+        // 3-D A, B and output with a shared leading batch dimension, each tile taken at the
+        // same grid variable there: CUTLASS's batch mode (L). CK's path takes 2-D only.
+        let store_origin = store_dst.origin.clone().unwrap_or_default();
+        let (batch, a_origin, b_origin, store_origin) = match self.batch_mode([ta_idx, tb_idx, td], [&a_origin, &b_origin, &store_origin]) {
+            Ok(None) => (None, a_origin, b_origin, store_origin),
+            Ok(Some(b)) => (Some(b), a_origin[1..].to_vec(), b_origin[1..].to_vec(), store_origin[1..].to_vec()),
+            Err((span, why)) => {
+                self.off_path(span, &why);
+                return;
+            }
+        };
         let (sa, sc) = (self.shape(ia).to_vec(), self.shape(ic).to_vec());
         let (bm, bn) = (sc[0], sc[1]);
         let bk = if *transpose_a { sa[0] } else { sa[1] };
         // Tile coordinates: C at (cm, cn); A at (cm, k) or (k, cm); B at (k, cn) or (cn, k).
-        let c_coords = self.coords(store_dst.origin.as_deref().unwrap_or(&[]), &[bm, bn]);
+        let c_coords = self.coords(&store_origin, &[bm, bn]);
         let a_coords = self.coords(&a_origin, &if *transpose_a { [bk, bm] } else { [bm, bk] });
         let b_coords = self.coords(&b_origin, &if *transpose_b { [bn, bk] } else { [bk, bn] });
         let (Some(cc), Some(ac), Some(bc)) = (c_coords, a_coords, b_coords) else {
@@ -265,12 +274,15 @@ impl<'a> Infer<'a> {
             self.off_path(a_span.to(b_span), "A's tile must be (output row tile, k) and B's (k, output column tile), stepping k with the loop variable");
             return;
         }
-        // The grid must be exactly the output tiles, so that CUTLASS's scheduler covers the same work.
-        let grid_ok = spec.grid.len() == 2 && [(&cc[0], bm, 0usize), (&cc[1], bn, 1usize)].iter().all(|(v, ext, d)| {
+        // The grid must be exactly the output tiles (of every batch), so that CUTLASS's
+        // scheduler covers the same work.
+        let lead = usize::from(batch.is_some());
+        let grid_ok = spec.grid.len() == 2 + lead && [(&cc[0], bm, lead), (&cc[1], bn, lead + 1)].iter().all(|(v, ext, d)| {
             spec.grid.iter().any(|g| g.var.name == **v && self.is_ceildiv_of(&g.extent, td, *d, *ext))
         });
         if !grid_ok {
-            self.off_path(spec.grid.first().map_or(spec.kernel.span, |g| g.var.span), "the grid must be one block per output tile: `ceildiv(<rows>, block_M)` and `ceildiv(<cols>, block_N)`");
+            let batch_too = if batch.is_some() { ", and the batch variable over the batch extent" } else { "" };
+            self.off_path(spec.grid.first().map_or(spec.kernel.span, |g| g.var.span), &format!("the grid must be one block per output tile: `ceildiv(<rows>, block_M)` and `ceildiv(<cols>, block_N)`{batch_too}"));
             return;
         }
         let (da, db, dc) = (spec.tensors[ta_idx].dtype.0, spec.tensors[tb_idx].dtype.0, spec.buffers[ic].dtype.0);
@@ -340,8 +352,9 @@ impl<'a> Infer<'a> {
             }
         });
         self.plan.alignment.sort_by_key(|a| a.tensor);
+        let batched = batch.as_ref().map_or(String::new(), |(_, extent)| format!(", over the `{extent}` batches of its batch mode"));
         let why = format!(
-            "a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on {}x{} of the {bm}x{bn} tile), {stages} TMA stages, persistent tile scheduler with swizzled rasterization; the epilogue is an EVT fused into the TMA store",
+            "a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on {}x{} of the {bm}x{bn} tile), {stages} TMA stages, persistent tile scheduler with swizzled rasterization{batched}; the epilogue is an EVT fused into the TMA store",
             bm / 2, bn);
         self.plan.collective = Some(CollectivePlan {
             tile: (bm, bn, bk),
@@ -358,8 +371,53 @@ impl<'a> Infer<'a> {
             accumulator: dc,
             epilogue: tree,
             smem_bytes,
+            batch,
             why,
         });
+    }
+
+    /// A GEMM over 3-D tensors maps onto the collective's batch mode when A, B and the output
+    /// share their leading dimension's extent, are row-major (packed: each batch follows the
+    /// last), and each copy takes its tile at one grid variable there whose extent is that
+    /// batch extent. `Ok(None)`: 2-D tensors; `Ok(Some((variable, extent)))`: batched;
+    /// `Err`: where and why the collective cannot take it.
+    fn batch_mode(&self, tensors: [usize; 3], origins: [&[Expr]; 3]) -> Result<Option<(String, String)>, (Span, String)> {
+        let spec = self.spec;
+        let ranks = tensors.map(|t| spec.tensors[t].shape.len());
+        if ranks == [2, 2, 2] {
+            return Ok(None);
+        }
+        let reject = |t: usize, why: &str| {
+            let t = &spec.tensors[t];
+            Err((t.name.span, format!("`{}` has {} dimensions, and the library's GEMM takes 2-D A, B and C{why}", t.name.name, t.shape.len())))
+        };
+        if self.target.is_amd() {
+            return reject(tensors[ranks.iter().position(|&r| r != 2).unwrap_or(0)], " here (a batch dimension is not mapped onto its batch mode)");
+        }
+        let shape = " or 3-D ones whose leading batch dimension they share";
+        if let Some(i) = ranks.iter().position(|&r| r != 3) {
+            return reject(tensors[i], shape);
+        }
+        let extent = spec.tensors[tensors[0]].shape[0].text();
+        if let Some(&t) = tensors.iter().find(|&&t| spec.tensors[t].shape[0].text() != extent) {
+            return reject(t, shape);
+        }
+        if let Some(&t) = tensors.iter().find(|&&t| spec.tensors[t].order.0 != Order::RowMajor) {
+            return Err((spec.tensors[t].order.1, format!("`{}` is batched and column-major; the batch mode takes packed row-major batches", spec.tensors[t].name.name)));
+        }
+        let var = |o: &[Expr]| match o.first().map(|e| &e.kind) {
+            Some(ExprKind::Name(n)) => Some(n.clone()),
+            _ => None,
+        };
+        let vars = origins.map(var);
+        let grid_var = spec.grid.iter().find(|g| Some(&g.var.name) == vars[0].as_ref() && matches!(&g.extent.kind, ExprKind::Name(n) if *n == extent));
+        match grid_var {
+            Some(g) if vars.iter().all(|v| v.as_deref() == Some(g.var.name.as_str())) => Ok(Some((g.var.name.clone(), extent))),
+            _ => {
+                let span = origins.iter().find_map(|o| o.first()).map_or(spec.kernel.span, |e| e.span);
+                Err((span, format!("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `{extent}`")))
+            }
+        }
     }
 
     /// The epilogue: the parallel blocks between the main loop and the store composed into
@@ -443,6 +501,7 @@ impl<'a> Infer<'a> {
             accumulator: acc,
             epilogue: tree,
             smem_bytes: lds,
+            batch: None,
             why,
         });
     }

@@ -192,11 +192,14 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
             elements.push(Triple { a: alias, b: cpp_type(spec.tensors[t].dtype.0).into(), c: format!("tensor `{}`", spec.tensors[t].name.name) });
         }
     });
-    // Names of M, N, K as the launcher knows them.
-    let (m, n) = (dim(&td.shape[0]), dim(&td.shape[1]));
+    // Names of M, N, K (and the batch) as the launcher knows them; a batched GEMM's leading
+    // dimension is its batch mode.
+    let lead = usize::from(p.batch.is_some());
+    let (m, n) = (dim(&td.shape[lead]), dim(&td.shape[lead + 1]));
+    let l = if lead == 1 { dim(&td.shape[0]) } else { "1".to_string() };
     let k = {
         // K is the A dimension that is not M.
-        let a_dims: Vec<String> = ta.shape.iter().map(dim).collect();
+        let a_dims: Vec<String> = ta.shape[lead..].iter().map(dim).collect();
         a_dims.iter().find(|d| **d != m).cloned().unwrap_or_else(|| a_dims.last().cloned().unwrap_or_default())
     };
     let stride = |layout: &str, rows: &str, cols: &str| -> String {
@@ -257,7 +260,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         stride_a,
         stride_b,
         stride_d,
-        problem: format!("{m}, {n}, {k}, 1"),
+        problem: format!("{m}, {n}, {k}, {l}"),
         ptr_a: ta.name.name.clone(),
         ptr_b: tb.name.name.clone(),
         ptr_d: td.name.name.clone(),

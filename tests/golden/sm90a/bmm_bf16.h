@@ -20,19 +20,18 @@ extern "C" {
 //   C      [batch, M, N] bf16 (output)
 // Sizes: batch, M, N, K >= 1, any value: tiles at ragged edges are predicated.
 // Alignment:
-//   A must be 16-byte aligned and K a multiple of 8 (TMA needs the base address and row strides of
-//   `A` 16-byte aligned).
-//   B must be 16-byte aligned and N a multiple of 8 (TMA needs the base address and row strides of
-//   `B` 16-byte aligned).
-//   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M), batch), 384 (the spec's 256 and a
-// producer warpgroup of 128) threads, 196736 bytes of dynamic shared memory (the limit is raised
-// when over 48 KB).
+//   A must be 16-byte aligned and K a multiple of 8 (TMA loads of A need 16-byte aligned rows).
+//   B must be 16-byte aligned and N a multiple of 8 (TMA loads of B need 16-byte aligned rows).
+//   C must be 16-byte aligned and N a multiple of 8 (TMA stores of the output need 16-byte aligned
+//   rows).
+// Launch: persistent grid of at most one CTA per SM, in 1x1 clusters, 384 threads (one producer and
+// two consumer warpgroups), about 231424 bytes of shared memory; any workspace CUTLASS asks for is
+// allocated and freed on `stream`.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
-//   otherwise the error that cudaFuncSetAttribute or the launch reported.
+//   alignment, or CUTLASS's can_implement rejects the problem;
+//   otherwise the error that cudaGetDevice, the workspace allocation or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_bmm_bf16(const void* A, const void* B, void* C, int batch, int M, int N, int K, cudaStream_t stream);
 
