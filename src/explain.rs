@@ -575,8 +575,14 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {kernel}, epilogue schedule {epilogue}", p.cluster.0, p.cluster.1, p.stages);
     let _ = writeln!(o, "  layouts: A ({}) {}, B ({}) {}, D ({}) {}; accumulator {}",
         spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2, p.accumulator);
-    if let Some((var, extent)) = &p.batch {
-        let _ = writeln!(o, "  batch: the leading dimension (`{extent}`, stepped by `{var}`) is the collective's batch mode L; each batch is packed after the previous one");
+    match &p.batch {
+        Some(b) if b.folded => {
+            let _ = writeln!(o, "  batch: B is shared by every batch, so A's and the output's leading dimension (`{}`, stepped by `{}`) folds into M: one ({}·M)×N GEMM over the packed batches", b.extent, b.var, b.extent);
+        }
+        Some(b) => {
+            let _ = writeln!(o, "  batch: the leading dimension (`{}`, stepped by `{}`) is the collective's batch mode L; each batch is packed after the previous one", b.extent, b.var);
+        }
+        None => {}
     }
     let _ = writeln!(o, "\nWarp roles (384 threads)");
     let _ = writeln!(o, "  warpgroup 0: producer; one warp issues the TMA loads of A and B into the {} shared stages (setmaxnreg down to 40 registers)", p.stages);

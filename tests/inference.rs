@@ -149,7 +149,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     // 3-D A, B and C sharing their leading dimension, stepped by `bz`: CUTLASS's batch mode.
     let c = compile_for(bmm.clone(), Target::Sm90a).unwrap();
     let p = c.plan.collective.as_ref().expect("a batched GEMM takes the collective");
-    assert_eq!(p.batch, Some(("bz".to_string(), "batch".to_string())));
+    assert_eq!(p.batch, Some(tilegen::layout::BatchPlan { var: "bz".into(), extent: "batch".into(), folded: false }));
     assert!(p.why.contains("over the `batch` batches of its batch mode"), "{}", p.why);
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
@@ -158,18 +158,27 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     assert!(cu.contains("args.epilogue.dD = cute::make_stride(int64_t(N), cute::Int<1>{}, int64_t(M) * N);"), "{cu}");
     let explained = tilegen::explain::explain(&c);
     assert!(explained.contains("batch: the leading dimension (`batch`, stepped by `bz`) is the collective's batch mode L"), "{explained}");
-    // Batched A against one B shared by every batch: the batch mode is refused (the ranks
-    // differ), and the CuTe-level lowering takes it.
+    // Batched A against one B shared by every batch (a linear layer over [batch, M, K]
+    // activations): the batches fold into M, one GEMM of batch·M rows.
     let shared_b = bmm.replace("B: {dtype: bf16, shape: [batch, K, N]}", "B: {dtype: bf16, shape: [K, N]}").replace("B[bz, k*block_K:", "B[k*block_K:");
     assert_ne!(shared_b, bmm);
-    let c = compile_for(shared_b.clone(), Target::Sm90a).unwrap();
+    let c = compile_for(shared_b, Target::Sm90a).unwrap();
+    let p = c.plan.collective.as_ref().expect("a shared B takes the collective");
+    assert_eq!(p.batch.as_ref().map(|b| b.folded), Some(true));
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert!(cu.contains("args.problem_shape = {batch * M, N, K, 1};") && cu.contains("int64_t(batch) * M > 2147483647"), "{cu}");
+    // One A against batched B: refused (the ranks differ), and the CuTe-level lowering takes it.
+    let shared_a = bmm.replace("A: {dtype: bf16, shape: [batch, M, K]}", "A: {dtype: bf16, shape: [M, K]}").replace("A[bz, by*block_M:", "A[by*block_M:");
+    assert_ne!(shared_a, bmm);
+    let c = compile_for(shared_a.clone(), Target::Sm90a).unwrap();
     assert!(c.plan.collective.is_none());
-    assert_eq!(c.plan.collective_reason.as_deref(), Some("`B` has 2 dimensions, and the library's GEMM takes 2-D A, B and C or 3-D ones whose leading batch dimension they share"));
+    assert_eq!(c.plan.collective_reason.as_deref(), Some("`A` has 2 dimensions, and the library's GEMM takes 2-D A, B and C, 3-D ones whose leading batch dimension they share, or 3-D A and C with a 2-D B shared by every batch"));
     assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()) && c.plan.warp_specialization.is_some());
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
     let banner = cu.split("\n\n").next().unwrap().replace("\n// ", " ");
-    assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `B` has 2 dimensions"), "{banner}");
+    assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `A` has 2 dimensions"), "{banner}");
     assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
     // Its loop's only work is the gemm: each tile's MMAs stay in flight while the next tile is
     // awaited, and a stage is released one tile later (attention's loops keep their own order).
@@ -185,7 +194,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     assert!(why.contains("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `batch`"), "{why}");
     // A spec's cluster is launched only by a collective: elsewhere it is an error at the value,
     // not a setting silently dropped.
-    let clustered = shared_b.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
+    let clustered = shared_a.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
     let errs = compile_for(clustered, Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("the sm90a target has no lowering for this GEMM") && errs.contains(":26:85: error: cluster [2, 1] is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
     assert!(compile_for(bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}"), Target::Sm90a).is_ok(), "the batched collective takes a cluster");

@@ -137,11 +137,23 @@ pub struct CollectivePlan {
     pub epilogue: EvtNode,
     /// Estimated shared memory: mainloop stages plus the epilogue's buffers.
     pub smem_bytes: u64,
-    /// A leading batch dimension of A, B and D, mapped onto the collective's batch mode
-    /// (L): the grid variable that steps it and its extent as the spec names it.
-    pub batch: Option<(String, String)>,
+    /// A leading batch dimension of A and D (and of B, unless B is shared by every batch).
+    pub batch: Option<BatchPlan>,
     /// Why.
     pub why: String,
+}
+
+/// How a GEMM over 3-D tensors maps onto the collective.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchPlan {
+    /// The grid variable that steps the leading dimension.
+    pub var: String,
+    /// The leading dimension's extent, as the spec names it.
+    pub extent: String,
+    /// B is 2-D, shared by every batch: A's and the output's packed batches fold into M, and
+    /// the problem is one (extent·M)×N GEMM. Otherwise the batches are the collective's batch
+    /// mode (L), with packed batch strides.
+    pub folded: bool,
 }
 
 pub(super) struct Shape<'a> {
@@ -246,11 +258,15 @@ impl<'a> Infer<'a> {
             return;
         };
         // 3-D A, B and output with a shared leading batch dimension, each tile taken at the
-        // same grid variable there: CUTLASS's batch mode (L). CK's path takes 2-D only.
+        // same grid variable there: CUTLASS's batch mode (L); with a 2-D B shared by every
+        // batch, the batches fold into M. CK's path takes 2-D only.
         let store_origin = store_dst.origin.clone().unwrap_or_default();
         let (batch, a_origin, b_origin, store_origin) = match self.batch_mode([ta_idx, tb_idx, td], [&a_origin, &b_origin, &store_origin]) {
             Ok(None) => (None, a_origin, b_origin, store_origin),
-            Ok(Some(b)) => (Some(b), a_origin[1..].to_vec(), b_origin[1..].to_vec(), store_origin[1..].to_vec()),
+            Ok(Some(b)) => {
+                let b_origin = if b.folded { b_origin } else { b_origin[1..].to_vec() };
+                (Some(b), a_origin[1..].to_vec(), b_origin, store_origin[1..].to_vec())
+            }
             Err((span, why)) => {
                 self.off_path(span, &why);
                 return;
@@ -352,7 +368,11 @@ impl<'a> Infer<'a> {
             }
         });
         self.plan.alignment.sort_by_key(|a| a.tensor);
-        let batched = batch.as_ref().map_or(String::new(), |(_, extent)| format!(", over the `{extent}` batches of its batch mode"));
+        let batched = match &batch {
+            Some(b) if b.folded => format!(", with A's and the output's `{}` batches folded into M (B is shared by every batch: one ({}·M)×N GEMM)", b.extent, b.extent),
+            Some(b) => format!(", over the `{}` batches of its batch mode", b.extent),
+            None => String::new(),
+        };
         let why = format!(
             "a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on {}x{} of the {bm}x{bn} tile), {stages} TMA stages, persistent tile scheduler with swizzled rasterization{batched}; the epilogue is an EVT fused into the TMA store",
             bm / 2, bn);
@@ -376,12 +396,12 @@ impl<'a> Infer<'a> {
         });
     }
 
-    /// A GEMM over 3-D tensors maps onto the collective's batch mode when A, B and the output
-    /// share their leading dimension's extent, are row-major (packed: each batch follows the
-    /// last), and each copy takes its tile at one grid variable there whose extent is that
-    /// batch extent. `Ok(None)`: 2-D tensors; `Ok(Some((variable, extent)))`: batched;
-    /// `Err`: where and why the collective cannot take it.
-    fn batch_mode(&self, tensors: [usize; 3], origins: [&[Expr]; 3]) -> Result<Option<(String, String)>, (Span, String)> {
+    /// A GEMM over 3-D tensors maps onto the collective when the output and A share their
+    /// leading dimension's extent, and so does B or B is 2-D (shared by every batch); the
+    /// 3-D tensors are row-major (packed: each batch follows the last), and each copy of one
+    /// takes its tile at one grid variable there, whose extent is that batch extent.
+    /// `Ok(None)`: 2-D tensors; `Err`: where and why the collective cannot take it.
+    fn batch_mode(&self, tensors: [usize; 3], origins: [&[Expr]; 3]) -> Result<Option<BatchPlan>, (Span, String)> {
         let spec = self.spec;
         let ranks = tensors.map(|t| spec.tensors[t].shape.len());
         if ranks == [2, 2, 2] {
@@ -394,27 +414,32 @@ impl<'a> Infer<'a> {
         if self.target.is_amd() {
             return reject(tensors[ranks.iter().position(|&r| r != 2).unwrap_or(0)], " here (a batch dimension is not mapped onto its batch mode)");
         }
-        let shape = " or 3-D ones whose leading batch dimension they share";
-        if let Some(i) = ranks.iter().position(|&r| r != 3) {
-            return reject(tensors[i], shape);
-        }
+        let folded = match ranks {
+            [3, 3, 3] => false,
+            [3, 2, 3] => true,
+            _ => {
+                let odd = if ranks[0] != 3 { 0 } else if ranks[2] != 3 { 2 } else { 1 };
+                return reject(tensors[odd], ", 3-D ones whose leading batch dimension they share, or 3-D A and C with a 2-D B shared by every batch");
+            }
+        };
+        let batched: Vec<(usize, &[Expr])> = tensors.iter().zip(origins).filter(|(t, _)| spec.tensors[**t].shape.len() == 3).map(|(t, o)| (*t, o)).collect();
         let extent = spec.tensors[tensors[0]].shape[0].text();
-        if let Some(&t) = tensors.iter().find(|&&t| spec.tensors[t].shape[0].text() != extent) {
-            return reject(t, shape);
+        if let Some((t, _)) = batched.iter().find(|(t, _)| spec.tensors[*t].shape[0].text() != extent) {
+            return reject(*t, ", or 3-D ones whose leading batch dimension they share");
         }
-        if let Some(&t) = tensors.iter().find(|&&t| spec.tensors[t].order.0 != Order::RowMajor) {
-            return Err((spec.tensors[t].order.1, format!("`{}` is batched and column-major; the batch mode takes packed row-major batches", spec.tensors[t].name.name)));
+        if let Some((t, _)) = batched.iter().find(|(t, _)| spec.tensors[*t].order.0 != Order::RowMajor) {
+            return Err((spec.tensors[*t].order.1, format!("`{}` is batched and column-major; the batch mode takes packed row-major batches", spec.tensors[*t].name.name)));
         }
         let var = |o: &[Expr]| match o.first().map(|e| &e.kind) {
             Some(ExprKind::Name(n)) => Some(n.clone()),
             _ => None,
         };
-        let vars = origins.map(var);
+        let vars: Vec<Option<String>> = batched.iter().map(|(_, o)| var(o)).collect();
         let grid_var = spec.grid.iter().find(|g| Some(&g.var.name) == vars[0].as_ref() && matches!(&g.extent.kind, ExprKind::Name(n) if *n == extent));
         match grid_var {
-            Some(g) if vars.iter().all(|v| v.as_deref() == Some(g.var.name.as_str())) => Ok(Some((g.var.name.clone(), extent))),
+            Some(g) if vars.iter().all(|v| v.as_deref() == Some(g.var.name.as_str())) => Ok(Some(BatchPlan { var: g.var.name.clone(), extent, folded })),
             _ => {
-                let span = origins.iter().find_map(|o| o.first()).map_or(spec.kernel.span, |e| e.span);
+                let span = batched.iter().find_map(|(_, o)| o.first()).map_or(spec.kernel.span, |e| e.span);
                 Err((span, format!("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `{extent}`")))
             }
         }

@@ -192,11 +192,15 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
             elements.push(Triple { a: alias, b: cpp_type(spec.tensors[t].dtype.0).into(), c: format!("tensor `{}`", spec.tensors[t].name.name) });
         }
     });
-    // Names of M, N, K (and the batch) as the launcher knows them; a batched GEMM's leading
-    // dimension is its batch mode.
+    // Names of M, N, K (and the batch) as the launcher knows them. A batched GEMM's leading
+    // dimension is its batch mode L, or folds into M when B is shared by every batch.
     let lead = usize::from(p.batch.is_some());
     let (m, n) = (dim(&td.shape[lead]), dim(&td.shape[lead + 1]));
-    let l = if lead == 1 { dim(&td.shape[0]) } else { "1".to_string() };
+    let (problem_m, l) = match &p.batch {
+        Some(b) if b.folded => (format!("{} * {m}", dim(&td.shape[0])), "1".to_string()),
+        Some(_) => (m.clone(), dim(&td.shape[0])),
+        None => (m.clone(), "1".to_string()),
+    };
     let k = {
         // K is the A dimension that is not M.
         let a_dims: Vec<String> = ta.shape[lead..].iter().map(dim).collect();
@@ -260,11 +264,19 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         stride_a,
         stride_b,
         stride_d,
-        problem: format!("{m}, {n}, {k}, {l}"),
+        problem: format!("{problem_m}, {n}, {k}, {l}"),
         ptr_a: ta.name.name.clone(),
         ptr_b: tb.name.name.clone(),
         ptr_d: td.name.name.clone(),
-        launcher_ctx: launcher(c),
+        launcher_ctx: {
+            let mut l = launcher(c);
+            // The folded M is one int in CUTLASS's problem shape.
+            if let Some(b) = p.batch.as_ref().filter(|b| b.folded) {
+                l.size_checks.push(format!("int64_t({}) * {m} > 2147483647", b.extent));
+                l.doc_sizes.push_str(&format!(", and {} * {m} at most 2147483647 (one GEMM over the batches)", b.extent));
+            }
+            l
+        },
         doc_launch,
         doc_invalid: "CUTLASS's can_implement rejects the problem".into(),
         doc_errors: "cudaGetDevice, the workspace allocation or the launch".into(),
