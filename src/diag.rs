@@ -129,6 +129,12 @@ impl Diagnostic {
         self
     }
 
+    /// The cause alone where one was recorded, else the whole message: what an error that
+    /// lists several lowerings' refusals quotes.
+    pub fn cause_or_message(&self) -> &str {
+        self.cause.as_deref().unwrap_or(&self.message)
+    }
+
     /// Marks the diagnostic as "no lowering on this target" (see [`Diagnostic::unsupported`]).
     pub fn unsupported_on_target(mut self) -> Diagnostic {
         self.unsupported = true;

@@ -95,6 +95,12 @@ fn target_limits_are_errors_with_both_figures() {
     assert!(errs.contains("cannot be split over 4 warps"), "{errs}");
 }
 
+/// The `.cu` file a compiled spec renders to.
+fn rendered_cu(c: &tilegen::Compiled) -> String {
+    let files = tilegen::back::render(c).unwrap_or_else(|_| panic!("renders"));
+    files.into_iter().find(|f| f.name.ends_with(".cu")).expect("a .cu file").contents
+}
+
 fn compile_for(text: String, target: Target) -> Result<tilegen::Compiled, Vec<String>> {
     tilegen::compile(SourceFile::new("t.yaml", text), target).map_err(|(f, d)| d.iter().map(|d| d.render(&f)).collect())
 }
@@ -151,8 +157,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     let p = c.plan.collective.as_ref().expect("a batched GEMM takes the collective");
     assert_eq!(p.batch, Some(tilegen::layout::BatchPlan { var: "bz".into(), extent: "batch".into(), folded: false }));
     assert!(p.why.contains("over the `batch` batches of its batch mode"), "{}", p.why);
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("args.problem_shape = {M, N, K, batch};"), "{cu}");
     assert!(cu.contains("args.mainloop.dA = cute::make_stride(int64_t(K), cute::Int<1>{}, int64_t(M) * K);"), "{cu}");
     assert!(cu.contains("args.epilogue.dD = cute::make_stride(int64_t(N), cute::Int<1>{}, int64_t(M) * N);"), "{cu}");
@@ -165,8 +170,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     let c = compile_for(shared_b, Target::Sm90a).unwrap();
     let p = c.plan.collective.as_ref().expect("a shared B takes the collective");
     assert_eq!(p.batch.as_ref().map(|b| b.folded), Some(true));
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("args.problem_shape = {batch * M, N, K, 1};") && cu.contains("int64_t(batch) * M > 2147483647"), "{cu}");
     // One A against batched B: refused (the ranks differ), and the CuTe-level lowering takes it.
     let shared_a = bmm.replace("A: {dtype: bf16, shape: [batch, M, K]}", "A: {dtype: bf16, shape: [M, K]}").replace("A[bz, by*block_M:", "A[by*block_M:");
@@ -175,8 +179,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     assert!(c.plan.collective.is_none());
     assert_eq!(c.plan.collective_reason.as_deref(), Some("`A` has 2 dimensions, and the library's GEMM takes 2-D A, B and C, 3-D ones whose leading batch dimension they share, or 3-D A and C with a 2-D B shared by every batch"));
     assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()) && c.plan.warp_specialization.is_some());
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     let banner = cu.split("\n\n").next().unwrap().replace("\n// ", " ");
     assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `A` has 2 dimensions"), "{banner}");
     assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
@@ -288,8 +291,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert_eq!(c.plan.smem.total, 4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 4 * 2) + 4 * 16);
     // The general tables stay empty: nothing else plans this program.
     assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty());
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)",
                    "constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;",
                    "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "bool const decode = M <= 8;", "decode ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
@@ -311,8 +313,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert_eq!((p9.w_layout.pad, p9.w_layout.swizzle.bits, p9.w_layout.swizzle.base, p9.w_layout.swizzle.shift), (0, 3, 2, 3));
     // Unpadded stages and their mbarriers, the storage rounded to the swizzle's 1024 bytes.
     assert_eq!(c9.plan.smem.total, (4 * (16 * 512 * 2 + 32 * 64 * 4 + 32 * 4 * 2) + 4 * 16u64).div_ceil(1024) * 1024);
-    let files = tilegen::back::render(&c9).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c9);
     for needle in ["__launch_bounds__(kThreads + kProducerThreads, 2)", "SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage]", "SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage]",
                    "set_barrier_transaction_bytes(smem.full[stage], tma_bytes);", "wait_barrier(smem.empty[stage], (j / stages - 1) % 2);",
                    "make_coord(64 * t + 32 * h + 8 * i, span)", "CU_TENSOR_MAP_SWIZZLE_128B", "int const tma_rows = M < tile_rows ? M : tile_rows;",
@@ -360,8 +361,7 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     let scales = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == "S_s").unwrap();
     assert_eq!((scales.vector_bits, scales.threads.shape), (32, (64, 1)));
     // The launcher divides K exactly: Wq is [N, K/8], scales [N, K/128].
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("K % 8 != 0") && cu.contains("K % 128 != 0"), "divisibility checks");
     assert!(cu.contains("if (tid < 64) {"), "the scale copy is guarded");
     assert!(cu.contains("b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);"));
@@ -374,8 +374,7 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     assert_eq!(d.fused_into, None);
     // 64 words over 128 threads: the last (only) round is guarded.
     assert!(d.guarded && d.per_round.is_none() && d.per_thread == 1);
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     // Whole words: the kernel calls dequant_int4x8, which unpacks its four pairs with
     // dequant_int4x2; no gemm unpacks its own fragments.
     assert!(cu.contains("dequant_int4x8(packed[i], scale[i], dequant_neg_bias<8, ElementS_s>())"), "{cu}");
@@ -392,8 +391,7 @@ fn narrow_tiles_give_each_warp_one_mma_column_and_small_stores_fewer_threads() {
     // The [16, 64] bf16 output tile is 128 16-byte vectors: the first 128 of 256 threads store.
     let store = c.plan.copies.values().find(|cp| cp.kind == CopyKind::AccumulatorToGlobal).unwrap();
     assert_eq!(store.threads.shape.0 * store.threads.shape.1, 128);
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("Copy_Atom<SM75_U32x2_LDSM_N, ElementB_s>"), "B loads two 8x8 tiles per k-block");
     assert!(cu.contains("if (tid < 128 && elem_less("), "the store is guarded");
     // Where 16-wide warp tiles fit they are still chosen.
@@ -406,8 +404,7 @@ fn descending_grid_dimensions_start_with_the_last_tile() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_causal_bf16.yaml")).unwrap();
     let c = compile(text.clone()).unwrap();
     assert!(c.spec.grid[0].descending && !c.spec.grid[1].descending);
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("int const bx = gridDim.x - 1 - blockIdx.x;"));
     assert!(cu.contains("int const by = blockIdx.y;"));
     // Anything but ascending or descending is an error at the value.
@@ -456,8 +453,7 @@ fn linear_attention_keeps_register_operand_rows_in_warps_and_reads_k_transposed(
     let k_s = &c.plan.shared[&buffer("K_s")];
     assert!(qk_plan.k_major(false, k_s) && !qk_plan.transposed_view(false, k_s));
     assert!(!kv.k_major(true, k_s) && kv.transposed_view(true, k_s));
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("Tensor sK_s_t = make_tensor(sK_s.data(), swap_mn(sK_s.layout()));"));
     assert!(cu.contains("using S2RCopyAtomK_s3 = Copy_Atom<SM75_U16x8_LDSM_T, ElementK_s>;"), "Kᵀ·V loads A with ldmatrix.trans");
     assert!(cu.contains("using S2RCopyAtomK_s0 = Copy_Atom<SM75_U32x4_LDSM_N, ElementK_s>;"));
@@ -484,8 +480,7 @@ fn accumulators_copy_into_shared_buffers_and_stores_in_loops_get_their_own_stagi
     // The store inside the loop cannot reuse the buffers: its staging tile adds to them.
     assert!(!c.plan.smem.staging_reuses_buffers);
     assert_eq!(c.plan.smem.total, c.plan.smem.buffers + c.plan.smem.staging);
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("copy(r2s_copy_S_s, r2s_thr_S_s.retile_S(S_f_S_s), r2s_thr_S_s.partition_D(sS_s_t));"));
     assert!(!cu.contains("union {"), "no union of buffers and staging");
     // After the loops (attention), the staging tile still reuses the buffers.
@@ -897,8 +892,7 @@ fn gemm_blocks_take_tiles_in_groups_of_rows_and_other_grids_keep_the_hardware_or
     let r = c.plan.raster.as_ref().expect("a GEMM's grid is rasterized");
     assert_eq!((r.group_dim, r.walk_dim, r.group), (1, 0, tilegen::layout::RASTER_GROUP), "groups of `by` rows (A's panels)");
     assert!(r.why.contains("8 panels of `A`"), "{}", r.why);
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("constexpr int kRasterGroup = 8;"), "{cu}");
     assert!(cu.contains("int const by = group_first + int(block_linear % group_blocks % group_rows);"), "{cu}");
     assert!(cu.contains("int const bx = int(block_linear % group_blocks / group_rows);"), "{cu}");
@@ -911,8 +905,7 @@ fn gemm_blocks_take_tiles_in_groups_of_rows_and_other_grids_keep_the_hardware_or
     let c = compile(swapped).unwrap();
     let r = c.plan.raster.as_ref().expect("still a GEMM's grid");
     assert_eq!((r.group_dim, r.walk_dim), (0, 1));
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("int const group_rows = min(int(gridDim.x) - group_first, kRasterGroup);"), "{cu}");
     // An order the spec asks for is kept, and so is a grid that is not a GEMM's two tile dims.
     let c = compile(text.replace("by: ceildiv(M, block_M)", "by:\n    extent: ceildiv(M, block_M)\n    order: descending")).unwrap();
@@ -937,8 +930,7 @@ fn a_batched_gemm_groups_its_tiles_inside_each_batch_slice() {
         let r = c.plan.raster.as_ref().expect("the batch index both operands step along keeps its place");
         assert_eq!((r.group_dim, r.walk_dim), (1, 0));
         assert!(r.why.contains(&format!("groups of 8 `by` rows{slice}")), "{}", r.why);
-        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-        let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+        let cu = &rendered_cu(&c);
         assert!(cu.contains("int const by = group_first + int(block_linear % group_blocks % group_rows);"), "{cu}");
         assert!(!cu.contains("int const bx = blockIdx.x;"), "{cu}");
     }
@@ -991,8 +983,7 @@ fn warps_skip_row_scales_of_one_on_wide_mma_sync_accumulators_only() {
     assert_eq!(stats.iter().map(|b| c.spec.buffers[*b].name.name.as_str()).collect::<Vec<_>>(), ["alpha"]);
     let tilegen::ast::StmtKind::Parallel { body, .. } = &c.spec.stmt(*id).unwrap().kind else { panic!("a parallel block") };
     assert_eq!(c.file.snippet(body[0].span).trim(), "O_f[i, j] *= alpha[i]");
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("scaled |= alpha(r) != 1.0f;") && cu.contains("if (__any_sync(0xffffffffu, scaled)) {"), "{cu}");
     // Head dim 64: 64 accumulator values per thread, below the threshold.
     assert!(compile(spec("flash_attention_fwd_d64_bf16")).unwrap().plan.unit_scale_skips.is_empty());
@@ -1020,8 +1011,7 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
         assert_eq!((c.spec.buffers[buffer].name.name.as_str(), c.spec.tensors[tensor].name.name.as_str()), ("Z_s", "zeros"));
         assert_eq!(p.stage_bytes[3], p.stage_bytes[2], "a zero point per scale");
         assert!(c.plan.alignment.iter().any(|a| a.tensor == tensor && a.vector_elems == 2), "the launcher checks the zeros' alignment");
-        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-        let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+        let cu = &rendered_cu(&c);
         let copy = if target == Target::Sm80 { "cp_async_4(scales_dst + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src, scales_in);" } else { "cp_async_4(scales_dst[i] + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src[i] + j * (block_K / 128)" };
         for needle in ["cute::array_aligned<ElementS_s, stages * kStageS_s, 128> Z_s;", copy,
                        "uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u);",
@@ -1034,8 +1024,7 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
         .replace("threads: 256", "threads: 128");
     let c = compile(wide.clone()).unwrap();
     assert!(c.plan.dequant_gemm.is_none() && c.plan.dequants.values().all(|d| d.fused_into.is_some()));
-    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
-    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    let cu = &rendered_cu(&c);
     assert!(cu.contains("uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8, read_stage).raw()) * 0x10001u);"), "{cu}");
     // Zero points in a tensor shaped unlike the scales: the thin-tile lowering says why not
     // (checked before the tile's height), and the general one takes the program.

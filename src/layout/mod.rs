@@ -304,7 +304,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             // A GEMM-shaped spec the CK instance cannot take (an epilogue CK's element-wise
             // operators cannot spell, say) takes the tile lowering when that can run it.
             if !cx.errors.is_empty() {
-                let why = format!("GEMM-shaped, but composable_kernel's device GEMM cannot take it: {}", cx.errors.iter().map(|d| d.cause.as_deref().unwrap_or(&d.message)).collect::<Vec<_>>().join("; "));
+                let why = format!("GEMM-shaped, but composable_kernel's device GEMM cannot take it: {}", cx.errors.iter().map(Diagnostic::cause_or_message).collect::<Vec<_>>().join("; "));
                 match tile(&mut cx, why) {
                     Ok(()) => {
                         cx.errors.clear();
@@ -359,8 +359,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         let acc_regs = general.accumulator_registers();
         if general.errors.is_empty() && acc_regs <= MAX_ACCUMULATOR_REGS {
             // The causes, without the preface that says what the collective lowering takes.
-            let why = |d: &Diagnostic| d.cause.clone().unwrap_or_else(|| d.message.clone());
-            general.plan.collective_reason = Some(collective.iter().map(why).collect::<Vec<_>>().join("; "));
+            general.plan.collective_reason = Some(collective.iter().map(Diagnostic::cause_or_message).collect::<Vec<_>>().join("; "));
             return Ok(general.plan);
         }
         let mut refusals = std::mem::take(&mut general.errors);

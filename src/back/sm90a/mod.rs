@@ -197,8 +197,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let lead = usize::from(p.batch.is_some());
     let (m, n) = (dim(&td.shape[lead]), dim(&td.shape[lead + 1]));
     let (problem_m, l) = match &p.batch {
-        Some(b) if b.folded => (format!("{} * {m}", dim(&td.shape[0])), "1".to_string()),
-        Some(_) => (m.clone(), dim(&td.shape[0])),
+        Some(b) if b.folded => (format!("{} * {m}", b.extent), "1".to_string()),
+        Some(b) => (m.clone(), b.extent.clone()),
         None => (m.clone(), "1".to_string()),
     };
     let k = {
