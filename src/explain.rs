@@ -325,8 +325,12 @@ fn evt_text(c: &Compiled, n: &crate::layout::EvtNode) -> String {
     use crate::layout::EvtNode;
     match n {
         EvtNode::Acc => "acc".into(),
-        EvtNode::RowBroadcast { tensor } => format!("row_broadcast({})", c.spec.tensors[*tensor].name.name),
-        EvtNode::ColBroadcast { tensor } => format!("col_broadcast({})", c.spec.tensors[*tensor].name.name),
+        EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => {
+            // A 2-D vector holds one per batch.
+            let t = &c.spec.tensors[*tensor];
+            let kind = if matches!(n, EvtNode::RowBroadcast { .. }) { "row_broadcast" } else { "col_broadcast" };
+            format!("{kind}({}{})", t.name.name, if t.shape.len() == 2 { ", per batch" } else { "" })
+        }
         EvtNode::Scalar { value } => value.clone(),
         EvtNode::Compute { op, children } => format!(
             "{}({})", op.name(),
@@ -575,14 +579,15 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {kernel}, epilogue schedule {epilogue}", p.cluster.0, p.cluster.1, p.stages);
     let _ = writeln!(o, "  layouts: A ({}) {}, B ({}) {}, D ({}) {}; accumulator {}",
         spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2, p.accumulator);
-    match &p.batch {
-        Some(b) if b.folded => {
-            let _ = writeln!(o, "  batch: B is shared by every batch, so A's and the output's leading dimension (`{}`, stepped by `{}`) folds into M: one ({}·M)×N GEMM over the packed batches", b.extent, b.var, b.extent);
-        }
-        Some(b) => {
-            let _ = writeln!(o, "  batch: the leading dimension (`{}`, stepped by `{}`) is the collective's batch mode L; each batch is packed after the previous one", b.extent, b.var);
-        }
-        None => {}
+    if let Some(b) = &p.batch {
+        use crate::layout::BatchForm;
+        let line = match b.form {
+            BatchForm::FoldedIntoM => format!("B is shared by every batch, so A's and the output's leading dimension (`{}`, stepped by `{}`) folds into M: one ({}·M)×N GEMM over the packed batches", b.extent, b.var, b.extent),
+            BatchForm::Batched => format!("the leading dimension (`{}`, stepped by `{}`) is the collective's batch mode L; each batch is packed after the previous one", b.extent, b.var),
+            BatchForm::SharedA => format!("the output's and B's leading dimension (`{}`, stepped by `{}`) is the collective's batch mode L, packed; A is shared by every batch (batch stride 0)", b.extent, b.var),
+            BatchForm::SharedB => format!("the output's and A's leading dimension (`{}`, stepped by `{}`) is the collective's batch mode L, packed; B is shared by every batch (batch stride 0), not folded into M because an epilogue vector is not one value per folded row", b.extent, b.var),
+        };
+        let _ = writeln!(o, "  batch: {line}");
     }
     let _ = writeln!(o, "\nWarp roles (384 threads)");
     let _ = writeln!(o, "  warpgroup 0: producer; one warp issues the TMA loads of A and B into the {} shared stages (setmaxnreg down to 40 registers)", p.stages);

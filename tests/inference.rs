@@ -2,7 +2,7 @@
 
 use tilegen::ast::StmtKind;
 use tilegen::diag::SourceFile;
-use tilegen::layout::{CopyKind, DequantZero, EpilogueOp, FragmentLayout, GemmSchedule, MbarrierRole, PipelineMode};
+use tilegen::layout::{BatchForm, CopyKind, DequantZero, EpilogueOp, FragmentLayout, GemmSchedule, MbarrierRole, PipelineMode};
 use tilegen::target::Target;
 
 fn spec(tiles: (i64, i64, i64), stages: i64, threads: i64, a_order: &str, transpose_b: bool) -> String {
@@ -155,7 +155,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     // 3-D A, B and C sharing their leading dimension, stepped by `bz`: CUTLASS's batch mode.
     let c = compile_for(bmm.clone(), Target::Sm90a).unwrap();
     let p = c.plan.collective.as_ref().expect("a batched GEMM takes the collective");
-    assert_eq!(p.batch, Some(tilegen::layout::BatchPlan { var: "bz".into(), extent: "batch".into(), folded: false }));
+    assert_eq!(p.batch, Some(tilegen::layout::BatchPlan { var: "bz".into(), extent: "batch".into(), form: BatchForm::Batched }));
     assert!(p.why.contains("over the `batch` batches of its batch mode"), "{}", p.why);
     let cu = &rendered_cu(&c);
     assert!(cu.contains("args.problem_shape = {M, N, K, batch};"), "{cu}");
@@ -169,19 +169,29 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     assert_ne!(shared_b, bmm);
     let c = compile_for(shared_b, Target::Sm90a).unwrap();
     let p = c.plan.collective.as_ref().expect("a shared B takes the collective");
-    assert_eq!(p.batch.as_ref().map(|b| b.folded), Some(true));
+    assert_eq!(p.batch.as_ref().map(|b| b.form), Some(BatchForm::FoldedIntoM));
     let cu = &rendered_cu(&c);
     assert!(cu.contains("args.problem_shape = {batch * M, N, K, 1};") && cu.contains("int64_t(batch) * M > 2147483647"), "{cu}");
-    // One A against batched B: refused (the ranks differ), and the CuTe-level lowering takes it.
+    // One A against batched B: the batch mode with A's batch stride a static zero.
     let shared_a = bmm.replace("A: {dtype: bf16, shape: [batch, M, K]}", "A: {dtype: bf16, shape: [M, K]}").replace("A[bz, by*block_M:", "A[by*block_M:");
     assert_ne!(shared_a, bmm);
-    let c = compile_for(shared_a.clone(), Target::Sm90a).unwrap();
-    assert!(c.plan.collective.is_none());
-    assert_eq!(c.plan.collective_reason.as_deref(), Some("`A` has 2 dimensions, and the library's GEMM takes 2-D A, B and C, 3-D ones whose leading batch dimension they share, or 3-D A and C with a 2-D B shared by every batch"));
+    let c = compile_for(shared_a, Target::Sm90a).unwrap();
+    assert_eq!(c.plan.collective.as_ref().and_then(|p| p.batch.as_ref()).map(|b| b.form), Some(BatchForm::SharedA));
+    let cu = &rendered_cu(&c);
+    assert!(cu.contains("using LayoutA = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;  // row-major, one matrix for every batch (batch stride 0)")
+        && cu.contains("args.mainloop.dA = cute::make_stride(int64_t(K), cute::Int<1>{}, cute::Int<0>{});")
+        && cu.contains("args.mainloop.dB = cute::make_stride(cute::Int<1>{}, int64_t(N), int64_t(K) * N);")
+        && cu.contains("args.problem_shape = {M, N, K, batch};"), "{cu}");
+    // A batch taken at another variable than the grid's batch one: the collective refuses it,
+    // and the CuTe-level lowering computes what the spec says.
+    let other_var = bmm.replace("copy(A[bz,", "copy(A[by,");
+    let c = compile_for(other_var.clone(), Target::Sm90a).unwrap();
+    let why = c.plan.collective_reason.clone().unwrap_or_default();
+    assert!(why.contains("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `batch`"), "{why}");
     assert!(c.plan.mmas.values().all(|m| m.wgmma.is_some()) && c.plan.warp_specialization.is_some());
     let cu = &rendered_cu(&c);
     let banner = cu.split("\n\n").next().unwrap().replace("\n// ", " ");
-    assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: `A` has 2 dimensions"), "{banner}");
+    assert!(banner.contains("This spec is GEMM-shaped, but a CUTLASS collective cannot take it: a batched GEMM must take every tile"), "{banner}");
     assert!(cu.contains("int const bz = blockIdx.z;"), "{cu}");
     // Its loop's only work is the gemm: each tile's MMAs stay in flight while the next tile is
     // awaited, and a stage is released one tile later (attention's loops keep their own order).
@@ -190,19 +200,68 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
         && cu.contains("arrive_barrier(smem.empty_k[prev_stage]);") && cu.contains("warpgroup_wait<0>();  // the last tile's MMAs"), "{cu}");
     let fa = compile_for(attention(), Target::Sm90a).unwrap();
     assert!(fa.plan.pipelines.values().all(|p| !p.mma_in_flight));
-    // A batch taken at another variable than the grid's batch one: the collective refuses it
-    // (and the CuTe-level lowering computes what the spec says).
-    let c = compile_for(bmm.replace("copy(A[bz,", "copy(A[by,"), Target::Sm90a).unwrap();
-    let why = c.plan.collective_reason.unwrap_or_default();
-    assert!(why.contains("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `batch`"), "{why}");
     // A spec's cluster is launched only by a collective: elsewhere it is an error at the value,
     // not a setting silently dropped.
-    let clustered = shared_a.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
+    let clustered = other_var.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
     let errs = compile_for(clustered, Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("the sm90a target has no lowering for this GEMM") && errs.contains(":26:85: error: cluster [2, 1] is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
     assert!(compile_for(bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}"), Target::Sm90a).is_ok(), "the batched collective takes a cluster");
     let errs = compile_for(attention().replace("stages: 3}}", "stages: 3}, cluster: [2, 1]}"), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("error: cluster [2, 1] is taken only by the CUTLASS collective") && errs.contains("remove `cluster` from this target's entry"), "{errs}");
+}
+
+/// A batched golden spec with one more tensor (before the output) and an epilogue statement.
+fn batched_with_epilogue(golden: &str, tensor: &str, stmt: &str) -> String {
+    let src = std::fs::read_to_string(format!("{}/tests/golden/specs/{golden}.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let out = "  C: {dtype: bf16, shape: [batch, M, N], output: true}";
+    assert!(src.contains(out) && src.contains("  - copy(acc, C"));
+    src.replace(out, &format!("  {tensor}\n{out}")).replace("  - copy(acc, C", &format!("  - parallel(i, j):\n      - {stmt}\n  - copy(acc, C"))
+}
+
+#[test]
+fn sm90a_batched_epilogue_vectors_step_with_the_batch_and_fold_only_when_rows_allow() {
+    let form = |c: &tilegen::Compiled| c.plan.collective.as_ref().and_then(|p| p.batch.as_ref()).map(|b| b.form);
+    // One bias per batch over the columns: a row broadcast whose batch stride is its length.
+    let c = compile_for(batched_with_epilogue("bmm_bf16", "bias: {dtype: bf16, shape: [batch, N]}", "acc[i, j] = acc[i, j] + f32(bias[bz, bx*block_N + j])"), Target::Sm90a).unwrap();
+    assert_eq!(form(&c), Some(BatchForm::Batched));
+    let cu = &rendered_cu(&c);
+    assert!(cu.contains("using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, int64_t>,")
+        && cu.contains("{static_cast<ElementBias const*>(bias), ElementBias(0.0f), {cute::Int<0>{}, cute::Int<1>{}, int64_t(N)}},  // bias"), "{cu}");
+    assert!(tilegen::explain::explain(&c).contains("D = plus(acc, row_broadcast(bias, per batch))"));
+    // One scale per batch over the rows: a column broadcast stepping by M.
+    let c = compile_for(batched_with_epilogue("bmm_bf16", "scale: {dtype: f32, shape: [batch, M]}", "acc[i, j] = acc[i, j] * scale[bz, by*block_M + i]"), Target::Sm90a).unwrap();
+    assert!(rendered_cu(&c).contains("{static_cast<ElementScale const*>(scale), ElementScale(0.0f), {cute::Int<1>{}, cute::Int<0>{}, int64_t(M)}},  // scale"));
+    // With B shared the batches fold into M while every epilogue vector is one value per
+    // folded row: a packed [batch, M] vector is, and it needs no batch stride.
+    let c = compile_for(batched_with_epilogue("linear3d_bf16", "scale: {dtype: f32, shape: [batch, M]}", "acc[i, j] = acc[i, j] * scale[bz, by*block_M + i]"), Target::Sm90a).unwrap();
+    assert_eq!(form(&c), Some(BatchForm::FoldedIntoM));
+    let cu = &rendered_cu(&c);
+    assert!(cu.contains("Stride<_1, _0, _0>, 128 / cutlass::sizeof_bits<ElementScale>::value, false>;  // `scale`: one value per output row of every batch (the batches folded into M)")
+        && cu.contains("args.problem_shape = {batch * M, N, K, 1};"), "{cu}");
+    // A per-row vector repeated in every batch, or one bias per batch over the columns, cannot
+    // be indexed by folded rows: the batch mode with B's batch stride a static zero instead.
+    for (tensor, stmt, name) in [
+        ("scale: {dtype: f32, shape: [M]}", "acc[i, j] = acc[i, j] * scale[by*block_M + i]", "scale"),
+        ("bias: {dtype: bf16, shape: [batch, N]}", "acc[i, j] = acc[i, j] + f32(bias[bz, bx*block_N + j])", "bias"),
+    ] {
+        let c = compile_for(batched_with_epilogue("linear3d_bf16", tensor, stmt), Target::Sm90a).unwrap();
+        assert_eq!(form(&c), Some(BatchForm::SharedB), "{stmt}");
+        let p = c.plan.collective.as_ref().unwrap();
+        assert!(p.why.contains(&format!("with one B for every batch (B's batch stride is 0; the batches do not fold into M because the epilogue's vector `{name}` is not one value per folded row)")), "{}", p.why);
+        let cu = &rendered_cu(&c);
+        assert!(cu.contains("using LayoutB = cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>;  // row-major, one matrix for every batch (batch stride 0)")
+            && cu.contains("args.mainloop.dB = cute::make_stride(cute::Int<1>{}, int64_t(N), cute::Int<0>{});")
+            && cu.contains("args.problem_shape = {M, N, K, batch};") && !cu.contains("2147483647 (one GEMM"), "{cu}");
+    }
+    // A per-batch vector must be indexed by the batch variable first, and be row-major (packed).
+    for (tensor, stmt) in [
+        ("bias: {dtype: bf16, shape: [batch, N]}", "acc[i, j] = acc[i, j] + f32(bias[by, bx*block_N + j])"),
+        ("bias: {dtype: bf16, shape: [batch, N], order: col_major}", "acc[i, j] = acc[i, j] + f32(bias[bz, bx*block_N + j])"),
+    ] {
+        let c = compile_for(batched_with_epilogue("bmm_bf16", tensor, stmt), Target::Sm90a).unwrap();
+        assert!(c.plan.collective.is_none(), "{tensor} {stmt}");
+        assert_eq!(c.plan.collective_reason.as_deref(), Some("the sm90a epilogue cannot express a read of a tensor that is neither a vector nor one vector per batch as a CUTLASS epilogue visitor tree yet"));
+    }
 }
 
 fn attention() -> String {

@@ -150,10 +150,44 @@ pub struct BatchPlan {
     pub var: String,
     /// The leading dimension's extent, as the spec names it.
     pub extent: String,
-    /// B is 2-D, shared by every batch: A's and the output's packed batches fold into M, and
-    /// the problem is one (extent·M)×N GEMM. Otherwise the batches are the collective's batch
-    /// mode (L), with packed batch strides.
-    pub folded: bool,
+    /// Which operands are batched, and how the collective runs the batches.
+    pub form: BatchForm,
+}
+
+/// The forms of a batched GEMM the collective takes. The output is always 3-D, with packed
+/// row-major batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchForm {
+    /// A and B are 3-D: the batches are the collective's batch mode (L), with packed batch
+    /// strides (torch.bmm).
+    Batched,
+    /// A is 2-D, one matrix for every batch of B: the batch mode with A's batch stride a
+    /// static zero.
+    SharedA,
+    /// B is 2-D, one matrix for every batch of A: A's and the output's packed batches fold
+    /// into M, one (extent·M)×N GEMM (a linear layer over batched activations).
+    FoldedIntoM,
+    /// B is 2-D, but the epilogue reads a vector that repeats or changes from batch to batch
+    /// along the output's rows, which the folded rows cannot index: the batch mode with B's
+    /// batch stride a static zero.
+    SharedB,
+}
+
+impl BatchForm {
+    /// Whether the batches are the collective's batch mode L (not folded into M).
+    pub fn is_batch_mode(self) -> bool {
+        self != BatchForm::FoldedIntoM
+    }
+}
+
+/// What the epilogue's tensor reads may name: the accumulator's `parallel` variables, the
+/// output tile's grid variables and extents, and the batch (variable, extent), if any.
+#[derive(Clone, Copy)]
+struct EvtScope<'s> {
+    vars: &'s [Ident],
+    tiles: (&'s str, &'s str),
+    ext: (i64, i64),
+    batch: Option<(&'s str, &'s str)>,
 }
 
 pub(super) struct Shape<'a> {
@@ -264,8 +298,9 @@ impl<'a> Infer<'a> {
         let (batch, a_origin, b_origin, store_origin) = match self.batch_mode([ta_idx, tb_idx, td], [&a_origin, &b_origin, &store_origin]) {
             Ok(None) => (None, a_origin, b_origin, store_origin),
             Ok(Some(b)) => {
-                let b_origin = if b.folded { b_origin } else { b_origin[1..].to_vec() };
-                (Some(b), a_origin[1..].to_vec(), b_origin, store_origin[1..].to_vec())
+                // The tile origins without the batch index of the 3-D tensors.
+                let tile_of = |o: Vec<Expr>, t: usize| if spec.tensors[t].shape.len() == 3 { o[1..].to_vec() } else { o };
+                (Some(b), tile_of(a_origin, ta_idx), tile_of(b_origin, tb_idx), store_origin[1..].to_vec())
             }
             Err((span, why)) => {
                 self.off_path(span, &why);
@@ -339,7 +374,20 @@ impl<'a> Infer<'a> {
             self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit: at most 4 CTAs, and multicast needs the tile to split over it")));
             return;
         }
-        let Some(tree) = self.epilogue_tree(&shape, ic, (&cc[0], &cc[1]), (bm, bn)) else { return };
+        let Some(tree) = self.epilogue_tree(&shape, ic, (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
+        // Folded rows run over every batch: a vector along them must be [batch, M], packed.
+        let mut unfoldable = None;
+        collect_broadcasts(&tree, &mut |t, row| {
+            if unfoldable.is_none() && (spec.tensors[t].shape.len() == 2) == row {
+                unfoldable = Some(t);
+            }
+        });
+        let batch = batch.map(|mut b| {
+            if b.form == BatchForm::FoldedIntoM && unfoldable.is_some() {
+                b.form = BatchForm::SharedB;
+            }
+            b
+        });
         let bytes = |d: DType| d.bytes();
         let stage_bytes = (bm * bk) as u64 * bytes(da) + (bn * bk) as u64 * bytes(db);
         // The TMA epilogue stages 128x64 (or smaller) subtiles of D through shared memory, twice.
@@ -369,9 +417,16 @@ impl<'a> Infer<'a> {
         });
         self.plan.alignment.sort_by_key(|a| a.tensor);
         let batched = match &batch {
-            Some(b) if b.folded => format!(", with A's and the output's `{}` batches folded into M (B is shared by every batch: one ({}·M)×N GEMM)", b.extent, b.extent),
-            Some(b) => format!(", over the `{}` batches of its batch mode", b.extent),
             None => String::new(),
+            Some(b) => match b.form {
+                BatchForm::FoldedIntoM => format!(", with A's and the output's `{}` batches folded into M (B is shared by every batch: one ({}·M)×N GEMM)", b.extent, b.extent),
+                BatchForm::Batched => format!(", over the `{}` batches of its batch mode", b.extent),
+                BatchForm::SharedA => format!(", over the `{}` batches of its batch mode, with one A for every batch (A's batch stride is 0)", b.extent),
+                BatchForm::SharedB => {
+                    let v = unfoldable.map_or_else(String::new, |t| format!("`{}` ", spec.tensors[t].name.name));
+                    format!(", over the `{}` batches of its batch mode, with one B for every batch (B's batch stride is 0; the batches do not fold into M because the epilogue's vector {v}is not one value per folded row)", b.extent)
+                }
+            },
         };
         let why = format!(
             "a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on {}x{} of the {bm}x{bn} tile), {stages} TMA stages, persistent tile scheduler with swizzled rasterization{batched}; the epilogue is an EVT fused into the TMA store",
@@ -396,10 +451,11 @@ impl<'a> Infer<'a> {
         });
     }
 
-    /// A GEMM over 3-D tensors maps onto the collective when the output and A share their
-    /// leading dimension's extent, and so does B or B is 2-D (shared by every batch); the
-    /// 3-D tensors are row-major (packed: each batch follows the last), and each copy of one
-    /// takes its tile at one grid variable there, whose extent is that batch extent.
+    /// A GEMM over 3-D tensors maps onto the collective when the output is 3-D and so is A or
+    /// B (or both), every 3-D tensor with the same leading dimension; a 2-D operand is shared
+    /// by every batch. The 3-D tensors are row-major (packed: each batch follows the last),
+    /// and each copy of one takes its tile at one grid variable there, whose extent is that
+    /// batch extent. A 2-D B starts as [`BatchForm::FoldedIntoM`]; the epilogue may undo it.
     /// `Ok(None)`: 2-D tensors; `Err`: where and why the collective cannot take it.
     fn batch_mode(&self, tensors: [usize; 3], origins: [&[Expr]; 3]) -> Result<Option<BatchPlan>, (Span, String)> {
         let spec = self.spec;
@@ -414,16 +470,22 @@ impl<'a> Infer<'a> {
         if self.target.is_amd() {
             return reject(tensors[ranks.iter().position(|&r| r != 2).unwrap_or(0)], " here (a batch dimension is not mapped onto its batch mode)");
         }
-        let folded = match ranks {
-            [3, 3, 3] => false,
-            [3, 2, 3] => true,
+        let form = match ranks {
+            [3, 3, 3] => BatchForm::Batched,
+            [2, 3, 3] => BatchForm::SharedA,
+            [3, 2, 3] => BatchForm::FoldedIntoM,
             _ => {
-                let odd = if ranks[0] != 3 { 0 } else if ranks[2] != 3 { 2 } else { 1 };
-                return reject(tensors[odd], ", 3-D ones whose leading batch dimension they share, or 3-D A and C with a 2-D B shared by every batch");
+                let odd = match ranks {
+                    [_, _, r] if r != 3 => 2,
+                    [r, _, _] if r != 2 && r != 3 => 0,
+                    [_, r, _] if r != 2 && r != 3 => 1,
+                    _ => 2,  // a 3-D output from two 2-D operands
+                };
+                return reject(tensors[odd], ", or a 3-D output with 3-D A and B whose leading batch dimension they share, or one of them 2-D and shared by every batch");
             }
         };
         let batched: Vec<(usize, &[Expr])> = tensors.iter().zip(origins).filter(|(t, _)| spec.tensors[**t].shape.len() == 3).map(|(t, o)| (*t, o)).collect();
-        let extent = spec.tensors[tensors[0]].shape[0].text();
+        let extent = spec.tensors[tensors[2]].shape[0].text();
         if let Some((t, _)) = batched.iter().find(|(t, _)| spec.tensors[*t].shape[0].text() != extent) {
             return reject(*t, ", or 3-D ones whose leading batch dimension they share");
         }
@@ -437,7 +499,7 @@ impl<'a> Infer<'a> {
         let vars: Vec<Option<String>> = batched.iter().map(|(_, o)| var(o)).collect();
         let grid_var = spec.grid.iter().find(|g| Some(&g.var.name) == vars[0].as_ref() && matches!(&g.extent.kind, ExprKind::Name(n) if *n == extent));
         match grid_var {
-            Some(g) if vars.iter().all(|v| v.as_deref() == Some(g.var.name.as_str())) => Ok(Some(BatchPlan { var: g.var.name.clone(), extent, folded })),
+            Some(g) if vars.iter().all(|v| v.as_deref() == Some(g.var.name.as_str())) => Ok(Some(BatchPlan { var: g.var.name.clone(), extent, form })),
             _ => {
                 let span = batched.iter().find_map(|(_, o)| o.first()).map_or(spec.kernel.span, |e| e.span);
                 Err((span, format!("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `{extent}`")))
@@ -447,8 +509,7 @@ impl<'a> Infer<'a> {
 
     /// The epilogue: the parallel blocks between the main loop and the store composed into
     /// one expression of the accumulator.
-    fn epilogue_tree(&mut self, shape: &Shape<'a>, ic: usize, cc: (&String, &String), tile: (i64, i64)) -> Option<EvtNode> {
-        let (bm, bn) = tile;
+    fn epilogue_tree(&mut self, shape: &Shape<'a>, ic: usize, cc: (&String, &String), tile: (i64, i64), batch: Option<&BatchPlan>) -> Option<EvtNode> {
         let mut tree = EvtNode::Acc;
         for p in &shape.epilogue {
             let StmtKind::Parallel { vars, body } = &p.kind else { continue };
@@ -458,7 +519,8 @@ impl<'a> Infer<'a> {
                     self.off_path(st.span, "epilogue assignments may only update the accumulator");
                     return None;
                 }
-                let v = self.evt(value, &tree, vars, (cc.0.as_str(), cc.1.as_str()), (bm, bn))?;
+                let scope = EvtScope { vars, tiles: (cc.0.as_str(), cc.1.as_str()), ext: tile, batch: batch.map(|b| (b.var.as_str(), b.extent.as_str())) };
+                let v = self.evt(value, &tree, &scope)?;
                 tree = match op {
                     AssignOp::Set => v,
                     AssignOp::Add => EvtNode::Compute { op: EpilogueOp::Add, children: vec![tree, v] },
@@ -480,7 +542,7 @@ impl<'a> Infer<'a> {
                 .hint("store A row-major (K contiguous) or transpose the problem").unsupported_on_target());
             return;
         }
-        let Some(tree) = self.epilogue_tree(shape, ic, cc, tile) else { return };
+        let Some(tree) = self.epilogue_tree(shape, ic, cc, tile, None) else { return };
         let (bm, bn, bk) = (128, 128, 64);
         let bytes = self.spec.tensors[a].dtype.0.bytes();
         let lds = (bm * bk + bn * bk) as u64 * bytes;
@@ -555,11 +617,12 @@ impl<'a> Infer<'a> {
     }
 
     /// Translates an element-wise expression into an EVT, with `acc[i, j]` = `current`.
-    fn evt(&mut self, e: &Expr, current: &EvtNode, vars: &[Ident], tiles: (&str, &str), ext: (i64, i64)) -> Option<EvtNode> {
+    fn evt(&mut self, e: &Expr, current: &EvtNode, scope: &EvtScope) -> Option<EvtNode> {
+        let EvtScope { vars, tiles, ext, batch } = *scope;
         let unsupported = |this: &mut Self, what: &str| {
             let form = if this.target.is_amd() { "a CK element-wise epilogue" } else { "a CUTLASS epilogue visitor tree" };
             this.err(Diagnostic::error(e.span, format!("the {} epilogue cannot express {what} as {form} yet", this.target))
-                .hint("supported: + - * /, max, min, gelu, silu, sigmoid, float constants, the accumulator at [i, j], and vectors indexed by the output row or column"));
+                .hint("supported: + - * /, max, min, gelu, silu, sigmoid, float constants, the accumulator at [i, j], vectors indexed by the output row or column, and in a batched GEMM [batch, rows or columns] vectors indexed by the batch variable first"));
             None
         };
         match &e.kind {
@@ -577,11 +640,20 @@ impl<'a> Infer<'a> {
                     return if plain { Some(current.clone()) } else { unsupported(self, "a buffer read at other indices") };
                 }
                 let Some(t) = self.tensor_index(&name.name) else { return unsupported(self, "this read") };
-                if self.spec.tensors[t].shape.len() != 1 || idx.len() != 1 || vars.len() != 2 {
-                    return unsupported(self, "a read of a tensor that is not a vector");
+                // A vector, or in a batched GEMM one vector per batch: [batch, rows or columns]
+                // indexed by the batch variable first.
+                let tensor = &self.spec.tensors[t];
+                let per_batch = batch.is_some_and(|(var, extent)| {
+                    tensor.shape.len() == 2 && tensor.shape[0].text() == extent && idx.len() == 2 && tensor.order.0 == Order::RowMajor
+                        && matches!(&idx[0].kind, ExprKind::Name(n) if n == var)
+                });
+                if !(per_batch || (tensor.shape.len() == 1 && idx.len() == 1)) || vars.len() != 2 {
+                    let what = if batch.is_some() { "a read of a tensor that is neither a vector nor one vector per batch" } else { "a read of a tensor that is not a vector" };
+                    return unsupported(self, what);
                 }
+                let along_idx = &idx[idx.len() - 1];
                 // `tile*extent + var` names the output row (var i) or column (var j).
-                let along = |tile: &str, e_ext: i64, var: &str| match &idx[0].kind {
+                let along = |tile: &str, e_ext: i64, var: &str| match &along_idx.kind {
                     ExprKind::Binary(BinOp::Add, l, r) => {
                         let term = |x: &Expr| matches!(&x.kind, ExprKind::Binary(BinOp::Mul, a, b)
                             if (matches!(&a.kind, ExprKind::Name(n) if n == tile) && crate::check::eval_int(b, &self.info.symbols) == Some(e_ext))
@@ -607,19 +679,19 @@ impl<'a> Infer<'a> {
                     BinOp::Div => EpilogueOp::Div,
                     _ => return unsupported(self, &format!("`{}`", op.symbol())),
                 };
-                let l = self.evt(a, current, vars, tiles, ext)?;
-                let r = self.evt(b, current, vars, tiles, ext)?;
+                let l = self.evt(a, current, scope)?;
+                let r = self.evt(b, current, scope)?;
                 Some(EvtNode::Compute { op: eop, children: vec![l, r] })
             }
             ExprKind::Call(f, args) => match f.name.as_str() {
-                "f32" => self.evt(&args[0].value, current, vars, tiles, ext),
+                "f32" => self.evt(&args[0].value, current, scope),
                 "max" | "min" => {
-                    let l = self.evt(&args[0].value, current, vars, tiles, ext)?;
-                    let r = self.evt(&args[1].value, current, vars, tiles, ext)?;
+                    let l = self.evt(&args[0].value, current, scope)?;
+                    let r = self.evt(&args[1].value, current, scope)?;
                     Some(EvtNode::Compute { op: if f.name == "max" { EpilogueOp::Max } else { EpilogueOp::Min }, children: vec![l, r] })
                 }
                 "gelu" | "silu" | "sigmoid" => {
-                    let v = self.evt(&args[0].value, current, vars, tiles, ext)?;
+                    let v = self.evt(&args[0].value, current, scope)?;
                     let op = match f.name.as_str() {
                         "gelu" => EpilogueOp::Gelu,
                         "silu" => EpilogueOp::Silu,
@@ -630,7 +702,7 @@ impl<'a> Infer<'a> {
                 other => unsupported(self, &format!("`{other}`")),
             },
             ExprKind::Unary(UnOp::Neg, x) => {
-                let v = self.evt(x, current, vars, tiles, ext)?;
+                let v = self.evt(x, current, scope)?;
                 Some(EvtNode::Compute { op: EpilogueOp::Neg, children: vec![v] })
             }
             _ => unsupported(self, "this expression"),

@@ -12,7 +12,7 @@ use super::OutputFile;
 use crate::ast::{DType, Dim};
 use crate::back::conv::cpp_type;
 use crate::diag::Diagnostic;
-use crate::layout::{CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
+use crate::layout::{BatchForm, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 use crate::Compiled;
 use crate::back::conv::upper_first;
 use serde::Serialize;
@@ -29,7 +29,9 @@ struct Context {
     constants: Vec<Triple>,
     elements: Vec<Triple>,
     layout_a: String,
+    layout_a_note: String,
     layout_b: String,
+    layout_b_note: String,
     layout_d: String,
     element_a: String,
     element_b: String,
@@ -75,6 +77,9 @@ struct EvtNodeCtx {
 
 struct EvtBuilder<'a> {
     c: &'a Compiled,
+    /// The batches are the collective's batch mode (not folded into M): a per-batch vector
+    /// steps by its length from batch to batch.
+    batch_mode: bool,
     nodes: Vec<EvtNodeCtx>,
     scalars: usize,
     computes: usize,
@@ -95,11 +100,18 @@ impl EvtBuilder<'_> {
                 let t = &self.c.spec.tensors[*tensor];
                 let row = matches!(n, EvtNode::RowBroadcast { .. });
                 let name = format!("{}{}", if row { "Row" } else { "Col" }, upper_first(&t.name.name));
+                // A 2-D vector holds one per batch ([batch, N] or [batch, M]). In the batch mode
+                // it steps by its length per batch; folded into M, a packed [batch, M] is one
+                // value per folded row.
+                let per_batch = t.shape.len() == 2;
+                let batch_stride = per_batch && self.batch_mode;
                 if !self.nodes.iter().any(|x| x.name == name) {
-                    let (kind, stride, what) = if row {
-                        ("Sm90RowBroadcast", "Stride<_0, _1, _0>", "one value per output column, broadcast down the rows")
-                    } else {
-                        ("Sm90ColBroadcast", "Stride<_1, _0, _0>", "one value per output row, broadcast along the columns")
+                    let (kind, stride, what) = match (row, batch_stride) {
+                        (true, false) => ("Sm90RowBroadcast", "Stride<_0, _1, _0>", "one value per output column, broadcast down the rows"),
+                        (true, true) => ("Sm90RowBroadcast", "Stride<_0, _1, int64_t>", "one value per output column and batch, broadcast down the rows"),
+                        (false, false) if per_batch => ("Sm90ColBroadcast", "Stride<_1, _0, _0>", "one value per output row of every batch (the batches folded into M), broadcast along the columns"),
+                        (false, false) => ("Sm90ColBroadcast", "Stride<_1, _0, _0>", "one value per output row, broadcast along the columns"),
+                        (false, true) => ("Sm90ColBroadcast", "Stride<_1, _0, int64_t>", "one value per output row and batch, broadcast along the columns"),
                     };
                     self.nodes.push(EvtNodeCtx {
                         name: name.clone(),
@@ -109,7 +121,12 @@ impl EvtBuilder<'_> {
                             upper_first(&t.name.name), upper_first(&t.name.name)),
                     });
                 }
-                (name, vec![format!("{pad}{{static_cast<Element{} const*>({}), Element{}(0.0f), {{}}}},  // {}", upper_first(&t.name.name), t.name.name, upper_first(&t.name.name), t.name.name)])
+                let stride = match (row, batch_stride) {
+                    (_, false) => "{}".to_string(),
+                    (true, true) => format!("{{cute::Int<0>{{}}, cute::Int<1>{{}}, int64_t({})}}", dim(&t.shape[1])),
+                    (false, true) => format!("{{cute::Int<1>{{}}, cute::Int<0>{{}}, int64_t({})}}", dim(&t.shape[1])),
+                };
+                (name, vec![format!("{pad}{{static_cast<Element{} const*>({}), Element{}(0.0f), {stride}}},  // {}", upper_first(&t.name.name), t.name.name, upper_first(&t.name.name), t.name.name)])
             }
             EvtNode::Scalar { value } => {
                 self.scalars += 1;
@@ -196,33 +213,56 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     // dimension is its batch mode L, or folds into M when B is shared by every batch.
     let lead = usize::from(p.batch.is_some());
     let (m, n) = (dim(&td.shape[lead]), dim(&td.shape[lead + 1]));
+    let form = p.batch.as_ref().map(|b| b.form);
     let (problem_m, l) = match &p.batch {
-        Some(b) if b.folded => (format!("{} * {m}", b.extent), "1".to_string()),
+        Some(b) if !b.form.is_batch_mode() => (format!("{} * {m}", b.extent), "1".to_string()),
         Some(b) => (m.clone(), b.extent.clone()),
         None => (m.clone(), "1".to_string()),
     };
     let k = {
         // K is the A dimension that is not M.
-        let a_dims: Vec<String> = ta.shape[lead..].iter().map(dim).collect();
+        let a_dims: Vec<String> = ta.shape[ta.shape.len().saturating_sub(2)..].iter().map(dim).collect();
         a_dims.iter().find(|d| **d != m).cloned().unwrap_or_else(|| a_dims.last().cloned().unwrap_or_default())
     };
-    let stride = |layout: &str, rows: &str, cols: &str| -> String {
-        // CUTLASS 3 strides are (row-mode, col-mode, batch) in the operand's own order.
-        if layout == "RowMajor" {
-            format!("cute::make_stride(int64_t({cols}), cute::Int<1>{{}}, int64_t({rows}) * {cols})")
+    // CUTLASS 3 strides are (row-mode, col-mode, batch) in the operand's own order: the
+    // `cute::make_stride` and its type for a matrix whose rows (`row_major`) or columns are
+    // `ld` apart, with a batch stride, or the static 0 of an operand shared by every batch.
+    let strides = |ld: &str, row_major: bool, batch: Option<String>| -> (String, String) {
+        let (st, lt) = match batch {
+            Some(b) => (b, "int64_t"),
+            None => ("cute::Int<0>{}".to_string(), "cute::Int<0>"),
+        };
+        if row_major {
+            (format!("cute::make_stride(int64_t({ld}), cute::Int<1>{{}}, {st})"), format!("cute::Stride<int64_t, cute::Int<1>, {lt}>"))
         } else {
-            format!("cute::make_stride(cute::Int<1>{{}}, int64_t({rows}), int64_t({rows}) * {cols})")
+            (format!("cute::make_stride(cute::Int<1>{{}}, int64_t({ld}), {st})"), format!("cute::Stride<cute::Int<1>, int64_t, {lt}>"))
         }
     };
-    // A is (M, K); B is (N, K): B's "RowMajor" (K x N, N contiguous) is N-contiguous.
-    let stride_a = stride(p.layouts.0, &m, &k);
-    let stride_b = if p.layouts.1 == "RowMajor" {
-        format!("cute::make_stride(cute::Int<1>{{}}, int64_t({n}), int64_t({k}) * {n})")
+    let shared_a = form == Some(BatchForm::SharedA);
+    let shared_b = form == Some(BatchForm::SharedB);
+    let batch_stride = |shared: bool, rows: &str, cols: &str| (!shared).then(|| format!("int64_t({rows}) * {cols}"));
+    // A is (M, K); B is (N, K), so B's "RowMajor" (K x N, N contiguous) is N-contiguous.
+    let a_row = p.layouts.0 == "RowMajor";
+    let (stride_a, stride_type_a) = strides(if a_row { &k } else { &m }, a_row, batch_stride(shared_a, &m, &k));
+    let (stride_b, stride_type_b) = if p.layouts.1 == "RowMajor" {
+        strides(&n, false, batch_stride(shared_b, &k, &n))
     } else {
-        format!("cute::make_stride(int64_t({k}), cute::Int<1>{{}}, int64_t({n}) * {k})")
+        strides(&k, true, batch_stride(shared_b, &n, &k))
     };
-    let stride_d = stride(p.layouts.2, &m, &n);
-    let mut evt = EvtBuilder { c, nodes: Vec::new(), scalars: 0, computes: 0 };
+    let d_row = p.layouts.2 == "RowMajor";
+    let (stride_d, _) = strides(if d_row { &n } else { &m }, d_row, batch_stride(false, &m, &n));
+    // An operand shared by every batch is named by its stride type (the layout tags imply a
+    // dynamic batch stride).
+    let layout_type = |layout: &str, shared: bool, stride_type: String| -> (String, String) {
+        if shared {
+            (stride_type, format!("{}, one matrix for every batch (batch stride 0)", if layout == "RowMajor" { "row-major" } else { "column-major" }))
+        } else {
+            (format!("cutlass::layout::{layout}"), String::new())
+        }
+    };
+    let (layout_a, layout_a_note) = layout_type(p.layouts.0, shared_a, stride_type_a);
+    let (layout_b, layout_b_note) = layout_type(p.layouts.1, shared_b, stride_type_b);
+    let mut evt = EvtBuilder { c, batch_mode: form.is_some_and(BatchForm::is_batch_mode), nodes: Vec::new(), scalars: 0, computes: 0 };
     let (root, mut args) = evt.node(&p.epilogue, true, 0);
     if let Some(last) = args.last_mut() {
         *last = last.trim_end_matches(',').to_string();
@@ -245,8 +285,10 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         epilogue_lines: epilogue_lines.join(", "),
         constants,
         elements,
-        layout_a: p.layouts.0.into(),
-        layout_b: p.layouts.1.into(),
+        layout_a,
+        layout_a_note,
+        layout_b,
+        layout_b_note,
         layout_d: p.layouts.2.into(),
         element_a: cpp_type(ta.dtype.0).into(),
         element_b: cpp_type(tb.dtype.0).into(),
@@ -271,7 +313,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         launcher_ctx: {
             let mut l = launcher(c);
             // The folded M is one int in CUTLASS's problem shape.
-            if let Some(b) = p.batch.as_ref().filter(|b| b.folded) {
+            if let Some(b) = p.batch.as_ref().filter(|b| !b.form.is_batch_mode()) {
                 l.size_checks.push(format!("int64_t({}) * {m} > 2147483647", b.extent));
                 l.doc_sizes.push_str(&format!(", and {} * {m} at most 2147483647 (one GEMM over the batches)", b.extent));
             }
