@@ -189,6 +189,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
         ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
         ("linear3d_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
+        ("stacked_linear_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
         ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
         ("w4_stationary_zp_bf16", &[("M", 100), ("N", 40)]),
     ];
@@ -218,5 +219,5 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "linear3d_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "linear3d_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }
