@@ -236,8 +236,10 @@ fn sm90a_batched_epilogue_vectors_step_with_the_batch_and_fold_only_when_rows_al
     let c = compile_for(batched_with_epilogue("linear3d_bf16", "scale: {dtype: f32, shape: [batch, M]}", "acc[i, j] = acc[i, j] * scale[bz, by*block_M + i]"), Target::Sm90a).unwrap();
     assert_eq!(form(&c), Some(BatchForm::FoldedIntoM));
     let cu = &rendered_cu(&c);
-    assert!(cu.contains("Stride<_1, _0, _0>, 128 / cutlass::sizeof_bits<ElementScale>::value, false>;  // `scale`: one value per output row of every batch (the batches folded into M)")
-        && cu.contains("args.problem_shape = {batch * M, N, K, 1};"), "{cu}");
+    assert!(cu.contains("Stride<_1, _0, _0>, 1, false>;  // `scale`: one value per output row of every batch (the batches folded into M)")
+        && !cu.contains("scale) % 16"), "{cu}");
+    assert!(!c.plan.alignment.iter().any(|a| c.spec.tensors[a.tensor].name.name == "scale"), "a column broadcast is read element by element");
+    assert!(cu.contains("args.problem_shape = {batch * M, N, K, 1};"), "{cu}");
     // A per-row vector repeated in every batch, or one bias per batch over the columns, cannot
     // be indexed by folded rows: the batch mode with B's batch stride a static zero instead.
     for (tensor, stmt, name) in [

@@ -409,9 +409,11 @@ impl<'a> Infer<'a> {
             self.plan.alignment.retain(|x| x.tensor != t);
             self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: format!("{why} need 16-byte aligned rows") });
         }
-        collect_broadcasts(&tree, &mut |t, _| {
+        // A vector along the columns is loaded in 16-byte pieces; one along the rows element by
+        // element (a thread's accumulator rows are not adjacent), so it needs no alignment.
+        collect_broadcasts(&tree, &mut |t, row| {
             let v = 16 / spec.tensors[t].dtype.0.bytes() as i64;
-            if !self.plan.alignment.iter().any(|x| x.tensor == t) {
+            if row && !self.plan.alignment.iter().any(|x| x.tensor == t) {
                 self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: "the epilogue loads the vector in 16-byte pieces".into() });
             }
         });

@@ -113,12 +113,14 @@ impl EvtBuilder<'_> {
                         (false, false) => ("Sm90ColBroadcast", "Stride<_1, _0, _0>", "one value per output row, broadcast along the columns"),
                         (false, true) => ("Sm90ColBroadcast", "Stride<_1, _0, int64_t>", "one value per output row and batch, broadcast along the columns"),
                     };
+                    // Row broadcasts load 16-byte pieces; column broadcasts one element at a
+                    // time (alignment 1: any number of rows, any pointer of the element type).
+                    let elem = format!("Element{}", upper_first(&t.name.name));
+                    let alignment = if row { format!("128 / cutlass::sizeof_bits<{elem}>::value") } else { "1".to_string() };
                     self.nodes.push(EvtNodeCtx {
                         name: name.clone(),
                         comment: format!("`{}`: {what}", t.name.name),
-                        definition: format!(
-                            "{kind}<0, TileShape, Element{}, ElementCompute, {stride}, 128 / cutlass::sizeof_bits<Element{}>::value, false>",
-                            upper_first(&t.name.name), upper_first(&t.name.name)),
+                        definition: format!("{kind}<0, TileShape, {elem}, ElementCompute, {stride}, {alignment}, false>"),
                     });
                 }
                 let stride = match (row, batch_stride) {
