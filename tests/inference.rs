@@ -266,6 +266,45 @@ fn sm90a_batched_epilogue_vectors_step_with_the_batch_and_fold_only_when_rows_al
     }
 }
 
+#[test]
+fn sm90a_int8_gemm_takes_the_collective_with_an_f32_epilogue_fragment() {
+    let w8a8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_w8a8_bf16.yaml")).unwrap();
+    let c = compile_for(w8a8.clone(), Target::Sm90a).unwrap();
+    let p = c.plan.collective.as_ref().expect("an int8 GEMM takes the collective");
+    assert_eq!((p.accumulator, p.layouts.0, p.layouts.1, p.tile), (tilegen::ast::DType::I32, "RowMajor", "ColumnMajor", (128, 256, 128)));
+    // The epilogue computes `out` from the accumulator; the store takes `out`.
+    let tilegen::layout::EvtNode::Compute { op: EpilogueOp::Mul, children } = &p.epilogue else { panic!("{:?}", p.epilogue) };
+    assert!(matches!(&children[0], tilegen::layout::EvtNode::Compute { op: EpilogueOp::Mul, children: inner } if inner[0] == tilegen::layout::EvtNode::Acc));
+    let cu = &rendered_cu(&c);
+    assert!(cu.contains("using ElementAccumulator = int32_t;") && cu.contains("using ElementA = int8_t;"), "{cu}");
+    // 8-bit WGMMA reads both operands K-major: B stored [K, N] with N contiguous is refused.
+    let mn_major = w8a8.replace("B: {dtype: i8, shape: [N, K]}", "B: {dtype: i8, shape: [K, N]}")
+        .replace("B_s: {scope: shared,   dtype: i8,  shape: [block_N, block_K]}", "B_s: {scope: shared,   dtype: i8,  shape: [block_K, block_N]}")
+        .replace("copy(B[bx*block_N, k*block_K], B_s)", "copy(B[k*block_K, bx*block_N], B_s)").replace(", transpose_b=true", "");
+    let errs = compile_for(mn_major, Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("8-bit warpgroup MMAs read both operands K-major; store B as [N, K] with K contiguous"), "{errs}");
+    // A float into the i32 accumulator is a type error; integer arithmetic on it would be
+    // computed in f32 by the EVT, so the collective refuses it with the fix.
+    let float_into_acc = w8a8.replace("out[i, j] = f32(acc[i, j])", "acc[i, j] = f32(acc[i, j])").replace("copy(out, C", "copy(acc, C");
+    let errs = compile_for(float_into_acc, Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("`acc` holds integers; this value is a float"), "{errs}");
+    let int_into_acc = w8a8.replace("out[i, j] = f32(acc[i, j]) * a_scale[by*block_M + i] * b_scale[bx*block_N + j]", "acc[i, j] = acc[i, j] * 2").replace("copy(out, C", "copy(acc, C");
+    let errs = compile_for(int_into_acc, Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("the epilogue computes in f32, but the accumulator `acc` is i32: compute into an f32 fragment of its shape"), "{errs}");
+    // A 16-bit GEMM may compute its epilogue into a second f32 fragment too; reading one the
+    // epilogue has not written is refused.
+    let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap()
+        .replace("  acc: {scope: fragment, dtype: f32,  shape: [block_M, block_N]}", "  acc: {scope: fragment, dtype: f32,  shape: [block_M, block_N]}\n  out: {scope: fragment, dtype: f32,  shape: [block_M, block_N]}");
+    let two = gemm.replace("  - copy(acc, C", "  - parallel(i, j):\n      - out[i, j] = acc[i, j] * 2.0\n      - out[i, j] += acc[i, j]\n  - copy(out, C");
+    let c = compile_for(two, Target::Sm90a).unwrap();
+    let tree = &c.plan.collective.as_ref().expect("collective").epilogue;
+    assert_eq!(tilegen::explain::explain(&c).lines().find(|l| l.contains("D = ")).unwrap().trim(), "D = plus(multiplies(acc, 2.0f), acc)", "{tree:?}");
+    let unwritten = gemm.replace("  - copy(acc, C", "  - parallel(i, j):\n      - acc[i, j] = out[i, j] * 2.0\n  - copy(acc, C");
+    let c = compile_for(unwritten, Target::Sm90a);
+    let why = c.map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
+    assert!(why.contains("a read of `out`, which is not the accumulator or computed from it"), "{why}");
+}
+
 fn attention() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_bf16.yaml")).unwrap()
 }

@@ -250,12 +250,16 @@ impl<'a> Infer<'a> {
             self.off_path(body.last().map_or(first.span, |s| s.span), "the body must end by storing the accumulator");
             return None;
         };
+        // The epilogue: element-wise blocks over the accumulator, or over another fragment of
+        // its shape that they compute from it (and that the store then takes).
         let mut epilogue = Vec::new();
         for s in &body[2..body.len() - 1] {
+            let over_acc_tile = self.info.parallel_domains.get(&s.id)
+                .is_some_and(|&d| d == acc || (spec.buffers[d].scope.0 == Scope::Fragment && self.shape(d) == self.shape(acc)));
             match &s.kind {
-                StmtKind::Parallel { .. } if self.info.parallel_domains.get(&s.id) == Some(&acc) => epilogue.push(s),
+                StmtKind::Parallel { .. } if over_acc_tile => epilogue.push(s),
                 _ => {
-                    self.off_path(s.span, "between the main loop and the store only `parallel` blocks over the accumulator may stand");
+                    self.off_path(s.span, "between the main loop and the store only `parallel` blocks over the accumulator (or a fragment of its shape) may stand");
                     return None;
                 }
             }
@@ -287,8 +291,10 @@ impl<'a> Infer<'a> {
             return;
         };
         let StmtKind::Copy { src: store_src, dst: store_dst } = &shape.store.kind else { return };
-        let (Some(td), true) = (self.tensor_index(&store_dst.name.name), self.buffer_index(&store_src.name.name) == Some(ic)) else {
-            self.off_path(shape.store.span, "the last statement must copy the accumulator to a global tensor");
+        // The store takes the accumulator, or the fragment of its shape the epilogue computes.
+        let stored = self.buffer_index(&store_src.name.name).filter(|&b| b == ic || (spec.buffers[b].scope.0 == Scope::Fragment && self.shape(b) == self.shape(ic)));
+        let (Some(td), Some(stored)) = (self.tensor_index(&store_dst.name.name), stored) else {
+            self.off_path(shape.store.span, "the last statement must copy the accumulator (or a fragment of its shape computed from it) to a global tensor");
             return;
         };
         // 3-D A, B and output with a shared leading batch dimension, each tile taken at the
@@ -337,9 +343,14 @@ impl<'a> Infer<'a> {
             return;
         }
         let (da, db, dc) = (spec.tensors[ta_idx].dtype.0, spec.tensors[tb_idx].dtype.0, spec.buffers[ic].dtype.0);
-        if !matches!((da, db, dc), (DType::BF16, DType::BF16, DType::F32) | (DType::F16, DType::F16, DType::F32) | (DType::F16, DType::F16, DType::F16)) {
-            self.err(Diagnostic::error(shape.gemm.span, format!("the {} target has no {} for {da} × {db} accumulating in {dc}", self.target, if self.target.is_amd() { "MFMA" } else { "WGMMA" }))
-                .hint("use bf16 or f16 operands with an f32 accumulator (or f16 with f16)"));
+        let int8 = (da, db, dc) == (DType::I8, DType::I8, DType::I32) && !self.target.is_amd();
+        if !int8 && !matches!((da, db, dc), (DType::BF16, DType::BF16, DType::F32) | (DType::F16, DType::F16, DType::F32) | (DType::F16, DType::F16, DType::F16)) {
+            let (mma, hint) = if self.target.is_amd() {
+                ("MFMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16)")
+            } else {
+                ("WGMMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16), or i8 operands with an i32 accumulator")
+            };
+            self.err(Diagnostic::error(shape.gemm.span, format!("the {} target has no {mma} for {da} × {db} accumulating in {dc}", self.target)).hint(hint));
             return;
         }
         let major = |t: usize, transposed: bool| {
@@ -351,14 +362,23 @@ impl<'a> Infer<'a> {
         };
         let layouts = (major(ta_idx, *transpose_a), major(tb_idx, *transpose_b), major(td, false));
         if self.target.is_amd() {
-            self.plan_ck(ta_idx, tb_idx, td, layouts, dc, &shape, ic, (&cc[0], &cc[1]), (bm, bn));
+            self.plan_ck(ta_idx, tb_idx, td, layouts, dc, &shape, (ic, stored), (&cc[0], &cc[1]), (bm, bn));
+            return;
+        }
+        // 8-bit WGMMA reads both operands K-major from shared memory.
+        if int8 && (layouts.0 != "RowMajor" || layouts.1 != "ColumnMajor") {
+            let (t, what) = if layouts.0 != "RowMajor" { (ta_idx, "A as [M, K] with K contiguous") } else { (tb_idx, "B as [N, K] with K contiguous (`transpose_b=true`, or [K, N] with `order: col_major`)") };
+            self.off_path(spec.tensors[t].name.span, &format!("8-bit warpgroup MMAs read both operands K-major; store {what}"));
             return;
         }
         // Tile limits of the cooperative WGMMA kernel: two consumer warpgroups split M.
-        if bm % 128 != 0 || bm > 256 || bn % 16 != 0 || bn > 256 || bk % 16 != 0 || bk > 128 {
+        // One WGMMA step is 32 bytes deep: 16 elements of 16 bits, 32 of 8.
+        let k_step = if int8 { 32 } else { 16 };
+        if bm % 128 != 0 || bm > 256 || bn % 16 != 0 || bn > 256 || bk % k_step != 0 || bk * da.bytes() as i64 > 256 {
             let span = self.spec.buffers[ic].shape_span;
+            let k_hint = if int8 { "block_K 128 for 8-bit operands" } else { "block_K 64" };
             self.err(Diagnostic::error(span, format!("tile {bm}x{bn}x{bk} does not fit the sm90a cooperative WGMMA kernel"))
-                .hint("use block_M 128 or 256, block_N a multiple of 16 up to 256, block_K 64 (override per target under `targets: sm90a: constants:`)"));
+                .hint(format!("use block_M 128 or 256, block_N a multiple of 16 up to 256, {k_hint} (override per target under `targets: sm90a: constants:`)")));
             return;
         }
         let stages = self.info.stages.get(&shape.pipeline.id).copied().unwrap_or(1);
@@ -374,7 +394,7 @@ impl<'a> Infer<'a> {
             self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit: at most 4 CTAs, and multicast needs the tile to split over it")));
             return;
         }
-        let Some(tree) = self.epilogue_tree(&shape, ic, (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
+        let Some(tree) = self.epilogue_tree(&shape, (ic, stored), (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
         // Folded rows run over every batch: a vector along them must be [batch, M], packed.
         let mut unfoldable = None;
         collect_broadcasts(&tree, &mut |t, row| {
@@ -511,40 +531,63 @@ impl<'a> Infer<'a> {
 
     /// The epilogue: the parallel blocks between the main loop and the store composed into
     /// one expression of the accumulator.
-    fn epilogue_tree(&mut self, shape: &Shape<'a>, ic: usize, cc: (&String, &String), tile: (i64, i64), batch: Option<&BatchPlan>) -> Option<EvtNode> {
-        let mut tree = EvtNode::Acc;
+    fn epilogue_tree(&mut self, shape: &Shape<'a>, (ic, stored): (usize, usize), cc: (&String, &String), tile: (i64, i64), batch: Option<&BatchPlan>) -> Option<EvtNode> {
+        // Each buffer's value as a tree of the accumulator; the EVT computes in f32 and rounds
+        // once, into the output, so a buffer it writes must hold f32 (or be the accumulator of
+        // a 16-bit GEMM, whose updates the spec also rounds only at the store).
+        let mut trees: Vec<(usize, EvtNode)> = vec![(ic, EvtNode::Acc)];
         for p in &shape.epilogue {
             let StmtKind::Parallel { vars, body } = &p.kind else { continue };
             for st in body {
                 let StmtKind::Assign { target, op, value, .. } = &st.kind else { continue };
-                if self.buffer_index(&target.name) != Some(ic) {
-                    self.off_path(st.span, "epilogue assignments may only update the accumulator");
+                let tb = self.buffer_index(&target.name)?;
+                let dtype = self.spec.buffers[tb].dtype.0;
+                if !(dtype == DType::F32 || (tb == ic && dtype == DType::F16)) {
+                    let why = if tb == ic {
+                        format!("the epilogue computes in f32, but the accumulator `{}` is {dtype}: compute into an f32 fragment of its shape (`out[i, j] = f32({}[i, j]) * ...`) and store that", target.name, target.name)
+                    } else {
+                        format!("the epilogue computes in f32 and rounds once, at the store, but `{}` is {dtype}", target.name)
+                    };
+                    self.off_path(st.span, &why);
                     return None;
                 }
                 let scope = EvtScope { vars, tiles: (cc.0.as_str(), cc.1.as_str()), ext: tile, batch: batch.map(|b| (b.var.as_str(), b.extent.as_str())) };
-                let v = self.evt(value, &tree, &scope)?;
-                tree = match op {
-                    AssignOp::Set => v,
-                    AssignOp::Add => EvtNode::Compute { op: EpilogueOp::Add, children: vec![tree, v] },
-                    AssignOp::Sub => EvtNode::Compute { op: EpilogueOp::Sub, children: vec![tree, v] },
-                    AssignOp::Mul => EvtNode::Compute { op: EpilogueOp::Mul, children: vec![tree, v] },
+                let v = self.evt(value, &trees, &scope)?;
+                let current = trees.iter().find(|(b, _)| *b == tb).map(|(_, t)| t.clone());
+                let tree = match (op, current) {
+                    (AssignOp::Set, _) => v,
+                    (_, None) => {
+                        self.off_path(st.span, &format!("`{}` is updated before the epilogue writes it", target.name));
+                        return None;
+                    }
+                    (AssignOp::Add, Some(c)) => EvtNode::Compute { op: EpilogueOp::Add, children: vec![c, v] },
+                    (AssignOp::Sub, Some(c)) => EvtNode::Compute { op: EpilogueOp::Sub, children: vec![c, v] },
+                    (AssignOp::Mul, Some(c)) => EvtNode::Compute { op: EpilogueOp::Mul, children: vec![c, v] },
                 };
+                trees.retain(|(b, _)| *b != tb);
+                trees.push((tb, tree));
             }
         }
-        Some(tree)
+        match trees.into_iter().find(|(b, _)| *b == stored) {
+            Some((_, tree)) => Some(tree),
+            None => {
+                self.off_path(shape.store.span, &format!("the store takes `{}`, which the epilogue never writes", self.spec.buffers[stored].name.name));
+                None
+            }
+        }
     }
 
     /// AMD: the GEMM maps onto a composable_kernel device operation with one of CK's
     /// published bf16/f16 "compute" instances (256 threads, 128x128x64 tiles, 32x32 MFMAs,
     /// 2x2 per wave, pipeline v3); the epilogue becomes its CDE element-wise operator.
     #[allow(clippy::too_many_arguments)]
-    fn plan_ck(&mut self, a: usize, b: usize, d: usize, layouts: (&'static str, &'static str, &'static str), acc: DType, shape: &Shape<'a>, ic: usize, cc: (&String, &String), tile: (i64, i64)) {
+    fn plan_ck(&mut self, a: usize, b: usize, d: usize, layouts: (&'static str, &'static str, &'static str), acc: DType, shape: &Shape<'a>, bufs: (usize, usize), cc: (&String, &String), tile: (i64, i64)) {
         if layouts.0 != "RowMajor" || layouts.2 != "RowMajor" {
             self.err(Diagnostic::error(self.spec.tensors[a].order.1, format!("the {} target lowers GEMMs with row-major A and output only", self.target))
                 .hint("store A row-major (K contiguous) or transpose the problem").unsupported_on_target());
             return;
         }
-        let Some(tree) = self.epilogue_tree(shape, ic, cc, tile, None) else { return };
+        let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
         let (bm, bn, bk) = (128, 128, 64);
         let bytes = self.spec.tensors[a].dtype.0.bytes();
         let lds = (bm * bk + bn * bk) as u64 * bytes;
@@ -618,8 +661,9 @@ impl<'a> Infer<'a> {
             && crate::check::eval_int(&args[1].value, &self.info.symbols) == Some(ext)
     }
 
-    /// Translates an element-wise expression into an EVT, with `acc[i, j]` = `current`.
-    fn evt(&mut self, e: &Expr, current: &EvtNode, scope: &EvtScope) -> Option<EvtNode> {
+    /// Translates an element-wise expression into an EVT; `trees` holds the value of each
+    /// buffer written so far (the accumulator's is `Acc`).
+    fn evt(&mut self, e: &Expr, trees: &[(usize, EvtNode)], scope: &EvtScope) -> Option<EvtNode> {
         let EvtScope { vars, tiles, ext, batch } = *scope;
         let unsupported = |this: &mut Self, what: &str| {
             let form = if this.target.is_amd() { "a CK element-wise epilogue" } else { "a CUTLASS epilogue visitor tree" };
@@ -637,9 +681,15 @@ impl<'a> Infer<'a> {
                 _ => unsupported(self, &format!("`{n}`")),
             },
             ExprKind::Index(name, idx) => {
-                if self.buffer_index(&name.name).is_some() {
+                if let Some(buf) = self.buffer_index(&name.name) {
                     let plain = idx.len() == vars.len() && idx.iter().zip(vars).all(|(x, v)| matches!(&x.kind, ExprKind::Name(n) if *n == v.name));
-                    return if plain { Some(current.clone()) } else { unsupported(self, "a buffer read at other indices") };
+                    if !plain {
+                        return unsupported(self, "a buffer read at other indices");
+                    }
+                    return match trees.iter().find(|(b, _)| *b == buf) {
+                        Some((_, t)) => Some(t.clone()),
+                        None => unsupported(self, &format!("a read of `{}`, which is not the accumulator or computed from it", name.name)),
+                    };
                 }
                 let Some(t) = self.tensor_index(&name.name) else { return unsupported(self, "this read") };
                 // A vector, or in a batched GEMM one vector per batch: [batch, rows or columns]
@@ -681,19 +731,19 @@ impl<'a> Infer<'a> {
                     BinOp::Div => EpilogueOp::Div,
                     _ => return unsupported(self, &format!("`{}`", op.symbol())),
                 };
-                let l = self.evt(a, current, scope)?;
-                let r = self.evt(b, current, scope)?;
+                let l = self.evt(a, trees, scope)?;
+                let r = self.evt(b, trees, scope)?;
                 Some(EvtNode::Compute { op: eop, children: vec![l, r] })
             }
             ExprKind::Call(f, args) => match f.name.as_str() {
-                "f32" => self.evt(&args[0].value, current, scope),
+                "f32" => self.evt(&args[0].value, trees, scope),
                 "max" | "min" => {
-                    let l = self.evt(&args[0].value, current, scope)?;
-                    let r = self.evt(&args[1].value, current, scope)?;
+                    let l = self.evt(&args[0].value, trees, scope)?;
+                    let r = self.evt(&args[1].value, trees, scope)?;
                     Some(EvtNode::Compute { op: if f.name == "max" { EpilogueOp::Max } else { EpilogueOp::Min }, children: vec![l, r] })
                 }
                 "gelu" | "silu" | "sigmoid" => {
-                    let v = self.evt(&args[0].value, current, scope)?;
+                    let v = self.evt(&args[0].value, trees, scope)?;
                     let op = match f.name.as_str() {
                         "gelu" => EpilogueOp::Gelu,
                         "silu" => EpilogueOp::Silu,
@@ -704,7 +754,7 @@ impl<'a> Infer<'a> {
                 other => unsupported(self, &format!("`{other}`")),
             },
             ExprKind::Unary(UnOp::Neg, x) => {
-                let v = self.evt(x, current, scope)?;
+                let v = self.evt(x, trees, scope)?;
                 Some(EvtNode::Compute { op: EpilogueOp::Neg, children: vec![v] })
             }
             _ => unsupported(self, "this expression"),

@@ -295,7 +295,10 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         element_a: cpp_type(ta.dtype.0).into(),
         element_b: cpp_type(tb.dtype.0).into(),
         element_d: cpp_type(td.dtype.0).into(),
-        element_accumulator: cpp_type(if p.accumulator == DType::F16 { DType::F16 } else { DType::F32 }).into(),
+        element_accumulator: cpp_type(match p.accumulator {
+            DType::F16 | DType::I32 => p.accumulator,
+            _ => DType::F32,
+        }).into(),
         tile: format!("{}, {}, {}", ext(t.0, "block_M"), ext(t.1, "block_N"), ext(t.2, "block_K")),
         cluster: format!("Int<{}>, Int<{}>, _1", p.cluster.0, p.cluster.1),
         epilogue_tile: format!("Int<{}>, Int<{}>", t.0.min(128), t.1.min(32)),
