@@ -46,9 +46,35 @@ impl Compiled {
 /// Rendering ([`back::render`]) takes the result. Every error of a stage is reported
 /// before stopping; later stages do not run on a spec that failed an earlier one.
 pub fn compile(file: SourceFile, target: target::Target) -> Result<Compiled, (SourceFile, Vec<Diagnostic>)> {
+    let Checked { file, spec, info } = parse_and_check(file, Some(target))?;
+    let plan = match layout::infer(&spec, &info, target) {
+        Ok(p) => p,
+        Err(d) => return Err((file, d)),
+    };
+    Ok(Compiled { file, spec, info, plan })
+}
+
+/// A spec that parsed and checked, with no target applied: what the CPU interpreter runs.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// The spec's text and display path.
+    pub file: SourceFile,
+    /// Its syntax tree, with the spec's own constants (no `targets:` override applied).
+    pub spec: ast::Spec,
+    /// What checking proved.
+    pub info: check::Info,
+}
+
+/// The first two stages of [`compile`], without a target: the spec's meaning does not depend
+/// on one, so the interpreter runs specs that no target lowers yet.
+pub fn check_spec(file: SourceFile) -> Result<Checked, (SourceFile, Vec<Diagnostic>)> {
+    parse_and_check(file, None)
+}
+
+fn parse_and_check(file: SourceFile, target: Option<target::Target>) -> Result<Checked, (SourceFile, Vec<Diagnostic>)> {
     let parsed = front::parse_spec_partial(&file);
     let Some(mut spec) = parsed.spec else { return Err((file, parsed.errors)) };
-    let target_errors = front::apply_target(&mut spec, target);
+    let target_errors = target.map(|t| front::apply_target(&mut spec, t)).unwrap_or_default();
     if !target_errors.is_empty() {
         let mut errors = parsed.errors;
         errors.extend(target_errors);
@@ -63,13 +89,8 @@ pub fn compile(file: SourceFile, target: target::Target) -> Result<Compiled, (So
         }
         return Err((file, errors));
     }
-    let info = match check::check(&spec) {
-        Ok(i) => i,
-        Err(d) => return Err((file, d)),
-    };
-    let plan = match layout::infer(&spec, &info, target) {
-        Ok(p) => p,
-        Err(d) => return Err((file, d)),
-    };
-    Ok(Compiled { file, spec, info, plan })
+    match check::check(&spec) {
+        Ok(info) => Ok(Checked { file, spec, info }),
+        Err(d) => Err((file, d)),
+    }
 }

@@ -263,7 +263,7 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    let c = match tilegen::compile(file, Target::Sm80) {
+    let c = match tilegen::check_spec(file) {
         Ok(c) => c,
         Err((file, d)) => {
             eprint!("{}", render_all(&d, &file));

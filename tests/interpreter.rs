@@ -91,3 +91,39 @@ fn per_group_zero_points_are_applied_and_checked() {
     let err = tilegen::interp::run(&c.spec, &c.info, &line_of, &sizes, &mut tensors).unwrap_err().to_string();
     assert_eq!(err, "spec line 30: `Z_s`[0, 0] is 7.5 (at bx = 0, by = 0, k = 0); zero points are integers 0 to 15");
 }
+
+/// `tilegen run` needs no target: a spec only sm90a lowers (int8, an epilogue into a second
+/// fragment) runs on the interpreter, and its result is the exact integer product, scaled.
+#[test]
+fn run_interprets_a_spec_that_only_one_target_lowers() {
+    use tilegen::ast::DType;
+    use tilegen::interp::npy::Array;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let spec = root.join("tests/golden/specs/gemm_w8a8_bf16.yaml");
+    assert!(tilegen::compile(SourceFile::new("w8a8", std::fs::read_to_string(&spec).unwrap()), Target::Sm80).is_err());
+    let (m, n, k) = (37usize, 50usize, 96usize);
+    // Deterministic int8 values over the whole range, and scales that are powers of two apart.
+    let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 + 11) % 256) as f64 - 128.0).collect();
+    let b: Vec<f64> = (0..n * k).map(|i| ((i * 53 + 7) % 256) as f64 - 128.0).collect();
+    let sa: Vec<f64> = (0..m).map(|i| 2f64.powi(-10 - (i % 3) as i32)).collect();
+    let sb: Vec<f64> = (0..n).map(|j| 1.0 + j as f64 / 64.0).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (inputs, out) = (dir.path().join("in"), dir.path().join("out"));
+    std::fs::create_dir_all(&inputs).unwrap();
+    for (name, dtype, shape, data) in [("A", DType::I8, vec![m, k], &a), ("B", DType::I8, vec![n, k], &b), ("a_scale", DType::F32, vec![m], &sa), ("b_scale", DType::F32, vec![n], &sb)] {
+        Array { shape, dtype, data: data.clone() }.write(&inputs.join(format!("{name}.npy"))).unwrap();
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tilegen"))
+        .arg("run").arg(&spec).arg("--inputs").arg(&inputs).arg("--out").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = Array::from_npy(&std::fs::read(out.join("C.npy")).unwrap(), DType::BF16).unwrap();
+    assert_eq!(c.shape, vec![m, n]);
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = (0..k).map(|x| a[i * k + x] * b[j * k + x]).sum();
+            let want = dot * sa[i] * sb[j];
+            let got = c.data[i * n + j];
+            assert!((got - want).abs() <= want.abs() / 128.0, "C[{i}, {j}] = {got}, want {want}");
+        }
+    }
+}
