@@ -291,6 +291,18 @@ fn sm90a_int8_gemm_takes_the_collective_with_an_f32_epilogue_fragment() {
     let int_into_acc = w8a8.replace("out[i, j] = f32(acc[i, j]) * a_scale[by*block_M + i] * b_scale[bx*block_N + j]", "acc[i, j] = acc[i, j] * 2").replace("copy(out, C", "copy(acc, C");
     let errs = compile_for(int_into_acc, Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("the epilogue computes in f32, but the accumulator `acc` is i32: compute into an f32 fragment of its shape"), "{errs}");
+    // An i32 output takes the accumulator exactly, computed in i32; any other integer output
+    // would be rounded from f32 where the spec truncates, and is refused.
+    let as_i32 = w8a8.replace("  C: {dtype: bf16,", "  C: {dtype: i32,").replace("sm90a: {cluster", "sm90a: {constants: {stages: 3}, cluster")
+        .replace("  - parallel(i, j):\n      - out[i, j] = f32(acc[i, j]) * a_scale[by*block_M + i] * b_scale[bx*block_N + j]\n  - copy(out, C", "  - copy(acc, C");
+    assert!(as_i32.contains("  - copy(acc, C") && as_i32.contains("dtype: i32, shape: [M, N]"));
+    let cu = &rendered_cu(&compile_for(as_i32.clone(), Target::Sm90a).unwrap());
+    assert!(cu.contains("using ElementCompute = int32_t;  // the i32 accumulator is stored as is, exactly") && cu.contains("using ElementD = int32_t;"), "{cu}");
+    for (out, expect) in [("i8", "the output is i8: only an i32 accumulator stored as is converts exactly"), ("i32", "the output is i32: only an i32 accumulator stored as is")] {
+        let scaled = w8a8.replace("  C: {dtype: bf16,", &format!("  C: {{dtype: {out},"));
+        let errs = compile_for(scaled, Target::Sm90a).unwrap_err().join("\n");
+        assert!(errs.contains(expect), "{errs}");
+    }
     // A 16-bit GEMM may compute its epilogue into a second f32 fragment too; reading one the
     // epilogue has not written is refused.
     let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap()

@@ -395,6 +395,14 @@ impl<'a> Infer<'a> {
             return;
         }
         let Some(tree) = self.epilogue_tree(&shape, (ic, stored), (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
+        // An integer output: the spec converts by truncation and the EVT rounds from f32, so
+        // only the i32 accumulator itself, stored as is (computed in i32), is exact.
+        let dd = spec.tensors[td].dtype.0;
+        let exact = dd.is_float() || (dd == DType::I32 && dc == DType::I32 && tree == EvtNode::Acc);
+        if !exact {
+            self.off_path(spec.tensors[td].dtype.1, &format!("the output is {dd}: only an i32 accumulator stored as is converts exactly; the epilogue computes in f32 and rounds where the spec truncates"));
+            return;
+        }
         // Folded rows run over every batch: a vector along them must be [batch, M], packed.
         let mut unfoldable = None;
         collect_broadcasts(&tree, &mut |t, row| {

@@ -37,6 +37,8 @@ struct Context {
     element_b: String,
     element_d: String,
     element_accumulator: String,
+    element_compute: String,
+    element_compute_note: String,
     tile: String,
     cluster: String,
     epilogue_tile: String,
@@ -264,6 +266,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     };
     let (layout_a, layout_a_note) = layout_type(p.layouts.0, shared_a, stride_type_a);
     let (layout_b, layout_b_note) = layout_type(p.layouts.1, shared_b, stride_type_b);
+    // The i32 accumulator stored as an i32 output stays integer; everything else is f32.
+    let exact_int = td.dtype.0 == DType::I32 && p.epilogue == EvtNode::Acc;
     let mut evt = EvtBuilder { c, batch_mode: form.is_some_and(BatchForm::is_batch_mode), nodes: Vec::new(), scalars: 0, computes: 0 };
     let (root, mut args) = evt.node(&p.epilogue, true, 0);
     if let Some(last) = args.last_mut() {
@@ -295,6 +299,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         element_a: cpp_type(ta.dtype.0).into(),
         element_b: cpp_type(tb.dtype.0).into(),
         element_d: cpp_type(td.dtype.0).into(),
+        element_compute: (if exact_int { "int32_t" } else { "float" }).into(),
+        element_compute_note: (if exact_int { "the i32 accumulator is stored as is, exactly" } else { "the epilogue computes in f32" }).into(),
         element_accumulator: cpp_type(match p.accumulator {
             DType::F16 | DType::I32 => p.accumulator,
             _ => DType::F32,
