@@ -103,7 +103,7 @@ pub fn explain(c: &Compiled) -> String {
             }
             continue;
         }
-        let _ = writeln!(o, "    atom {}; tile {}x{}x{} in {} k-block(s) of 16", m.atom, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks);
+        let _ = writeln!(o, "    atom {}; tile {}x{}x{} in {} k-block(s) of {}", m.atom, m.mnk.0, m.mnk.1, m.mnk.2, m.k_blocks, m.tile.2);
         let _ = writeln!(o, "    warps {}x{} (M x N); TiledMma permutation {}x{}x{}", m.warps.0, m.warps.1, m.tile.0, m.tile.1, m.tile.2);
         let _ = writeln!(o, "    why: {}", m.why);
         if m.a_in_registers {

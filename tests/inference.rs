@@ -281,7 +281,7 @@ fn sm90a_int8_gemm_takes_the_collective_with_an_f32_epilogue_fragment() {
     let mn_major = w8a8.replace("B: {dtype: i8, shape: [N, K]}", "B: {dtype: i8, shape: [K, N]}")
         .replace("B_s: {scope: shared,   dtype: i8,  shape: [block_N, block_K]}", "B_s: {scope: shared,   dtype: i8,  shape: [block_K, block_N]}")
         .replace("copy(B[bx*block_N, k*block_K], B_s)", "copy(B[k*block_K, bx*block_N], B_s)").replace(", transpose_b=true", "");
-    let errs = compile_for(mn_major, Target::Sm90a).unwrap_err().join("\n");
+    let errs = compile_for(mn_major.clone(), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("8-bit warpgroup MMAs read both operands K-major; store B as [N, K] with K contiguous"), "{errs}");
     // A float into the i32 accumulator is a type error; integer arithmetic on it would be
     // computed in f32 by the EVT, so the collective refuses it with the fix.
@@ -303,6 +303,12 @@ fn sm90a_int8_gemm_takes_the_collective_with_an_f32_epilogue_fragment() {
         let errs = compile_for(scaled, Target::Sm90a).unwrap_err().join("\n");
         assert!(errs.contains(expect), "{errs}");
     }
+    // sm80: mma.sync's 8-bit atom, 32 deep, both operands K-major through ldmatrix.
+    let c = compile_for(w8a8.clone(), Target::Sm80).unwrap();
+    let m = c.plan.mmas.values().next().unwrap();
+    assert_eq!((m.atom.as_str(), m.tile.2, m.k_blocks), ("SM80_16x8x32_S32S8S8S32_TN", 32, 2));
+    let errs = compile_for(mn_major, Target::Sm80).unwrap_err().join("\n");
+    assert!(errs.contains("8-bit MMA operands are read K-major (ldmatrix cannot transpose 8-bit elements), but `B_s` is MN-major in shared memory"), "{errs}");
     // A 16-bit GEMM may compute its epilogue into a second f32 fragment too; reading one the
     // epilogue has not written is refused.
     let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap()

@@ -76,6 +76,28 @@ impl MmaPlan {
 }
 
 impl Infer<'_> {
+    /// 8-bit MMA operands must be K-major in shared memory: ldmatrix transposes 16-bit
+    /// elements only. Needs the gemms and the shared layouts.
+    pub(super) fn int8_operands_k_major(&mut self) {
+        let mut errs = Vec::new();
+        for (id, m) in &self.plan.mmas {
+            if !m.atom.contains("S8S8") {
+                continue;
+            }
+            for (is_a, buf) in [(true, m.a), (false, m.b)] {
+                if let Some(l) = self.plan.shared.get(&buf) && !m.k_major(is_a, l) {
+                    let span = self.spec.stmt(*id).map_or(self.spec.buffers[buf].span, |s| s.span);
+                    let fix = if is_a { "A as [M, K] with K contiguous" } else { "B as [N, K] with K contiguous (`transpose_b=true`, or [K, N] with `order: col_major`)" };
+                    errs.push(Diagnostic::error(span, format!("8-bit MMA operands are read K-major (ldmatrix cannot transpose 8-bit elements), but `{}` is MN-major in shared memory", self.spec.buffers[buf].name.name))
+                        .hint(format!("store {fix}")));
+                }
+            }
+        }
+        for e in errs {
+            self.err(e);
+        }
+    }
+
     pub(super) fn strict_gemms(&mut self) {
         let mut reduce_sources = std::collections::BTreeSet::new();
         for s in self.statements() {
@@ -88,13 +110,15 @@ impl Infer<'_> {
             let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &s.kind else { continue };
             let (Some(ia), Some(ib), Some(ic)) = (self.buffer_index(&a.name), self.buffer_index(&b.name), self.buffer_index(&c.name)) else { continue };
             let (da, dc) = (self.spec.buffers[ia].dtype.0, self.spec.buffers[ic].dtype.0);
-            let atom = match (da, dc) {
-                (DType::BF16, DType::F32) => "SM80_16x8x16_F32BF16BF16F32_TN",
-                (DType::F16, DType::F32) => "SM80_16x8x16_F32F16F16F32_TN",
-                (DType::F16, DType::F16) => "SM80_16x8x16_F16F16F16F16_TN",
+            // The MMA's K: 32 bytes of each operand row per step.
+            let (atom, mma_k) = match (da, dc) {
+                (DType::BF16, DType::F32) => ("SM80_16x8x16_F32BF16BF16F32_TN", 16),
+                (DType::F16, DType::F32) => ("SM80_16x8x16_F32F16F16F32_TN", 16),
+                (DType::F16, DType::F16) => ("SM80_16x8x16_F16F16F16F16_TN", 16),
+                (DType::I8, DType::I32) => ("SM80_16x8x32_S32S8S8S32_TN", 32),
                 _ => {
                     self.err(Diagnostic::error(s.span, format!("the {} target has no MMA for {da} operands accumulating in {dc}", self.target))
-                        .hint("use bf16 or f16 operands (f32 accumulator) or f16 operands with an f16 accumulator"));
+                        .hint("use bf16 or f16 operands (f32 accumulator), f16 operands with an f16 accumulator, or i8 operands with an i32 accumulator"));
                     self.failed_buffers.insert(ic);
                     continue;
                 }
@@ -141,10 +165,10 @@ impl Infer<'_> {
             if narrow {
                 best = Some(((1, warps), 0.0));
             }
-            if k % 16 != 0 {
-                self.err(Diagnostic::error(s.span, format!("gemm K tile {k} is not a multiple of the MMA's K (16)"))
+            if k % mma_k != 0 {
+                self.err(Diagnostic::error(s.span, format!("gemm K tile {k} is not a multiple of the MMA's K ({mma_k})"))
                     .label(self.spec.buffers[ia].shape_span, format!("`{}`'s shape", a.name))
-                    .hint("use a K tile of 16, 32 or 64"));
+                    .hint(format!("use a K tile of {}, {} or {}", mma_k, 2 * mma_k, 4 * mma_k)));
                 self.failed_buffers.insert(ic);
                 continue;
             }
@@ -179,14 +203,14 @@ impl Infer<'_> {
             let plan = MmaPlan {
                 atom: atom.to_string(),
                 warps: (wm, wn),
-                tile: (16 * wm, if narrow { 8 * wn } else { 16 * wn }, 16),
+                tile: (16 * wm, if narrow { 8 * wn } else { 16 * wn }, mma_k),
                 a: ia,
                 b: ib,
                 c: ic,
                 a_dims,
                 b_dims,
                 mnk: (m, n, k),
-                k_blocks: k / 16,
+                k_blocks: k / mma_k,
                 a_in_registers,
                 a_regs_per_kblock: ((m / wm / 16) * 4) as u64,
                 b_regs_per_kblock: ((n / wn / 8) * 2) as u64,

@@ -494,6 +494,8 @@ impl<'a> Infer<'a> {
         self.free_fragments();
         // Shared layouts need the gemm roles (strict) and the copies' tensors (common).
         self.shared_layouts();
+        // 8-bit gemm operands: K-major only (needs the shared layouts).
+        self.int8_operands_k_major();
         // Unpacking needs the destination's shared layout (16-byte runs along its rows).
         self.dequants();
         // Copy atoms need shared and fragment layouts.

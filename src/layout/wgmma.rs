@@ -74,6 +74,8 @@ impl Infer<'_> {
                 "F32BF16BF16"
             } else if m.atom.contains("F32F16F16F32") {
                 "F32F16F16"
+            } else if m.atom.contains("S32S8S8S32") {
+                return Err(format!("{line} multiplies 8-bit operands; this WGMMA lowering takes 16-bit ones (the CUTLASS collective takes int8 GEMMs)"));
             } else {
                 return Err(format!("{line} accumulates in f16; the WGMMA lowering takes f32 accumulators"));
             };
