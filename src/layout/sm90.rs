@@ -540,9 +540,10 @@ impl<'a> Infer<'a> {
     /// The epilogue: the parallel blocks between the main loop and the store composed into
     /// one expression of the accumulator.
     fn epilogue_tree(&mut self, shape: &Shape<'a>, (ic, stored): (usize, usize), cc: (&String, &String), tile: (i64, i64), batch: Option<&BatchPlan>) -> Option<EvtNode> {
-        // Each buffer's value as a tree of the accumulator; the EVT computes in f32 and rounds
-        // once, into the output, so a buffer it writes must hold f32 (or be the accumulator of
-        // a 16-bit GEMM, whose updates the spec also rounds only at the store).
+        // Each buffer's value as a tree of the accumulator. The EVT computes in f32 and rounds
+        // once, into the output, so a buffer it writes must hold f32, or be an f16 GEMM's f16
+        // accumulator (there the EVT keeps f32 between statements where the spec rounds to f16:
+        // a difference within f16's own rounding, as before this took other fragments).
         let mut trees: Vec<(usize, EvtNode)> = vec![(ic, EvtNode::Acc)];
         for p in &shape.epilogue {
             let StmtKind::Parallel { vars, body } = &p.kind else { continue };
