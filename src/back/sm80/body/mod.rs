@@ -264,7 +264,8 @@ impl Env for FragmentEnv<'_> {
             return None;
         }
         let b = &self.c.spec.buffers[buffer];
-        Some(if b.dtype.0 == DType::F32 { format!("{}(e)", b.name.name) } else { format!("static_cast<float>({}(e))", b.name.name) })
+        // 16-bit floats compute in f32; integers stay integers (`f32(...)` converts them).
+        Some(if matches!(b.dtype.0, DType::BF16 | DType::F16) { format!("static_cast<float>({}(e))", b.name.name) } else { format!("{}(e)", b.name.name) })
     }
 }
 
@@ -287,7 +288,7 @@ impl Env for RowEnv<'_> {
         } else {
             return None;
         };
-        Some(if b.dtype.0 == DType::F32 { at } else { format!("static_cast<float>({at})") })
+        Some(if matches!(b.dtype.0, DType::BF16 | DType::F16) { format!("static_cast<float>({at})") } else { at })
     }
 }
 
