@@ -326,10 +326,9 @@ fn evt_text(c: &Compiled, n: &crate::layout::EvtNode) -> String {
     match n {
         EvtNode::Acc => "acc".into(),
         EvtNode::RowBroadcast { tensor } | EvtNode::ColBroadcast { tensor } => {
-            // A 2-D vector holds one per batch.
             let t = &c.spec.tensors[*tensor];
             let kind = if matches!(n, EvtNode::RowBroadcast { .. }) { "row_broadcast" } else { "col_broadcast" };
-            format!("{kind}({}{})", t.name.name, if t.shape.len() == 2 { ", per batch" } else { "" })
+            format!("{kind}({}{})", t.name.name, if crate::layout::is_per_batch_vector(t) { ", per batch" } else { "" })
         }
         EvtNode::Scalar { value } => value.clone(),
         EvtNode::Compute { op, children } => format!(

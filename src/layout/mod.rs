@@ -45,7 +45,7 @@ pub use pipeline::{PipelineMode, PipelinePlan};
 pub use fragments::UNIT_SCALE_MIN_VALUES;
 pub use raster::{RasterPlan, RASTER_GROUP};
 pub use tma::{MbarrierRole, Mbarriers, TmaLoad, WarpSpecialization};
-pub use sm90::{collect_broadcasts, BatchForm, BatchPlan, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
+pub use sm90::{collect_broadcasts, is_per_batch_vector, BatchForm, BatchPlan, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

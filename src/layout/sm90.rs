@@ -135,6 +135,8 @@ pub struct CollectivePlan {
     pub accumulator: DType,
     /// The epilogue, from the `parallel` blocks between the main loop and the store.
     pub epilogue: EvtNode,
+    /// What the epilogue computes in: f32, or i32 when the i32 accumulator is stored as is.
+    pub epilogue_compute: DType,
     /// Estimated shared memory: mainloop stages plus the epilogue's buffers.
     pub smem_bytes: u64,
     /// A leading batch dimension of A and D (and of B, unless B is shared by every batch).
@@ -198,7 +200,18 @@ pub(super) struct Shape<'a> {
     store: &'a Stmt,
 }
 
+/// A 2-D epilogue vector holds one vector per batch (`[batch, N]` or `[batch, M]`); the
+/// planner admits 2-D vectors only in that form.
+pub fn is_per_batch_vector(tensor: &Tensor) -> bool {
+    tensor.shape.len() == 2
+}
+
 impl<'a> Infer<'a> {
+    /// The accumulator itself, or a fragment of its shape (an epilogue may compute into it).
+    fn is_acc_tile(&self, buf: usize, acc: usize) -> bool {
+        buf == acc || (self.spec.buffers[buf].scope.0 == Scope::Fragment && self.shape(buf) == self.shape(acc))
+    }
+
     fn off_path(&mut self, span: Span, why: &str) {
         let (lib, hint) = if self.target.is_amd() {
             ("composable_kernel device GEMMs", "fused programs have no CK lowering yet: this spec renders for sm80 and sm90a")
@@ -254,8 +267,7 @@ impl<'a> Infer<'a> {
         // its shape that they compute from it (and that the store then takes).
         let mut epilogue = Vec::new();
         for s in &body[2..body.len() - 1] {
-            let over_acc_tile = self.info.parallel_domains.get(&s.id)
-                .is_some_and(|&d| d == acc || (spec.buffers[d].scope.0 == Scope::Fragment && self.shape(d) == self.shape(acc)));
+            let over_acc_tile = self.info.parallel_domains.get(&s.id).is_some_and(|&d| self.is_acc_tile(d, acc));
             match &s.kind {
                 StmtKind::Parallel { .. } if over_acc_tile => epilogue.push(s),
                 _ => {
@@ -292,7 +304,7 @@ impl<'a> Infer<'a> {
         };
         let StmtKind::Copy { src: store_src, dst: store_dst } = &shape.store.kind else { return };
         // The store takes the accumulator, or the fragment of its shape the epilogue computes.
-        let stored = self.buffer_index(&store_src.name.name).filter(|&b| b == ic || (spec.buffers[b].scope.0 == Scope::Fragment && self.shape(b) == self.shape(ic)));
+        let stored = self.buffer_index(&store_src.name.name).filter(|&b| self.is_acc_tile(b, ic));
         let (Some(td), Some(stored)) = (self.tensor_index(&store_dst.name.name), stored) else {
             self.off_path(shape.store.span, "the last statement must copy the accumulator (or a fragment of its shape computed from it) to a global tensor");
             return;
@@ -398,15 +410,15 @@ impl<'a> Infer<'a> {
         // An integer output: the spec converts by truncation and the EVT rounds from f32, so
         // only the i32 accumulator itself, stored as is (computed in i32), is exact.
         let dd = spec.tensors[td].dtype.0;
-        let exact = dd.is_float() || (dd == DType::I32 && dc == DType::I32 && tree == EvtNode::Acc);
-        if !exact {
+        let integer_store = dd == DType::I32 && dc == DType::I32 && tree == EvtNode::Acc;
+        if !dd.is_float() && !integer_store {
             self.off_path(spec.tensors[td].dtype.1, &format!("the output is {dd}: only an i32 accumulator stored as is converts exactly; the epilogue computes in f32 and rounds where the spec truncates"));
             return;
         }
         // Folded rows run over every batch: a vector along them must be [batch, M], packed.
         let mut unfoldable = None;
         collect_broadcasts(&tree, &mut |t, row| {
-            if unfoldable.is_none() && (spec.tensors[t].shape.len() == 2) == row {
+            if unfoldable.is_none() && is_per_batch_vector(&spec.tensors[t]) == row {
                 unfoldable = Some(t);
             }
         });
@@ -475,6 +487,7 @@ impl<'a> Infer<'a> {
             layouts,
             accumulator: dc,
             epilogue: tree,
+            epilogue_compute: if integer_store { DType::I32 } else { DType::F32 },
             smem_bytes,
             batch,
             why,
@@ -641,6 +654,7 @@ impl<'a> Infer<'a> {
             layouts,
             accumulator: acc,
             epilogue: tree,
+            epilogue_compute: DType::F32,
             smem_bytes: lds,
             batch: None,
             why,

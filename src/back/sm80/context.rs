@@ -105,7 +105,8 @@ pub struct MmaCtx {
     pub warps_n: i64,
     pub tile_m: i64,
     pub tile_n: i64,
-    pub tile_k: i64,
+    /// The MMA's K step as a CuTe integer: `_16`, or `Int<32>` for 8-bit operands.
+    pub tile_k: String,
     pub s2r_a: String,
     pub s2r_b: String,
     pub s2r_a_atom: String,
@@ -359,7 +360,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             warps_n: m.warps.1,
             tile_m: m.tile.0,
             tile_n: m.tile.1,
-            tile_k: m.tile.2,
+            tile_k: if m.tile.2 == 16 { "_16".into() } else { format!("Int<{}>", m.tile.2) },
             s2r_a: format!("S2RCopyAtom{}", upper_first(&ka)),
             s2r_b: format!("S2RCopyAtom{}", upper_first(&kb)),
             s2r_a_atom,

@@ -105,7 +105,7 @@ impl EvtBuilder<'_> {
                 // A 2-D vector holds one per batch ([batch, N] or [batch, M]). In the batch mode
                 // it steps by its length per batch; folded into M, a packed [batch, M] is one
                 // value per folded row.
-                let per_batch = t.shape.len() == 2;
+                let per_batch = crate::layout::is_per_batch_vector(t);
                 let batch_stride = per_batch && self.batch_mode;
                 if !self.nodes.iter().any(|x| x.name == name) {
                     let (kind, stride, what) = match (row, batch_stride) {
@@ -266,8 +266,6 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     };
     let (layout_a, layout_a_note) = layout_type(p.layouts.0, shared_a, stride_type_a);
     let (layout_b, layout_b_note) = layout_type(p.layouts.1, shared_b, stride_type_b);
-    // The i32 accumulator stored as an i32 output stays integer; everything else is f32.
-    let exact_int = td.dtype.0 == DType::I32 && p.epilogue == EvtNode::Acc;
     let mut evt = EvtBuilder { c, batch_mode: form.is_some_and(BatchForm::is_batch_mode), nodes: Vec::new(), scalars: 0, computes: 0 };
     let (root, mut args) = evt.node(&p.epilogue, true, 0);
     if let Some(last) = args.last_mut() {
@@ -299,8 +297,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         element_a: cpp_type(ta.dtype.0).into(),
         element_b: cpp_type(tb.dtype.0).into(),
         element_d: cpp_type(td.dtype.0).into(),
-        element_compute: (if exact_int { "int32_t" } else { "float" }).into(),
-        element_compute_note: (if exact_int { "the i32 accumulator is stored as is, exactly" } else { "the epilogue computes in f32" }).into(),
+        element_compute: cpp_type(p.epilogue_compute).into(),
+        element_compute_note: (if p.epilogue_compute == DType::I32 { "the i32 accumulator is stored as is, exactly" } else { "the epilogue computes in f32" }).into(),
         element_accumulator: cpp_type(match p.accumulator {
             DType::F16 | DType::I32 => p.accumulator,
             _ => DType::F32,
