@@ -345,7 +345,11 @@ fn stmt_heading(c: &Compiled, id: crate::ast::StmtId) -> String {
 /// One line per alignment check the launcher makes.
 fn alignment_lines(o: &mut String, c: &Compiled) {
     for a in &c.plan.alignment {
-        let _ = writeln!(o, "    `{}`: {}-element vectors ({})", c.spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+        if a.whole_rows {
+            let _ = writeln!(o, "    `{}`: {}-element vectors ({})", c.spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+        } else {
+            let _ = writeln!(o, "    `{}`: base aligned to {} elements ({})", c.spec.tensors[a.tensor].name.name, a.vector_elems, a.why);
+        }
     }
 }
 

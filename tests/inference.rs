@@ -404,21 +404,29 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     // [16, 512] A rows need 32 bytes of padding and Swizzle<1,3,3>; the words Swizzle<1,4,2>.
     assert_eq!((p.a_layout.pad, p.a_layout.swizzle.bits, p.a_layout.swizzle.base, p.a_layout.swizzle.shift), (16, 1, 3, 3));
     assert_eq!((p.w_layout.pad, p.w_layout.swizzle.bits, p.w_layout.swizzle.base, p.w_layout.swizzle.shift), (0, 1, 4, 2));
-    assert_eq!((p.a_chunks, p.w_chunks, p.scale_pairs), (4, 2, 64));
+    // Scales: 4-byte copies, three per weight row (its two pairs, and one more for rows that
+    // start mid-word when K / 128 is odd), into rows of 4 + 2 slots.
+    assert_eq!((p.a_chunks, p.w_chunks, p.scale_pairs), (4, 2, 96));
     // Four stages, and a full and an empty mbarrier per stage.
-    assert_eq!(c.plan.smem.total, 4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 4 * 2) + 4 * 16);
+    assert_eq!(c.plan.smem.total, 4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 6 * 2) + 4 * 16);
     // The general tables stay empty: nothing else plans this program.
     assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty());
     let cu = &rendered_cu(&c);
     for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)",
                    "constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;",
-                   "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "bool const decode = M <= 8;", "decode ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>",
-                   "(K / 128) % 2 != 0", "smem.partials[wk][row][w_row]",
+                   "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "bool const decode = M <= 8;", "decode ? (odd_rows ? w4a16_gemm_bf16_kernel<1, true> : w4a16_gemm_bf16_kernel<1, false>)",
+                   "smem.partials[wk][row][w_row]",
+                   // Any number of scales per row: odd rows of an odd count start mid-word.
+                   // The launcher picks kOddRows (its own instantiations) when they do.
+                   "bool const odd_rows = (K / 128) % 2 != 0;", "odd_rows ? w4a16_gemm_bf16_kernel<2, true> : w4a16_gemm_bf16_kernel<2, false>",
+                   "int const scale_shift = kOddRows ? (n0 + scale_row) & 1 : 0;", "constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);",
+                   "(k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0)", "min(4, max(0, 2 * (k_left / kGroup - scale_first)))",
                    // The mbarrier pipeline: refill two tiles ahead, wait for the tile, release it; A through L1.
                    "constexpr int kPrefetch = 2;", "mbarrier_arrive_on_copies(full + 8 * next_stage);",
                    "mbarrier_wait(full + 8 * stage, (tile / stages) % 2);", "mbarrier_arrive(empty + 8 * stage);", "cp_async_16_l1(A_dst[i]"] {
         assert!(cu.contains(needle), "the kernel lacks {needle}");
     }
+    assert!(cu.contains("if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {"), "the launcher takes an odd number of scales per row");
     assert!(p.tma.is_none(), "sm80 has no TMA");
     // sm90a takes the same lowering (mma.sync), and says why not warpgroup MMAs; a producer warp
     // loads its stages with TMA, the tiles kept as 256-deep spans under the 128-byte swizzle.
@@ -426,18 +434,22 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert!(c9.plan.dequant_gemm.is_some() && c9.plan.mma_sync_reason.as_deref().is_some_and(|r| r.contains("64 rows per warpgroup")));
     let p9 = c9.plan.dequant_gemm.as_ref().unwrap();
     let t = p9.tma.as_ref().expect("a TMA producer on sm90a");
-    assert_eq!((t.span, t.spans, t.scale_copies, t.min_blocks), (256, 2, 2, 2));
+    assert_eq!((t.span, t.spans, t.scale_copies, t.min_blocks), (256, 2, 3, 2));
     assert_eq!((p9.a_layout.pad, p9.a_layout.swizzle.bits, p9.a_layout.swizzle.base, p9.a_layout.swizzle.shift), (0, 3, 3, 3));
     assert_eq!((p9.w_layout.pad, p9.w_layout.swizzle.bits, p9.w_layout.swizzle.base, p9.w_layout.swizzle.shift), (0, 3, 2, 3));
     // Unpadded stages and their mbarriers, the storage rounded to the swizzle's 1024 bytes.
-    assert_eq!(c9.plan.smem.total, (4 * (16 * 512 * 2 + 32 * 64 * 4 + 32 * 4 * 2) + 4 * 16u64).div_ceil(1024) * 1024);
+    assert_eq!(c9.plan.smem.total, (4 * (16 * 512 * 2 + 32 * 64 * 4 + 32 * 6 * 2) + 4 * 16u64).div_ceil(1024) * 1024);
     let cu = &rendered_cu(&c9);
-    for needle in ["__launch_bounds__(kThreads + kProducerThreads, 2)", "SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage]", "SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage]",
+    for needle in ["__launch_bounds__(kThreads + kProducerThreads, 2)", "SM90_TMA_LOAD_3D::copy(&tma_A, &smem.full[stage]", "SM90_TMA_LOAD_2D::copy(&tma_Wq, &smem.full[stage]",
+                   // With K % 256 == 128 (kOddRows), rows of A and of the words as 128-byte lines: a last span past K is zero-filled.
+                   "SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage]", "SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage]",
+                   "cuuint64_t const line_dims[3] = {kLineA, cuuint64_t(K / kLineA), cuuint64_t(M)};", "cuuint64_t const word_dims[2] = {cuuint64_t(K / 8), cuuint64_t(N)};",
                    "set_barrier_transaction_bytes(smem.full[stage], tma_bytes);", "wait_barrier(smem.empty[stage], (j / stages - 1) % 2);",
                    "make_coord(64 * t + 32 * h + 8 * i, span)", "CU_TENSOR_MAP_SWIZZLE_128B", "int const tma_rows = M < tile_rows ? M : tile_rows;",
-                   "K % 256 != 0", "kernel<<<grid, kThreads + kProducerThreads, kSmemBytes, stream>>>"] {
+                   "kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>", "size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;"] {
         assert!(cu.contains(needle), "the sm90a kernel lacks {needle}");
     }
+    assert!(!cu.contains("K % 256") && cu.contains("if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {"), "the sm90a launcher takes any multiple of 128");
     assert!(!cu.contains("load_tile") && !cu.contains("A_dst"), "the computing threads copy nothing");
     assert!(!cu.contains("zp_offset"), "no zero-point tile without `zeros=`");
 
@@ -1130,9 +1142,9 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
         assert_eq!(p.stage_bytes[3], p.stage_bytes[2], "a zero point per scale");
         assert!(c.plan.alignment.iter().any(|a| a.tensor == tensor && a.vector_elems == 2), "the launcher checks the zeros' alignment");
         let cu = &rendered_cu(&c);
-        let copy = if target == Target::Sm80 { "cp_async_4(scales_dst + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src, scales_in);" } else { "cp_async_4(scales_dst[i] + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src[i] + j * (block_K / 128)" };
-        for needle in ["cute::array_aligned<ElementS_s, stages * kStageS_s, 128> Z_s;", copy,
-                       "uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u);",
+        let copy = if target == Target::Sm80 { "cp_async_4_bytes(scales_dst + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src, bytes);" } else { "cp_async_4_bytes(scales_dst[i] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src[i] + j * (block_K / 128), bytes);" };
+        for needle in ["cute::array_aligned<ElementS_s, stages * kStageS_s<kOddRows>, 128> Z_s;", copy,
+                       "uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u);",
                        "dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi)", "const void* zeros"] {
             assert!(cu.contains(needle), "{target}: the kernel lacks {needle}");
         }

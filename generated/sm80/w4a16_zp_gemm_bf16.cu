@@ -107,8 +107,10 @@ CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
 CUTE_DEVICE void cp_async_16_l1(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
-CUTE_DEVICE void cp_async_4(uint32_t smem, void const* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 4 : 0));
+// cp_async_4_bytes copies the first `bytes` (0, 2 or 4) of an aligned 4-byte word and zero-fills
+// the rest: 16-bit rows that start or end mid-word are moved in whole words.
+CUTE_DEVICE void cp_async_4_bytes(uint32_t smem, void const* gmem, int bytes) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(bytes));
 }
 
 // Shared-memory mbarriers as sm_80 has them (PTX 7.0): a stage is full once every thread's
@@ -177,21 +179,29 @@ using SmemLayoutWq_s = decltype(composition(
     Swizzle<1, 4, 2>{},
     Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>, Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));  // (block_N, (block_K / 8), stage)
 // Shared buffer `S_s` (spec 19): one scale per 128 values of each weight row, row-major.
-constexpr int kStageS_s = block_N * (block_K / 128);
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<(block_K / 128)>, Int<stages>>, Stride<Int<(block_K / 128)>, _1, Int<kStageS_s>>>;  // (block_N, (block_K / 128), stage)
+// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
+// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
+// the wider rows.
+template <bool kOddRows>
+constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
+template <bool kOddRows>
+constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
+template <bool kOddRows>
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageA_s % 128 == 0 && kStageWq_s % 128 == 0, "stages are translates of stage 0");
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
-// their place; and each stage's two mbarriers.
+// their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).
+template <bool kOddRows>
 struct SharedStorage {
   union {
     struct {
       cute::array_aligned<ElementA_s, stages * kStageA_s, 128> A_s;
       cute::array_aligned<ElementWq_s, stages * kStageWq_s, 128> Wq_s;
-      cute::array_aligned<ElementS_s, stages * kStageS_s, 128> S_s;
-      cute::array_aligned<ElementS_s, stages * kStageS_s, 128> Z_s;  // spec 20: laid out like `S_s`
+      cute::array_aligned<ElementS_s, stages * kStageS_s<kOddRows>, 128> S_s;
+      cute::array_aligned<ElementS_s, stages * kStageS_s<kOddRows>, 128> Z_s;  // spec 20: laid out like `S_s`
     } mainloop;
     float partials[kKSplit][block_M][block_N + 4];  // [k share][row of C][column of C], rows padded
   };
@@ -199,12 +209,14 @@ struct SharedStorage {
   uint64_t empty[stages];  // every thread has read the stage
 };
 
-constexpr size_t kSmemBytes = sizeof(SharedStorage);
+template <bool kOddRows>
+constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
 
 // One block computes C's tile at (m0, n0) as Cᵀ = W · Aᵀ from kMTiles 8-row tiles of `A` (the MMA's
 // N). The launcher runs kMTiles = 2, or 1 when M <= 8: then the tile's second half holds no rows of
-// `A` and neither its copies nor its MMAs run.
-template <int kMTiles>
+// `A` and neither its copies nor its MMAs run. kOddRows: `scales` has an odd number of columns, so
+// every other row of it starts 2 bytes into a word (the copies below move whole words).
+template <int kMTiles, bool kOddRows>
 __global__ void __launch_bounds__(kThreads)
 w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     ElementWq const* __restrict__ Wq,
@@ -216,7 +228,7 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     int K)
 {
   extern __shared__ __align__(128) unsigned char smem_buf[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
+  SharedStorage<kOddRows>& smem = *reinterpret_cast<SharedStorage<kOddRows>*>(smem_buf);
   int const tid = threadIdx.x;
   int const lane = tid % 32;
   int const warp = tid / 32;
@@ -227,7 +239,7 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_N, (block_K / 128), stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, (block_K / 128), stage)
   int const m0 = by * block_M;  // spec 26: the rows of `A` (and of `C`)
   int const n0 = bx * block_N;  // spec 27: the weight rows (columns of `C`)
   // `Z_s` holds each zero point where `S_s` holds its scale, this many bytes on: its
@@ -240,8 +252,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
   constexpr int kRowsA = 8 * kMTiles;
   constexpr int kChunksA = kRowsA * block_K / 8 / kThreads;  // copy(A[by*block_M, k*block_K], A_s)
   constexpr int kChunksWq = block_N * (block_K / 8) / 4 / kThreads;  // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s)
-  constexpr int kScalePairs = block_N * (block_K / 128) / 2;  // copy(scales[bx*block_N, k*(block_K/128)], S_s): the first threads copy 4 bytes each
-  static_assert(kChunksA * kThreads * 8 == kRowsA * block_K && kChunksWq * kThreads * 4 == block_N * (block_K / 8) && kScalePairs <= kThreads,
+  constexpr int kScaleCopiesPerRow = (block_K / 128) / 2 + (kOddRows ? 1 : 0);  // copy(scales[bx*block_N, k*(block_K/128)], S_s): 4 bytes per copy; a row that starts mid-word takes one more
+  constexpr int kScaleCopies = block_N * kScaleCopiesPerRow;  // the first threads copy one each
+  static_assert(kChunksA * kThreads * 8 == kRowsA * block_K && kChunksWq * kThreads * 4 == block_N * (block_K / 8) && kScaleCopies <= kThreads,
                 "whole chunks per thread");
   ElementA const* A_src[kChunksA];
   uint32_t A_dst[kChunksA];
@@ -263,14 +276,22 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     Wq_src[i] = Wq + int64_t(Wq_in[i] ? n0 + row : 0) * (K / 8) + col;
     Wq_dst[i] = cast_smem_ptr_to_uint(&sWq_s(row, col, 0));
   }
-  int const scale_row = tid / ((block_K / 128) / 2), scale_col = tid % ((block_K / 128) / 2) * 2;
-  bool const scale_copier = tid < kScalePairs;
+  // A thread copies the 4-byte word at slot `scale_slot` of its row, which holds the row's
+  // scales scale_slot - shift and + 1: shift 1 when the row starts 2 bytes into a word (kOddRows,
+  // an odd row; bx * block_N is even). The last copy of a row is needed only then.
+  int const scale_row = tid / kScaleCopiesPerRow, scale_slot = tid % kScaleCopiesPerRow * 2;
+  bool const scale_copier = tid < kScaleCopies;
+  int const scale_shift = kOddRows ? (n0 + scale_row) & 1 : 0;
+  int const scale_first = scale_slot - scale_shift;  // the row's scale (of this tile) the copy starts at
   bool const scales_in = scale_copier && n0 + scale_row < N;
-  ElementScales const* scales_src = scales + int64_t(scales_in ? n0 + scale_row : 0) * (K / 128) + scale_col;
-  uint32_t const scales_dst = cast_smem_ptr_to_uint(&sS_s(scale_copier ? scale_row : 0, scale_col, 0));
+  // The bytes of a copy inside the row (kOddRows): 4, 2 when its second scale is past the row's
+  // end, 0 past it.
+  auto const scale_bytes = [&](int k_left) { return scales_in ? min(4, max(0, 2 * (k_left / kGroup - scale_first))) : 0; };
+  ElementScales const* scales_src = scales + int64_t(scales_in ? n0 + scale_row : 0) * (K / 128) + (scales_in ? scale_first : scale_slot);
+  uint32_t const scales_dst = cast_smem_ptr_to_uint(&sS_s(scale_copier ? scale_row : 0, scale_slot, 0));
   // copy(zeros[bx*block_N, k*(block_K/128)], Z_s): the same threads copy the zero points beside
   // their scales.
-  ElementZeros const* zeros_src = zeros + int64_t(scales_in ? n0 + scale_row : 0) * (K / 128) + scale_col;
+  ElementZeros const* zeros_src = zeros + int64_t(scales_in ? n0 + scale_row : 0) * (K / 128) + (scales_in ? scale_first : scale_slot);
 
   // Issues the next tile's copies into `stage` (a constant: the ring below is unrolled). A tile
   // reaching past K (only the last) zero-fills its chunks beyond it; the others need no check of k.
@@ -287,8 +308,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
         cp_async_16(Wq_dst[i] + stage * kStageWq_s * sizeof(ElementWq_s), Wq_src[i], Wq_in[i]);
       }
       if (scale_copier) {
-        cp_async_4(scales_dst + stage * kStageS_s * sizeof(ElementS_s), scales_src, scales_in);
-        cp_async_4(scales_dst + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src, scales_in);
+        int const bytes = kOddRows ? scale_bytes(k_left) : scales_in ? 4 : 0;
+        cp_async_4_bytes(scales_dst + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), scales_src, bytes);
+        cp_async_4_bytes(scales_dst + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src, bytes);
       }
     } else {  // each chunk's k offset in the tile, as above
       CUTE_UNROLL
@@ -302,8 +324,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
         cp_async_16(Wq_dst[i] + stage * kStageWq_s * sizeof(ElementWq_s), Wq_src[i], Wq_in[i] && in_k);
       }
       if (scale_copier) {
-        cp_async_4(scales_dst + stage * kStageS_s * sizeof(ElementS_s), scales_src, scales_in && scale_col * kGroup < k_left);
-        cp_async_4(scales_dst + zp_offset + stage * kStageS_s * sizeof(ElementS_s), zeros_src, scales_in && scale_col * kGroup < k_left);
+        int const bytes = kOddRows ? scale_bytes(k_left) : scales_in && scale_first * kGroup < k_left ? 4 : 0;
+        cp_async_4_bytes(scales_dst + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), scales_src, bytes);
+        cp_async_4_bytes(scales_dst + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src, bytes);
       }
     }
     CUTE_UNROLL
@@ -334,7 +357,7 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       Wq_rd[h][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
-      scales_rd[h][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * h, (k0 + s) * 128 / kGroup, 0));
+      scales_rd[h][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));  // one slot later in rows that start mid-word
       asm volatile("" : "+r"(Wq_rd[h][s]), "+r"(scales_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -367,11 +390,11 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage * kStageWq_s * sizeof(ElementWq_s));
       uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u;
+      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
       // The rows' zero points (spec 30: `Z_s`), as dequant_int4x2 takes them.
-      uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u);
-      uint32_t const neg_bias_hi = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[1][s] + zp_offset + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u);
+      uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u);
+      uint32_t const neg_bias_hi = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[1][s] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u);
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
@@ -492,10 +515,10 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0 || (K / 128) % 2 != 0) {  // cp.async moves `scales` in pairs, 4 bytes at a time
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0 || (K / 128) % 2 != 0) {  // cp.async moves `zeros` in pairs, 4 bytes at a time
+  if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {  // cp.async moves `zeros` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));
@@ -506,16 +529,19 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  bool const odd_rows = (K / 128) % 2 != 0;  // every other row of `scales` starts 2 bytes into a word
   bool const decode = M <= 8;  // one 8-row tile of `A` per block
-  auto const kernel = decode ? w4a16_zp_gemm_bf16_kernel<1> : w4a16_zp_gemm_bf16_kernel<2>;
-  if (kSmemBytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  auto const kernel = decode ? (odd_rows ? w4a16_zp_gemm_bf16_kernel<1, true> : w4a16_zp_gemm_bf16_kernel<1, false>)
+                             : (odd_rows ? w4a16_zp_gemm_bf16_kernel<2, true> : w4a16_zp_gemm_bf16_kernel<2, false>);
+  size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
+  if (smem_bytes > 48 * 1024) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N, K);
   return static_cast<int>(cudaGetLastError());
 }

@@ -27,11 +27,11 @@ extern "C" {
 //   A must be 16-byte aligned and K a multiple of 8 (cp.async moves 16-byte vectors of `A`).
 //   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (cp.async moves 16-byte vectors of
 //   `Wq`).
-//   scales must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves `scales` in pairs,
-//   4 bytes at a time).
-//   zeros must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves `zeros` in pairs, 4
-//   bytes at a time).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 102464 bytes of dynamic
+//   scales must be 4-byte aligned (cp.async moves `scales` 4 bytes at a time from 4-byte aligned
+//   addresses; rows of any length).
+//   zeros must be 4-byte aligned (cp.async moves `zeros` 4 bytes at a time from 4-byte aligned
+//   addresses; rows of any length).
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 103488 bytes of dynamic
 // shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:

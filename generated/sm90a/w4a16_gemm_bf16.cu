@@ -111,8 +111,10 @@ CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
 CUTE_DEVICE void cp_async_16_l1(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
-CUTE_DEVICE void cp_async_4(uint32_t smem, void const* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 4 : 0));
+// cp_async_4_bytes copies the first `bytes` (0, 2 or 4) of an aligned 4-byte word and zero-fills
+// the rest: 16-bit rows that start or end mid-word are moved in whole words.
+CUTE_DEVICE void cp_async_4_bytes(uint32_t smem, void const* gmem, int bytes) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(bytes));
 }
 
 // Shared-memory mbarriers as sm_80 has them (PTX 7.0): a stage is full once every thread's
@@ -193,49 +195,67 @@ constexpr int kStageWq_s = block_N * (block_K / 8);
 using SmemLayoutWq_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementWq_s>>,
     Layout<Shape<Int<block_N>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<block_N * kSpanWords>>, Int<kStageWq_s>>>>;  // (block_N, (block_K / 8), stage)
 // Shared buffer `S_s` (spec 19): one scale per 128 values of each weight row, row-major.
-constexpr int kStageS_s = block_N * (block_K / 128);
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<(block_K / 128)>, Int<stages>>, Stride<Int<(block_K / 128)>, _1, Int<kStageS_s>>>;  // (block_N, (block_K / 128), stage)
+// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
+// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
+// the wider rows.
+template <bool kOddRows>
+constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
+template <bool kOddRows>
+constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
+template <bool kOddRows>
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
 static_assert(8 * kSpan * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(ElementWq_s) % 1024 == 0 && block_N * kSpanWords * sizeof(ElementWq_s) % 1024 == 0,
               "spans and stages start on the swizzle's period");
 
-// spec 25: `A`'s tensor map: (K as lines of kLineA values, kSpan / kLineA
-// lines per span, rows, spans), lines contiguous. A box of (kLineA, kSpan / kLineA, box_rows, 1)
-// loads one span of a tile's rows, which lands as [row][kSpan values]; rows past M arrive
-// as zeros. The launcher builds the map on the host with as many box rows as the tile has rows of
-// `A`, so that a decode step (one row) moves one row. The maps are encoded directly
-// (cuTensorMapEncodeTiled, through CUTLASS's driver wrapper): CuTe's make_tma_copy derives the
-// box from the shared layout, and in a trial it asked for boxes as wide as the tile's contiguous
-// rows, wider than the swizzle allows, which the driver refused.
-inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int box_rows) {
-  cuuint64_t const dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(M), cuuint64_t(K / kSpan)};
-  cuuint64_t const strides[3] = {kLineA * sizeof(ElementA), cuuint64_t(K) * sizeof(ElementA), kSpan * sizeof(ElementA)};  // bytes, dims 1..3
+// spec 25: `A`'s tensor map, rows as 128-byte lines of kLineA values. A box of
+// kSpan / kLineA lines of box_rows rows loads one span of a tile's rows, which lands as
+// [row][kSpan values]; rows past M arrive as zeros. With a whole number of spans per row the
+// map is (kLineA, kSpan / kLineA lines, rows, spans) and a box takes one span; otherwise
+// (`odd_rows`: K % kSpan is kSpan / 2) it is (kLineA, K / kLineA lines, rows), so that
+// the lines of a last span past K arrive as zeros too. The launcher builds the map on the
+// host with as many box rows as the tile has rows of `A`, so that a decode step (one row)
+// moves one row. The maps are encoded directly (cuTensorMapEncodeTiled, through CUTLASS's
+// driver wrapper): CuTe's make_tma_copy derives the box from the shared layout, and in a trial
+// it asked for boxes as wide as the tile's contiguous rows, wider than the swizzle allows,
+// which the driver refused.
+inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int box_rows, bool odd_rows) {
+  cuuint64_t const row_bytes = cuuint64_t(K) * sizeof(ElementA);
+  cuuint64_t const span_dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(M), cuuint64_t(K / kSpan)};
+  cuuint64_t const line_dims[3] = {kLineA, cuuint64_t(K / kLineA), cuuint64_t(M)};
+  cuuint64_t const strides[3] = {kLineA * sizeof(ElementA), row_bytes, kSpan * sizeof(ElementA)};  // bytes, dims 1..3 (1..2 for lines)
   cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<ElementA*>(A), dims, strides, box, unit,
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, odd_rows ? 3 : 4, const_cast<ElementA*>(A),
+      odd_rows ? line_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
-// spec 26: `Wq`'s tensor map: (kSpanWords words, rows, spans); a box of
-// (kSpanWords, block_N, kSpans) loads a whole tile, landing as [span][row][kSpanWords words];
-// rows past N arrive as zeros.
-inline CUresult tma_map_Wq(CUtensorMap* map, ElementWq const* Wq, int N, int K) {
-  cuuint64_t const dims[3] = {kSpanWords, cuuint64_t(N), cuuint64_t(K / kSpan)};
-  cuuint64_t const strides[2] = {cuuint64_t((K / 8)) * sizeof(ElementWq), kSpanWords * sizeof(ElementWq)};  // bytes, dims 1..2
+// spec 26: `Wq`'s tensor map. With a whole number of spans per row: (kSpanWords
+// words, rows, spans), a box of (kSpanWords, block_N, kSpans) loading a whole tile as
+// [span][row][kSpanWords words]; otherwise (`odd_rows`): (K / 8 words, rows), a box of
+// (kSpanWords, block_N) per span, words past K / 8 arriving as zeros. Rows past N arrive as
+// zeros.
+inline CUresult tma_map_Wq(CUtensorMap* map, ElementWq const* Wq, int N, int K, bool odd_rows) {
+  cuuint64_t const span_dims[3] = {kSpanWords, cuuint64_t(N), cuuint64_t(K / kSpan)};
+  cuuint64_t const word_dims[2] = {cuuint64_t(K / 8), cuuint64_t(N)};
+  cuuint64_t const strides[2] = {cuuint64_t((K / 8)) * sizeof(ElementWq), kSpanWords * sizeof(ElementWq)};  // bytes, dims 1..2 (1 for words)
   cuuint32_t const box[3] = {kSpanWords, block_N, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, const_cast<ElementWq*>(Wq), dims, strides, box, unit,
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3, const_cast<ElementWq*>(Wq),
+      odd_rows ? word_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
-// their place; and each stage's two mbarriers.
+// their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).
+template <bool kOddRows>
 struct SharedStorage {
   union {
     struct {
       cute::array_aligned<ElementA_s, stages * kStageA_s, 1024> A_s;
       cute::array_aligned<ElementWq_s, stages * kStageWq_s, 1024> Wq_s;
-      cute::array_aligned<ElementS_s, stages * kStageS_s, 128> S_s;
+      cute::array_aligned<ElementS_s, stages * kStageS_s<kOddRows>, 128> S_s;
     } mainloop;
     float partials[kKSplit][block_M][block_N + 4];  // [k share][row of C][column of C], rows padded
   };
@@ -243,12 +263,14 @@ struct SharedStorage {
   uint64_t empty[stages];  // every consumer thread has read the stage
 };
 
-constexpr size_t kSmemBytes = sizeof(SharedStorage);
+template <bool kOddRows>
+constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
 
 // One block computes C's tile at (m0, n0) as Cᵀ = W · Aᵀ from kMTiles 8-row tiles of `A` (the MMA's
 // N). The launcher runs kMTiles = 2, or 1 when M <= 8: then the tile's second half holds no rows of
-// `A` and neither its copies nor its MMAs run.
-template <int kMTiles>
+// `A` and neither its copies nor its MMAs run. kOddRows: `scales` has an odd number of columns, so
+// every other row of it starts 2 bytes into a word (the copies below move whole words).
+template <int kMTiles, bool kOddRows>
 __global__ void __launch_bounds__(kThreads + kProducerThreads, 2)
 w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     ElementWq const* __restrict__ Wq,
@@ -262,7 +284,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     int tma_rows)
 {
   extern __shared__ __align__(1024) unsigned char smem_buf[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
+  SharedStorage<kOddRows>& smem = *reinterpret_cast<SharedStorage<kOddRows>*>(smem_buf);
   int const tid = threadIdx.x;
   int const lane = tid % 32;
   int const warp = tid / 32;
@@ -274,7 +296,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   constexpr int kRowsA = 8 * kMTiles;
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s<kRowsA>{});  // (kRowsA, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_N, (block_K / 128), stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, (block_K / 128), stage)
   int const m0 = by * block_M;  // spec 25: the rows of `A` (and of `C`)
   int const n0 = bx * block_N;  // spec 26: the weight rows (columns of `C`)
 
@@ -297,16 +319,24 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   cutlass::arch::fence_barrier_init();
   __syncthreads();  // the mbarriers are initialised (and the unloaded rows cleared)
   if (warp == kThreads / 32) {
-    constexpr int kScalePairs = block_N * (block_K / 128) / 2;  // copy(scales[bx*block_N, k*(block_K/128)], S_s): 4 bytes per copy, lane + 32 i
-    ElementScales const* scales_src[2];
-    uint32_t scales_dst[2];
-    bool scales_in[2];
+    // copy(scales[bx*block_N, k*(block_K/128)], S_s): 4-byte copies, lane + 32 i.
+    // A copy takes the word at slot `slot` of its row, which holds the row's scales slot - shift
+    // and + 1: shift 1 when the row starts 2 bytes into a word (an odd number of scales per row,
+    // an odd row). A row's last copy is needed only then.
+    constexpr int kScaleCopiesPerRow = (block_K / 128) / 2 + (kOddRows ? 1 : 0);
+    constexpr int kScaleCopies = block_N * kScaleCopiesPerRow;
+    constexpr int kScaleRounds = (kScaleCopies + 31) / 32;
+    ElementScales const* scales_src[kScaleRounds];
+    uint32_t scales_dst[kScaleRounds];
+    int scales_first[kScaleRounds];  // the row's scale (of the tile) the copy starts at
+    bool scales_in[kScaleRounds];
     CUTE_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      int const pair = (lane + 32 * i) % kScalePairs, row = pair / ((block_K / 128) / 2), col = pair % ((block_K / 128) / 2) * 2;
+    for (int i = 0; i < kScaleRounds; ++i) {
+      int const copy = (lane + 32 * i) % kScaleCopies, row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
       scales_in[i] = n0 + row < N;
-      scales_src[i] = scales + int64_t(scales_in[i] ? n0 + row : 0) * (K / 128) + col;
-      scales_dst[i] = cast_smem_ptr_to_uint(&sS_s(row, col, 0));
+      scales_first[i] = slot - (kOddRows ? (n0 + row) & 1 : 0);
+      scales_src[i] = scales + int64_t(scales_in[i] ? n0 + row : 0) * (K / 128) + (scales_in[i] ? scales_first[i] : slot);
+      scales_dst[i] = cast_smem_ptr_to_uint(&sS_s(row, slot, 0));
     }
     uint32_t const tma_bytes = uint32_t(tma_rows * block_K * sizeof(ElementA_s) + kStageWq_s * sizeof(ElementWq_s));  // box rows of `A` and a tile of `Wq`
     for (int j = 0; j < num_tiles; ++j) {
@@ -316,21 +346,36 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
       if (lane == 0) {
         set_barrier_transaction_bytes(smem.full[stage], tma_bytes);
-        CUTE_UNROLL
-        for (int span = 0; span < kSpans; ++span) {  // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
-          SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                 smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
+        if constexpr (kOddRows) {
+          CUTE_UNROLL
+          for (int span = 0; span < kSpans; ++span) {
+            int const k_span = (j * kSpans + span) * kSpan;  // k of the span's first value
+            // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
+            SM90_TMA_LOAD_3D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
+                                   smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, k_span / kLineA, m0);
+            // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): read once
+            SM90_TMA_LOAD_2D::copy(&tma_Wq, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
+                                   smem.mainloop.Wq_s.data() + stage * kStageWq_s + span * block_N * kSpanWords, k_span / 8, n0);
+          }
+        } else {
+          CUTE_UNROLL
+          for (int span = 0; span < kSpans; ++span) {  // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
+            SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
+                                   smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
+          }
+          // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): read once
+          SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
+                                 smem.mainloop.Wq_s.data() + stage * kStageWq_s, 0, n0, j * kSpans);
         }
-        // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): read once
-        SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
-                               smem.mainloop.Wq_s.data() + stage * kStageWq_s, 0, n0, j * kSpans);
       }
       int const k_left = K - j * block_K;
       CUTE_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        if (lane + 32 * i < kScalePairs) {
-          int const col = (lane + 32 * i) % ((block_K / 128) / 2) * 2;
-          cp_async_4(scales_dst[i] + stage * kStageS_s * sizeof(ElementS_s), scales_src[i] + j * (block_K / 128), scales_in[i] && col * kGroup < k_left);
+      for (int i = 0; i < kScaleRounds; ++i) {
+        if (lane + 32 * i < kScaleCopies) {
+          // The copy's bytes inside the row: 4, 2 when its second scale is past the row's end, 0
+          // past it.
+          int const bytes = !scales_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - scales_first[i]))) : scales_first[i] * kGroup < k_left ? 4 : 0;
+          cp_async_4_bytes(scales_dst[i] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), scales_src[i] + j * (block_K / 128), bytes);
         }
       }
       mbarrier_arrive_on_copies(cast_smem_ptr_to_uint(&smem.full[stage]));
@@ -357,7 +402,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wq_rd[r][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup, 0));
+      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));  // one slot later in rows that start mid-word
       asm volatile("" : "+r"(Wq_rd[r][s]), "+r"(scales_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -389,8 +434,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage * kStageWq_s * sizeof(ElementWq_s));
       uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s * sizeof(ElementS_s)) * 0x10001u;
+      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
       constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;  // the zero point 8
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
@@ -471,7 +516,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
 extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::w4a16_gemm_bf16;
-  if (M < 1 || N < 1 || K < 1 || K % 8 != 0 || K % 128 != 0 || K % 256 != 0) {
+  if (M < 1 || N < 1 || K < 1 || K % 8 != 0 || K % 128 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (A == nullptr || Wq == nullptr || scales == nullptr || C == nullptr) {
@@ -483,7 +528,7 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // TMA reads 16-byte aligned rows of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0 || (K / 128) % 2 != 0) {  // cp.async moves `scales` in pairs, 4 bytes at a time
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));
@@ -494,10 +539,13 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  bool const odd_rows = (K / 128) % 2 != 0;  // every other row of `scales` starts 2 bytes into a word
   bool const decode = M <= 8;  // one 8-row tile of `A` per block
-  auto const kernel = decode ? w4a16_gemm_bf16_kernel<1> : w4a16_gemm_bf16_kernel<2>;
-  if (kSmemBytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  auto const kernel = decode ? (odd_rows ? w4a16_gemm_bf16_kernel<1, true> : w4a16_gemm_bf16_kernel<1, false>)
+                             : (odd_rows ? w4a16_gemm_bf16_kernel<2, true> : w4a16_gemm_bf16_kernel<2, false>);
+  size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
+  if (smem_bytes > 48 * 1024) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
@@ -508,11 +556,11 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   int const tile_rows = decode ? 8 : 16;
   int const tma_rows = M < tile_rows ? M : tile_rows;
   CUtensorMap tma_A, tma_Wq;
-  if (tma_map_A(&tma_A, static_cast<ElementA const*>(A), M, K, tma_rows) != CUDA_SUCCESS ||
-      tma_map_Wq(&tma_Wq, static_cast<ElementWq const*>(Wq), N, K) != CUDA_SUCCESS) {
+  if (tma_map_A(&tma_A, static_cast<ElementA const*>(A), M, K, tma_rows, odd_rows) != CUDA_SUCCESS ||
+      tma_map_Wq(&tma_Wq, static_cast<ElementWq const*>(Wq), N, K, odd_rows) != CUDA_SUCCESS) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  kernel<<<grid, kThreads + kProducerThreads, kSmemBytes, stream>>>(
+  kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>(
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq, tma_rows);
   return static_cast<int>(cudaGetLastError());
 }

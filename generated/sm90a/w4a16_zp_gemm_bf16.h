@@ -22,17 +22,17 @@ extern "C" {
 //   zeros  [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
-// it); tiles at ragged edges are predicated; K a multiple of 256 (TMA loads 256-deep spans).
+// it); tiles at ragged edges are predicated.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (TMA reads 16-byte aligned rows of `A`).
 //   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (TMA reads 16-byte aligned rows of
 //   `Wq`).
-//   scales must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves `scales` in pairs,
-//   4 bytes at a time).
-//   zeros must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves `zeros` in pairs, 4
-//   bytes at a time).
+//   scales must be 4-byte aligned (cp.async moves `scales` 4 bytes at a time from 4-byte aligned
+//   addresses; rows of any length).
+//   zeros must be 4-byte aligned (cp.async moves `zeros` 4 bytes at a time from 4-byte aligned
+//   addresses; rows of any length).
 // Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 288 threads (the spec's 256 and a TMA
-// producer warp), 101376 bytes of dynamic shared memory.
+// producer warp), 102400 bytes of dynamic shared memory.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

@@ -116,7 +116,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         // for a vector, its length keeps the last piece whole.
         let lead = dim_text(&t.shape[contiguous]);
         // A literal extent that divides needs no check.
-        if lead.parse::<i64>().map_or(true, |n| n % a.vector_elems != 0) {
+        if a.whole_rows && lead.parse::<i64>().map_or(true, |n| n % a.vector_elems != 0) {
             conds.push(format!("{lead} % {} != 0", a.vector_elems));
             doc.push_str(&format!(" and {lead} a multiple of {}", a.vector_elems));
         }

@@ -69,11 +69,12 @@ const RESERVED_CUTE: [&str; 65] = [
     "make_tiled_copy_C", "partition_fragment_C", "tile_to_shape", "make_tiled_mma", "cosize_v",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 70] = [
+const RESERVED_THIN: [&str; 76] = [
     "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage", "kernel",
-    "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_col", "scale_copier", "words_lo",
+    "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_slot", "scale_copier", "scale_first",
+    "scale_shift", "scale_bytes", "bytes", "odd_rows", "smem_bytes", "words_lo",
     "words_hi", "scale_lo", "scale_hi", "lo", "hi", "x", "d", "mt", "s", "h", "i", "in_k", "k_left", "accum", "Mma",
-    "partials", "SharedStorage", "cp_async_16", "cp_async_4", "dequant_int4x2", "ld_shared_u16", "ld_shared_v4",
+    "partials", "SharedStorage", "cp_async_16", "cp_async_4_bytes", "dequant_int4x2", "ld_shared_u16", "ld_shared_v4",
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "cp_async_16_l1", "full", "empty", "next", "next_stage",
     "mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_on_copies", "dequant_neg_bias", "neg_bias_lo",
     "neg_bias_hi", "zp_offset", "decode",
@@ -84,9 +85,9 @@ const RESERVED_SM90A_BARRIERS: [&str; 5] = ["consumer_sync", "initialize_barrier
 /// Names the thin-tile GEMM's sm90a flavour (a TMA producer warp) adds to [`RESERVED_THIN`]
 /// and [`RESERVED_SM90A_BARRIERS`]: its locals and the CuTe, CUTLASS and CUDA names it calls
 /// unqualified.
-const RESERVED_THIN_TMA: [&str; 15] = [
-    "pair", "span", "tile_rows", "box_rows", "map", "dims", "strides", "box", "unit", "make_uint4", "sizeof_bits_v",
-    "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
+const RESERVED_THIN_TMA: [&str; 19] = [
+    "slot", "span", "k_span", "tile_rows", "box_rows", "map", "span_dims", "line_dims", "word_dims", "row_bytes", "strides",
+    "box", "unit", "make_uint4", "sizeof_bits_v", "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
 ];
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA

@@ -252,6 +252,7 @@ impl super::Infer<'_> {
             self.plan.alignment.push(super::Alignment {
                 tensor: t,
                 vector_elems: 8,
+                whole_rows: true,
                 why: format!("the attention instance moves {role} in 16-byte vectors along the head dim"),
             });
         }

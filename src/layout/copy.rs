@@ -308,7 +308,7 @@ impl Infer<'_> {
             return;
         }
         self.plan.alignment.retain(|a| a.tensor != tensor);
-        self.plan.alignment.push(Alignment { tensor, vector_elems: v, why });
+        self.plan.alignment.push(Alignment { tensor, vector_elems: v, whole_rows: true, why });
         self.plan.alignment.sort_by_key(|a| a.tensor);
     }
 

@@ -86,7 +86,9 @@ pub struct DequantGemmPlan {
     pub a_chunks: i64,
     /// 16-byte chunks of the packed tile each thread copies.
     pub w_chunks: i64,
-    /// Threads that copy a pair of scales (4 bytes) each.
+    /// Threads that copy 4 bytes of scales each: half a tile row's scales plus one per row
+    /// (with an odd number of scales per weight row, every other row starts mid-word, and its
+    /// aligned copies start one scale early and take one more; see [`SCALE_SLACK`]).
     pub scale_pairs: i64,
     /// Shared bytes of one stage of A_s, Wq_s, S_s and the zero points' tile (0 without).
     pub stage_bytes: [u64; 4],
@@ -103,6 +105,13 @@ pub struct DequantGemmPlan {
     /// See `why_a`.
     pub why_w: String,
 }
+
+/// Slots each row of the scales' (and zero points') shared tile has beyond the tile's
+/// columns. cp.async moves at least 4 bytes, from a 4-byte aligned address. With an odd number
+/// of 16-bit scales per weight row (K / 128 odd: K = 896, 1152, ...), every other row starts
+/// 2 bytes into a word: its copies start one scale early, take one more pair, and its scales
+/// sit one slot later in the row. Rows that start on a word leave the two slots unused.
+pub const SCALE_SLACK: i64 = 2;
 
 /// k values per span of the TMA flavour: one 128-byte line (the 128-byte swizzle's width) of
 /// packed words. The reads' thread order (2t + h) is written for it.
@@ -429,7 +438,7 @@ impl<'a> Infer<'a> {
         if stages < 2 {
             return Err("it needs two or more stages".into());
         }
-        let (a_chunks, w_chunks, scale_pairs) = (bm * bk / 8 / threads, bn * bk / 32 / threads, bn * ss[1] / 2);
+        let (a_chunks, w_chunks, scale_pairs) = (bm * bk / 8 / threads, bn * bk / 32 / threads, bn * (ss[1] / 2 + 1));
         if (bm * bk / 8) % threads != 0 || (8 * bk / 8) % threads != 0 || (bn * bk / 32) % threads != 0 || a_chunks == 0 || w_chunks == 0 || scale_pairs > threads {
             return Err(format!("its tiles do not split into whole 16-byte chunks per thread over {threads} threads"));
         }
@@ -489,8 +498,8 @@ impl<'a> Infer<'a> {
         let stage_bytes = [
             (bm * (bk + a_layout.pad) * half_bytes) as u64,
             (bn * (bk / 8 + w_layout.pad) * 4) as u64,
-            (bn * ss[1] * half_bytes) as u64,
-            if z_s.is_some() { (bn * ss[1] * half_bytes) as u64 } else { 0 },
+            (bn * (ss[1] + SCALE_SLACK) * half_bytes) as u64,
+            if z_s.is_some() { (bn * (ss[1] + SCALE_SLACK) * half_bytes) as u64 } else { 0 },
         ];
         let partial_bytes = (k_split * bm * (bn + 4) * 4) as u64;
         let layout_why = |l: PaddedLayout, what: &str| {
@@ -505,7 +514,7 @@ impl<'a> Infer<'a> {
             let by_smem = (self.target.smem_per_sm() / (smem + 1024)) as i64;
             let by_regs = 65_536 / ((threads + PRODUCER_THREADS) * 96);
             let min_blocks = by_smem.min(by_regs).clamp(1, 8);
-            DequantGemmTma { span: TMA_SPAN, spans: bk / TMA_SPAN, scale_copies: (bn * ss[1] / 2 + PRODUCER_THREADS - 1) / PRODUCER_THREADS, min_blocks }
+            DequantGemmTma { span: TMA_SPAN, spans: bk / TMA_SPAN, scale_copies: (scale_pairs + PRODUCER_THREADS - 1) / PRODUCER_THREADS, min_blocks }
         });
         let owns = if tma.is_some() {
             format!("k + 64t + 32h .. + 31 of each {TMA_SPAN}-deep span (h: the span's first or second 128-deep step)")
@@ -577,12 +586,12 @@ impl<'a> Infer<'a> {
         let half = 16 / self.spec.tensors[ta].dtype.0.bytes() as i64;
         let mover = if p.tma.is_some() { "TMA reads 16-byte aligned rows" } else { "cp.async moves 16-byte vectors" };
         self.plan.alignment = vec![
-            super::Alignment { tensor: ta, vector_elems: half, why: format!("{mover} of `{}`", name(ta)) },
-            super::Alignment { tensor: tw, vector_elems: 4, why: format!("{mover} of `{}`", name(tw)) },
-            super::Alignment { tensor: ts, vector_elems: 2, why: format!("cp.async moves `{}` in pairs, 4 bytes at a time", name(ts)) },
+            super::Alignment { tensor: ta, whole_rows: true, vector_elems: half, why: format!("{mover} of `{}`", name(ta)) },
+            super::Alignment { tensor: tw, whole_rows: true, vector_elems: 4, why: format!("{mover} of `{}`", name(tw)) },
+            super::Alignment::base_only(ts, 2, format!("cp.async moves `{}` 4 bytes at a time from 4-byte aligned addresses; rows of any length", name(ts))),
         ];
         if let DequantZero::PerGroup { tensor, .. } = p.zero {
-            self.plan.alignment.push(super::Alignment { tensor, vector_elems: 2, why: format!("cp.async moves `{}` in pairs, 4 bytes at a time", name(tensor)) });
+            self.plan.alignment.push(super::Alignment::base_only(tensor, 2, format!("cp.async moves `{}` 4 bytes at a time from 4-byte aligned addresses; rows of any length", name(tensor))));
         }
         // Accumulators (2 chains per m-tile), a stage's words and scales, the unpacked pairs,
         // A's 16-byte loads and the copies' pointers.

@@ -197,9 +197,9 @@ impl<'a> Infer<'a> {
         let name = |t: usize| self.spec.tensors[t].name.name.clone();
         let half = 16 / self.spec.tensors[ta].dtype.0.bytes() as i64;
         self.plan.alignment = vec![
-            super::Alignment { tensor: ta, vector_elems: half, why: format!("TMA reads 16-byte aligned rows of `{}`", name(ta)) },
-            super::Alignment { tensor: tw, vector_elems: 4, why: format!("TMA reads 16-byte aligned rows of `{}`", name(tw)) },
-            super::Alignment { tensor: tc, vector_elems: p.c_vector, why: format!("the epilogue stores 16-byte vectors of `{}`", name(tc)) },
+            super::Alignment { tensor: ta, whole_rows: true, vector_elems: half, why: format!("TMA reads 16-byte aligned rows of `{}`", name(ta)) },
+            super::Alignment { tensor: tw, whole_rows: true, vector_elems: 4, why: format!("TMA reads 16-byte aligned rows of `{}`", name(tw)) },
+            super::Alignment { tensor: tc, whole_rows: true, vector_elems: p.c_vector, why: format!("the epilogue stores 16-byte vectors of `{}`", name(tc)) },
         ];
         self.plan.regs_per_thread = p.regs.1 as u64;
         self.plan.dequant_wgmma = Some(p);

@@ -37,7 +37,7 @@ use crate::target::Target;
 use std::collections::BTreeMap;
 
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
-pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, DequantZero, PaddedLayout, PRODUCER_THREADS};
+pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, DequantZero, PaddedLayout, PRODUCER_THREADS, SCALE_SLACK};
 pub use dequant_wgmma::{DequantWgmmaPlan, WGMMA_PRODUCER_THREADS};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
@@ -168,10 +168,21 @@ pub struct DequantPlan {
 pub struct Alignment {
     /// Tensor index.
     pub tensor: usize,
-    /// Elements per vector: the contiguous extent and the base pointer must be multiples.
+    /// Elements per vector: the base pointer must be a multiple, and with `whole_rows` the
+    /// contiguous extent too.
     pub vector_elems: i64,
+    /// Whether every row (the leading dimension) must be whole vectors. Copies that take care
+    /// of rows starting mid-vector themselves need only the base aligned.
+    pub whole_rows: bool,
     /// Why.
     pub why: String,
+}
+
+impl Alignment {
+    /// Only the base pointer aligned to `vector_elems` elements: rows may have any length.
+    pub fn base_only(tensor: usize, vector_elems: i64, why: String) -> Self {
+        Alignment { tensor, vector_elems, whole_rows: false, why }
+    }
 }
 
 /// Shared-memory accounting.
@@ -293,7 +304,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         let tile = |cx: &mut Infer, why: String| match mfma::plan(spec, info, target, why) {
             Ok(p) => {
                 cx.plan.smem = SmemUse { buffers: p.lds_total, total: p.lds_total, budget: target.smem_budget(), ..cx.plan.smem.clone() };
-                cx.plan.alignment = p.alignment.iter().map(|(t, v, why)| Alignment { tensor: *t, vector_elems: *v, why: why.clone() }).collect();
+                cx.plan.alignment = p.alignment.iter().map(|(t, v, why)| Alignment { tensor: *t, whole_rows: true, vector_elems: *v, why: why.clone() }).collect();
                 cx.plan.tile = Some(p);
                 Ok(())
             }

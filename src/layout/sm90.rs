@@ -447,14 +447,14 @@ impl<'a> Infer<'a> {
         for (t, why) in [(ta_idx, "TMA loads of A"), (tb_idx, "TMA loads of B"), (td, "TMA stores of the output")] {
             let v = 16 / spec.tensors[t].dtype.0.bytes() as i64;
             self.plan.alignment.retain(|x| x.tensor != t);
-            self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: format!("{why} need 16-byte aligned rows") });
+            self.plan.alignment.push(super::Alignment { tensor: t, whole_rows: true, vector_elems: v, why: format!("{why} need 16-byte aligned rows") });
         }
         // A vector along the columns is loaded in 16-byte pieces; one along the rows element by
         // element (a thread's accumulator rows are not adjacent), so it needs no alignment.
         collect_broadcasts(&tree, &mut |t, row| {
             let v = 16 / spec.tensors[t].dtype.0.bytes() as i64;
             if row && !self.plan.alignment.iter().any(|x| x.tensor == t) {
-                self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: "the epilogue loads the vector in 16-byte pieces".into() });
+                self.plan.alignment.push(super::Alignment { tensor: t, whole_rows: true, vector_elems: v, why: "the epilogue loads the vector in 16-byte pieces".into() });
             }
         });
         self.plan.alignment.sort_by_key(|a| a.tensor);
@@ -622,7 +622,7 @@ impl<'a> Infer<'a> {
         let v = 16 / bytes as i64;
         for (t, why) in [(a, "A is read in 16-byte vectors along K"), (b, "B is read in 16-byte vectors along its contiguous dimension"), (d, "the output is written in 16-byte vectors")] {
             self.plan.alignment.retain(|x| x.tensor != t);
-            self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: why.into() });
+            self.plan.alignment.push(super::Alignment { tensor: t, whole_rows: true, vector_elems: v, why: why.into() });
         }
         // Row-broadcast vectors (bias[N]) are read 16 bytes at a time along N by the CDE
         // transfer; column broadcasts element by element.
@@ -635,7 +635,7 @@ impl<'a> Infer<'a> {
         for t in rows {
             if !self.plan.alignment.iter().any(|x| x.tensor == t) {
                 let v = 16 / self.spec.tensors[t].dtype.0.bytes() as i64;
-                self.plan.alignment.push(super::Alignment { tensor: t, vector_elems: v, why: "the epilogue reads the vector in 16-byte pieces".into() });
+                self.plan.alignment.push(super::Alignment { tensor: t, whole_rows: true, vector_elems: v, why: "the epilogue reads the vector in 16-byte pieces".into() });
             }
         }
         self.plan.alignment.sort_by_key(|x| x.tensor);

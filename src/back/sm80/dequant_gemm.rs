@@ -74,6 +74,8 @@ pub struct OperandsCtx {
     pub n_rows: String,
     pub w_cols: String,
     pub s_cols: String,
+    /// Spare slots per row of the scales' shared tile (rows that start mid-word).
+    pub scale_slack: i64,
     pub stages: String,
     /// The weight tile's origin (C's columns) and the main loop's trip count.
     pub n0: String,
@@ -166,6 +168,7 @@ pub(super) fn operands_ctx(c: &Compiled, p: PlanRefs) -> OperandsCtx {
         n_rows: st.extent(wq_s, 0),
         w_cols: st.extent(wq_s, 1),
         s_cols: st.extent(s_s, 1),
+        scale_slack: crate::layout::SCALE_SLACK,
         stages,
         n0: st.origin(p.copies[1], 0),
         num_tiles: count,
@@ -340,7 +343,6 @@ fn swizzle_args(l: PaddedLayout) -> (String, i64) {
 pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
     let spec = &c.spec;
     let st = SpecText::new(c);
-    let [ta, _, _, _] = p.tensors;
     let half = spec.buffers[p.buffers[0]].dtype.0;
     let (a_swizzle, a_period) = swizzle_args(p.a_layout);
     let (w_swizzle, w_period) = swizzle_args(p.w_layout);
@@ -350,7 +352,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         DequantZero::Constant(_) => None,
     };
     let target = c.plan.target;
-    let mut operands = operands_ctx(c, PlanRefs {
+    let operands = operands_ctx(c, PlanRefs {
         tensors: p.tensors,
         buffers: p.buffers,
         stmts: [p.pipeline, p.gemm, p.dequant, p.store],
@@ -360,12 +362,6 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         zero: &p.zero,
         why: &p.why,
     });
-    if let Some(tma) = &p.tma {
-        // TMA loads whole spans of A and the packed words (their tensor maps' outer mode).
-        let (k, span) = (spec.tensors[ta].shape[1].text(), tma.span);
-        operands.launcher_ctx.size_checks.push(format!("{k} % {span} != 0"));
-        operands.launcher_ctx.doc_sizes.push_str(&format!("; {k} a multiple of {span} (TMA loads {span}-deep spans)"));
-    }
     Context {
         operands,
         target_banner: match target {

@@ -107,8 +107,10 @@ CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
 CUTE_DEVICE void cp_async_16_l1(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
-CUTE_DEVICE void cp_async_4(uint32_t smem, void const* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 4 : 0));
+// cp_async_4_bytes copies the first `bytes` (0, 2 or 4) of an aligned 4-byte word and zero-fills
+// the rest: 16-bit rows that start or end mid-word are moved in whole words.
+CUTE_DEVICE void cp_async_4_bytes(uint32_t smem, void const* gmem, int bytes) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(bytes));
 }
 
 // Shared-memory mbarriers as sm_80 has them (PTX 7.0): a stage is full once every thread's
@@ -173,20 +175,28 @@ using SmemLayoutP_t = decltype(composition(
     Swizzle<1, 4, 2>{},
     Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>, Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));  // (cols, (depth / 8), stage)
 // Shared buffer `S_t` (spec 16): one scale per 256 values of each weight row, row-major.
-constexpr int kStageS_t = cols * (depth / 256);
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<(depth / 256)>, Int<stages>>, Stride<Int<(depth / 256)>, _1, Int<kStageS_t>>>;  // (cols, (depth / 256), stage)
+// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
+// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
+// the wider rows.
+template <bool kOddRows>
+constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
+template <bool kOddRows>
+constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
+template <bool kOddRows>
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageX_t % 128 == 0 && kStageP_t % 128 == 0, "stages are translates of stage 0");
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
-// their place; and each stage's two mbarriers.
+// their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
+template <bool kOddRows>
 struct SharedStorage {
   union {
     struct {
       cute::array_aligned<ElementX_t, stages * kStageX_t, 128> X_t;
       cute::array_aligned<ElementP_t, stages * kStageP_t, 128> P_t;
-      cute::array_aligned<ElementS_t, stages * kStageS_t, 128> S_t;
+      cute::array_aligned<ElementS_t, stages * kStageS_t<kOddRows>, 128> S_t;
     } mainloop;
     float partials[kKSplit][rows][cols + 4];  // [k share][row of C][column of C], rows padded
   };
@@ -194,11 +204,13 @@ struct SharedStorage {
   uint64_t empty[stages];  // every thread has read the stage
 };
 
-constexpr size_t kSmemBytes = sizeof(SharedStorage);
+template <bool kOddRows>
+constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
 
 // One block computes C's tile at (m0, n0) as Cᵀ = W · Aᵀ from kMTiles 8-row tiles of `X` (the MMA's
-// N). The launcher runs kMTiles = 1.
-template <int kMTiles>
+// N). The launcher runs kMTiles = 1. kOddRows: `Sc` has an odd number of columns, so every other
+// row of it starts 2 bytes into a word (the copies below move whole words).
+template <int kMTiles, bool kOddRows>
 __global__ void __launch_bounds__(kThreads)
 w4_thin_f16_kernel(ElementX const* __restrict__ X,
     ElementWp const* __restrict__ Wp,
@@ -209,7 +221,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     int hidden)
 {
   extern __shared__ __align__(128) unsigned char smem_buf[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
+  SharedStorage<kOddRows>& smem = *reinterpret_cast<SharedStorage<kOddRows>*>(smem_buf);
   int const tid = threadIdx.x;
   int const lane = tid % 32;
   int const warp = tid / 32;
@@ -220,7 +232,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 
   Tensor sX_t = make_tensor(make_smem_ptr(smem.mainloop.X_t.data()), SmemLayoutX_t{});  // (rows, depth, stage)
   Tensor sP_t = make_tensor(make_smem_ptr(smem.mainloop.P_t.data()), SmemLayoutP_t{});  // (cols, (depth / 8), stage)
-  Tensor sS_t = make_tensor(make_smem_ptr(smem.mainloop.S_t.data()), SmemLayoutS_t{});  // (cols, (depth / 256), stage)
+  Tensor sS_t = make_tensor(make_smem_ptr(smem.mainloop.S_t.data()), SmemLayoutS_t<kOddRows>{});  // (cols, (depth / 256), stage)
   int const m0 = mb * rows;  // spec 24: the rows of `X` (and of `Y`)
   int const n0 = nb * cols;  // spec 23: the weight rows (columns of `Y`)
 
@@ -230,8 +242,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   constexpr int kRowsA = 8 * kMTiles;
   constexpr int kChunksX = kRowsA * depth / 8 / kThreads;  // copy(X[mb*rows, kt*depth], X_t)
   constexpr int kChunksWp = cols * (depth / 8) / 4 / kThreads;  // copy(Wp[nb*cols, kt*(depth/8)], P_t)
-  constexpr int kScalePairs = cols * (depth / 256) / 2;  // copy(Sc[nb*cols, kt*(depth/256)], S_t): the first threads copy 4 bytes each
-  static_assert(kChunksX * kThreads * 8 == kRowsA * depth && kChunksWp * kThreads * 4 == cols * (depth / 8) && kScalePairs <= kThreads,
+  constexpr int kScaleCopiesPerRow = (depth / 256) / 2 + (kOddRows ? 1 : 0);  // copy(Sc[nb*cols, kt*(depth/256)], S_t): 4 bytes per copy; a row that starts mid-word takes one more
+  constexpr int kScaleCopies = cols * kScaleCopiesPerRow;  // the first threads copy one each
+  static_assert(kChunksX * kThreads * 8 == kRowsA * depth && kChunksWp * kThreads * 4 == cols * (depth / 8) && kScaleCopies <= kThreads,
                 "whole chunks per thread");
   ElementX const* X_src[kChunksX];
   uint32_t X_dst[kChunksX];
@@ -253,11 +266,19 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     Wp_src[i] = Wp + int64_t(Wp_in[i] ? n0 + row : 0) * (hidden / 8) + col;
     Wp_dst[i] = cast_smem_ptr_to_uint(&sP_t(row, col, 0));
   }
-  int const scale_row = tid / ((depth / 256) / 2), scale_col = tid % ((depth / 256) / 2) * 2;
-  bool const scale_copier = tid < kScalePairs;
+  // A thread copies the 4-byte word at slot `scale_slot` of its row, which holds the row's
+  // scales scale_slot - shift and + 1: shift 1 when the row starts 2 bytes into a word (kOddRows,
+  // an odd row; nb * cols is even). The last copy of a row is needed only then.
+  int const scale_row = tid / kScaleCopiesPerRow, scale_slot = tid % kScaleCopiesPerRow * 2;
+  bool const scale_copier = tid < kScaleCopies;
+  int const scale_shift = kOddRows ? (n0 + scale_row) & 1 : 0;
+  int const scale_first = scale_slot - scale_shift;  // the row's scale (of this tile) the copy starts at
   bool const Sc_in = scale_copier && n0 + scale_row < features;
-  ElementSc const* Sc_src = Sc + int64_t(Sc_in ? n0 + scale_row : 0) * (hidden / 256) + scale_col;
-  uint32_t const Sc_dst = cast_smem_ptr_to_uint(&sS_t(scale_copier ? scale_row : 0, scale_col, 0));
+  // The bytes of a copy inside the row (kOddRows): 4, 2 when its second scale is past the row's
+  // end, 0 past it.
+  auto const scale_bytes = [&](int k_left) { return Sc_in ? min(4, max(0, 2 * (k_left / kGroup - scale_first))) : 0; };
+  ElementSc const* Sc_src = Sc + int64_t(Sc_in ? n0 + scale_row : 0) * (hidden / 256) + (Sc_in ? scale_first : scale_slot);
+  uint32_t const Sc_dst = cast_smem_ptr_to_uint(&sS_t(scale_copier ? scale_row : 0, scale_slot, 0));
 
   // Issues the next tile's copies into `stage` (a constant: the ring below is unrolled). A tile
   // reaching past hidden (only the last) zero-fills its chunks beyond it; the others need no check
@@ -275,7 +296,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
         cp_async_16(Wp_dst[i] + stage * kStageP_t * sizeof(ElementP_t), Wp_src[i], Wp_in[i]);
       }
       if (scale_copier) {
-        cp_async_4(Sc_dst + stage * kStageS_t * sizeof(ElementS_t), Sc_src, Sc_in);
+        int const bytes = kOddRows ? scale_bytes(k_left) : Sc_in ? 4 : 0;
+        cp_async_4_bytes(Sc_dst + stage * kStageS_t<kOddRows> * sizeof(ElementS_t), Sc_src, bytes);
       }
     } else {  // each chunk's k offset in the tile, as above
       CUTE_UNROLL
@@ -289,7 +311,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
         cp_async_16(Wp_dst[i] + stage * kStageP_t * sizeof(ElementP_t), Wp_src[i], Wp_in[i] && in_k);
       }
       if (scale_copier) {
-        cp_async_4(Sc_dst + stage * kStageS_t * sizeof(ElementS_t), Sc_src, Sc_in && scale_col * kGroup < k_left);
+        int const bytes = kOddRows ? scale_bytes(k_left) : Sc_in && scale_first * kGroup < k_left ? 4 : 0;
+        cp_async_4_bytes(Sc_dst + stage * kStageS_t<kOddRows> * sizeof(ElementS_t), Sc_src, bytes);
       }
     }
     CUTE_UNROLL
@@ -319,7 +342,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       Wp_rd[h][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
-      Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h, (k0 + s) * 128 / kGroup, 0));
+      Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));  // one slot later in rows that start mid-word
       asm volatile("" : "+r"(Wp_rd[h][s]), "+r"(Sc_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -352,8 +375,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage * kStageP_t * sizeof(ElementP_t));
       uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t * sizeof(ElementS_t)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t * sizeof(ElementS_t)) * 0x10001u;
+      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
       constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;  // the zero point 7
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
@@ -475,7 +498,7 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   if (reinterpret_cast<uintptr_t>(Wp) % 16 != 0 || (hidden / 8) % 4 != 0) {  // cp.async moves 16-byte vectors of `Wp`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0 || (hidden / 256) % 2 != 0) {  // cp.async moves `Sc` in pairs, 4 bytes at a time
+  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {  // cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((features + cols - 1) / cols));
@@ -486,15 +509,17 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  auto const kernel = w4_thin_f16_kernel<1>;
-  if (kSmemBytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  bool const odd_rows = (hidden / 256) % 2 != 0;  // every other row of `Sc` starts 2 bytes into a word
+  auto const kernel = odd_rows ? w4_thin_f16_kernel<1, true> : w4_thin_f16_kernel<1, false>;
+  size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
+  if (smem_bytes > 48 * 1024) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(
       static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc), static_cast<ElementY*>(Y), tokens, features, hidden);
   return static_cast<int>(cudaGetLastError());
 }

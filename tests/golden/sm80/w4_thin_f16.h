@@ -26,9 +26,9 @@ extern "C" {
 //   X must be 16-byte aligned and hidden a multiple of 8 (cp.async moves 16-byte vectors of `X`).
 //   Wp must be 16-byte aligned and (hidden / 8) a multiple of 4 (cp.async moves 16-byte vectors of
 //   `Wp`).
-//   Sc must be 4-byte aligned and (hidden / 256) a multiple of 2 (cp.async moves `Sc` in pairs, 4
-//   bytes at a time).
-// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, 75312 bytes of
+//   Sc must be 4-byte aligned (cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses;
+//   rows of any length).
+// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, 76080 bytes of
 // dynamic shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:

@@ -112,8 +112,10 @@ CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
 CUTE_DEVICE void cp_async_16_l1(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
-CUTE_DEVICE void cp_async_4(uint32_t smem, void const* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 4 : 0));
+// cp_async_4_bytes copies the first `bytes` (0, 2 or 4) of an aligned 4-byte word and zero-fills
+// the rest: 16-bit rows that start or end mid-word are moved in whole words.
+CUTE_DEVICE void cp_async_4_bytes(uint32_t smem, void const* gmem, int bytes) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(bytes));
 }
 
 // Shared-memory mbarriers as sm_80 has them (PTX 7.0): a stage is full once every thread's
@@ -192,49 +194,68 @@ constexpr int kStageP_t = cols * (depth / 8);
 using SmemLayoutP_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementP_t>>,
     Layout<Shape<Int<cols>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<cols * kSpanWords>>, Int<kStageP_t>>>>;  // (cols, (depth / 8), stage)
 // Shared buffer `S_t` (spec 16): one scale per 256 values of each weight row, row-major.
-constexpr int kStageS_t = cols * (depth / 256);
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<(depth / 256)>, Int<stages>>, Stride<Int<(depth / 256)>, _1, Int<kStageS_t>>>;  // (cols, (depth / 256), stage)
+// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
+// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
+// the wider rows.
+template <bool kOddRows>
+constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
+template <bool kOddRows>
+constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
+template <bool kOddRows>
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
 static_assert(8 * kSpan * sizeof(ElementX_t) % 1024 == 0 && kStageP_t * sizeof(ElementP_t) % 1024 == 0 && cols * kSpanWords * sizeof(ElementP_t) % 1024 == 0,
               "spans and stages start on the swizzle's period");
 
-// spec 24: `X`'s tensor map: (hidden as lines of kLineA values, kSpan / kLineA
-// lines per span, rows, spans), lines contiguous. A box of (kLineA, kSpan / kLineA, box_rows, 1)
-// loads one span of a tile's rows, which lands as [row][kSpan values]; rows past tokens arrive
-// as zeros. The launcher builds the map on the host with as many box rows as the tile has rows of
-// `X`, so that a decode step (one row) moves one row. The maps are encoded directly
-// (cuTensorMapEncodeTiled, through CUTLASS's driver wrapper): CuTe's make_tma_copy derives the
-// box from the shared layout, and in a trial it asked for boxes as wide as the tile's contiguous
-// rows, wider than the swizzle allows, which the driver refused.
-inline CUresult tma_map_X(CUtensorMap* map, ElementX const* X, int tokens, int hidden, int box_rows) {
-  cuuint64_t const dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(tokens), cuuint64_t(hidden / kSpan)};
-  cuuint64_t const strides[3] = {kLineA * sizeof(ElementX), cuuint64_t(hidden) * sizeof(ElementX), kSpan * sizeof(ElementX)};  // bytes, dims 1..3
+// spec 24: `X`'s tensor map, rows as 128-byte lines of kLineA values. A box of
+// kSpan / kLineA lines of box_rows rows loads one span of a tile's rows, which lands as
+// [row][kSpan values]; rows past tokens arrive as zeros. With a whole number of spans per row the
+// map is (kLineA, kSpan / kLineA lines, rows, spans) and a box takes one span; otherwise
+// (`odd_rows`: hidden % kSpan is kSpan / 2) it is (kLineA, hidden / kLineA lines, rows), so that
+// the lines of a last span past hidden arrive as zeros too. The launcher builds the map on the
+// host with as many box rows as the tile has rows of `X`, so that a decode step (one row)
+// moves one row. The maps are encoded directly (cuTensorMapEncodeTiled, through CUTLASS's
+// driver wrapper): CuTe's make_tma_copy derives the box from the shared layout, and in a trial
+// it asked for boxes as wide as the tile's contiguous rows, wider than the swizzle allows,
+// which the driver refused.
+inline CUresult tma_map_X(CUtensorMap* map, ElementX const* X, int tokens, int hidden, int box_rows, bool odd_rows) {
+  cuuint64_t const row_bytes = cuuint64_t(hidden) * sizeof(ElementX);
+  cuuint64_t const span_dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(tokens), cuuint64_t(hidden / kSpan)};
+  cuuint64_t const line_dims[3] = {kLineA, cuuint64_t(hidden / kLineA), cuuint64_t(tokens)};
+  cuuint64_t const strides[3] = {kLineA * sizeof(ElementX), row_bytes, kSpan * sizeof(ElementX)};  // bytes, dims 1..3 (1..2 for lines)
   cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<ElementX*>(X), dims, strides, box, unit,
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, odd_rows ? 3 : 4, const_cast<ElementX*>(X),
+      odd_rows ? line_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
-// spec 23: `Wp`'s tensor map: (kSpanWords words, rows, spans); a box of
-// (kSpanWords, cols, kSpans) loads a whole tile, landing as [span][row][kSpanWords words];
-// rows past features arrive as zeros.
-inline CUresult tma_map_Wp(CUtensorMap* map, ElementWp const* Wp, int features, int hidden) {
-  cuuint64_t const dims[3] = {kSpanWords, cuuint64_t(features), cuuint64_t(hidden / kSpan)};
-  cuuint64_t const strides[2] = {cuuint64_t((hidden / 8)) * sizeof(ElementWp), kSpanWords * sizeof(ElementWp)};  // bytes, dims 1..2
+// spec 23: `Wp`'s tensor map. With a whole number of spans per row: (kSpanWords
+// words, rows, spans), a box of (kSpanWords, cols, kSpans) loading a whole tile as
+// [span][row][kSpanWords words]; otherwise (`odd_rows`): (hidden / 8 words, rows), a box of
+// (kSpanWords, cols) per span, words past hidden / 8 arriving as zeros. Rows past features arrive
+// as
+// zeros.
+inline CUresult tma_map_Wp(CUtensorMap* map, ElementWp const* Wp, int features, int hidden, bool odd_rows) {
+  cuuint64_t const span_dims[3] = {kSpanWords, cuuint64_t(features), cuuint64_t(hidden / kSpan)};
+  cuuint64_t const word_dims[2] = {cuuint64_t(hidden / 8), cuuint64_t(features)};
+  cuuint64_t const strides[2] = {cuuint64_t((hidden / 8)) * sizeof(ElementWp), kSpanWords * sizeof(ElementWp)};  // bytes, dims 1..2 (1 for words)
   cuuint32_t const box[3] = {kSpanWords, cols, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, const_cast<ElementWp*>(Wp), dims, strides, box, unit,
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3, const_cast<ElementWp*>(Wp),
+      odd_rows ? word_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
-// their place; and each stage's two mbarriers.
+// their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
+template <bool kOddRows>
 struct SharedStorage {
   union {
     struct {
       cute::array_aligned<ElementX_t, stages * kStageX_t, 1024> X_t;
       cute::array_aligned<ElementP_t, stages * kStageP_t, 1024> P_t;
-      cute::array_aligned<ElementS_t, stages * kStageS_t, 128> S_t;
+      cute::array_aligned<ElementS_t, stages * kStageS_t<kOddRows>, 128> S_t;
     } mainloop;
     float partials[kKSplit][rows][cols + 4];  // [k share][row of C][column of C], rows padded
   };
@@ -242,11 +263,13 @@ struct SharedStorage {
   uint64_t empty[stages];  // every consumer thread has read the stage
 };
 
-constexpr size_t kSmemBytes = sizeof(SharedStorage);
+template <bool kOddRows>
+constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
 
 // One block computes C's tile at (m0, n0) as Cᵀ = W · Aᵀ from kMTiles 8-row tiles of `X` (the MMA's
-// N). The launcher runs kMTiles = 1.
-template <int kMTiles>
+// N). The launcher runs kMTiles = 1. kOddRows: `Sc` has an odd number of columns, so every other
+// row of it starts 2 bytes into a word (the copies below move whole words).
+template <int kMTiles, bool kOddRows>
 __global__ void __launch_bounds__(kThreads + kProducerThreads, 2)
 w4_thin_f16_kernel(ElementX const* __restrict__ X,
     ElementWp const* __restrict__ Wp,
@@ -260,7 +283,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     int tma_rows)
 {
   extern __shared__ __align__(1024) unsigned char smem_buf[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
+  SharedStorage<kOddRows>& smem = *reinterpret_cast<SharedStorage<kOddRows>*>(smem_buf);
   int const tid = threadIdx.x;
   int const lane = tid % 32;
   int const warp = tid / 32;
@@ -272,7 +295,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   constexpr int kRowsA = 8 * kMTiles;
   Tensor sX_t = make_tensor(make_smem_ptr(smem.mainloop.X_t.data()), SmemLayoutX_t<kRowsA>{});  // (kRowsA, depth, stage)
   Tensor sP_t = make_tensor(make_smem_ptr(smem.mainloop.P_t.data()), SmemLayoutP_t{});  // (cols, (depth / 8), stage)
-  Tensor sS_t = make_tensor(make_smem_ptr(smem.mainloop.S_t.data()), SmemLayoutS_t{});  // (cols, (depth / 256), stage)
+  Tensor sS_t = make_tensor(make_smem_ptr(smem.mainloop.S_t.data()), SmemLayoutS_t<kOddRows>{});  // (cols, (depth / 256), stage)
   int const m0 = mb * rows;  // spec 24: the rows of `X` (and of `Y`)
   int const n0 = nb * cols;  // spec 23: the weight rows (columns of `Y`)
 
@@ -295,16 +318,24 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   cutlass::arch::fence_barrier_init();
   __syncthreads();  // the mbarriers are initialised (and the unloaded rows cleared)
   if (warp == kThreads / 32) {
-    constexpr int kScalePairs = cols * (depth / 256) / 2;  // copy(Sc[nb*cols, kt*(depth/256)], S_t): 4 bytes per copy, lane + 32 i
-    ElementSc const* Sc_src[2];
-    uint32_t Sc_dst[2];
-    bool Sc_in[2];
+    // copy(Sc[nb*cols, kt*(depth/256)], S_t): 4-byte copies, lane + 32 i.
+    // A copy takes the word at slot `slot` of its row, which holds the row's scales slot - shift
+    // and + 1: shift 1 when the row starts 2 bytes into a word (an odd number of scales per row,
+    // an odd row). A row's last copy is needed only then.
+    constexpr int kScaleCopiesPerRow = (depth / 256) / 2 + (kOddRows ? 1 : 0);
+    constexpr int kScaleCopies = cols * kScaleCopiesPerRow;
+    constexpr int kScaleRounds = (kScaleCopies + 31) / 32;
+    ElementSc const* Sc_src[kScaleRounds];
+    uint32_t Sc_dst[kScaleRounds];
+    int Sc_first[kScaleRounds];  // the row's scale (of the tile) the copy starts at
+    bool Sc_in[kScaleRounds];
     CUTE_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      int const pair = (lane + 32 * i) % kScalePairs, row = pair / ((depth / 256) / 2), col = pair % ((depth / 256) / 2) * 2;
+    for (int i = 0; i < kScaleRounds; ++i) {
+      int const copy = (lane + 32 * i) % kScaleCopies, row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
       Sc_in[i] = n0 + row < features;
-      Sc_src[i] = Sc + int64_t(Sc_in[i] ? n0 + row : 0) * (hidden / 256) + col;
-      Sc_dst[i] = cast_smem_ptr_to_uint(&sS_t(row, col, 0));
+      Sc_first[i] = slot - (kOddRows ? (n0 + row) & 1 : 0);
+      Sc_src[i] = Sc + int64_t(Sc_in[i] ? n0 + row : 0) * (hidden / 256) + (Sc_in[i] ? Sc_first[i] : slot);
+      Sc_dst[i] = cast_smem_ptr_to_uint(&sS_t(row, slot, 0));
     }
     uint32_t const tma_bytes = uint32_t(tma_rows * depth * sizeof(ElementX_t) + kStageP_t * sizeof(ElementP_t));  // box rows of `X` and a tile of `Wp`
     for (int j = 0; j < num_tiles; ++j) {
@@ -314,21 +345,36 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
       }
       if (lane == 0) {
         set_barrier_transaction_bytes(smem.full[stage], tma_bytes);
-        CUTE_UNROLL
-        for (int span = 0; span < kSpans; ++span) {  // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
-          SM90_TMA_LOAD_4D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                 smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
+        if constexpr (kOddRows) {
+          CUTE_UNROLL
+          for (int span = 0; span < kSpans; ++span) {
+            int const k_span = (j * kSpans + span) * kSpan;  // k of the span's first value
+            // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
+            SM90_TMA_LOAD_3D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
+                                   smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, k_span / kLineA, m0);
+            // copy(Wp[nb*cols, kt*(depth/8)], P_t): read once
+            SM90_TMA_LOAD_2D::copy(&tma_Wp, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
+                                   smem.mainloop.P_t.data() + stage * kStageP_t + span * cols * kSpanWords, k_span / 8, n0);
+          }
+        } else {
+          CUTE_UNROLL
+          for (int span = 0; span < kSpans; ++span) {  // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
+            SM90_TMA_LOAD_4D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
+                                   smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
+          }
+          // copy(Wp[nb*cols, kt*(depth/8)], P_t): read once
+          SM90_TMA_LOAD_3D::copy(&tma_Wp, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
+                                 smem.mainloop.P_t.data() + stage * kStageP_t, 0, n0, j * kSpans);
         }
-        // copy(Wp[nb*cols, kt*(depth/8)], P_t): read once
-        SM90_TMA_LOAD_3D::copy(&tma_Wp, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
-                               smem.mainloop.P_t.data() + stage * kStageP_t, 0, n0, j * kSpans);
       }
       int const k_left = hidden - j * depth;
       CUTE_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        if (lane + 32 * i < kScalePairs) {
-          int const col = (lane + 32 * i) % ((depth / 256) / 2) * 2;
-          cp_async_4(Sc_dst[i] + stage * kStageS_t * sizeof(ElementS_t), Sc_src[i] + j * (depth / 256), Sc_in[i] && col * kGroup < k_left);
+      for (int i = 0; i < kScaleRounds; ++i) {
+        if (lane + 32 * i < kScaleCopies) {
+          // The copy's bytes inside the row: 4, 2 when its second scale is past the row's end, 0
+          // past it.
+          int const bytes = !Sc_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - Sc_first[i]))) : Sc_first[i] * kGroup < k_left ? 4 : 0;
+          cp_async_4_bytes(Sc_dst[i] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t), Sc_src[i] + j * (depth / 256), bytes);
         }
       }
       mbarrier_arrive_on_copies(cast_smem_ptr_to_uint(&smem.full[stage]));
@@ -355,7 +401,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wp_rd[r][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup, 0));
+      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));  // one slot later in rows that start mid-word
       asm volatile("" : "+r"(Wp_rd[r][s]), "+r"(Sc_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -387,8 +433,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage * kStageP_t * sizeof(ElementP_t));
       uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t * sizeof(ElementS_t)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t * sizeof(ElementS_t)) * 0x10001u;
+      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
       constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;  // the zero point 7
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
@@ -469,7 +515,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden, cudaStream_t stream)
 {
   using namespace tilegen::w4_thin_f16;
-  if (tokens < 1 || features < 1 || hidden < 1 || hidden % 8 != 0 || hidden % 256 != 0 || hidden % 256 != 0) {
+  if (tokens < 1 || features < 1 || hidden < 1 || hidden % 8 != 0 || hidden % 256 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (X == nullptr || Wp == nullptr || Sc == nullptr || Y == nullptr) {
@@ -481,7 +527,7 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   if (reinterpret_cast<uintptr_t>(Wp) % 16 != 0 || (hidden / 8) % 4 != 0) {  // TMA reads 16-byte aligned rows of `Wp`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0 || (hidden / 256) % 2 != 0) {  // cp.async moves `Sc` in pairs, 4 bytes at a time
+  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {  // cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((features + cols - 1) / cols));
@@ -492,9 +538,11 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  auto const kernel = w4_thin_f16_kernel<1>;
-  if (kSmemBytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  bool const odd_rows = (hidden / 256) % 2 != 0;  // every other row of `Sc` starts 2 bytes into a word
+  auto const kernel = odd_rows ? w4_thin_f16_kernel<1, true> : w4_thin_f16_kernel<1, false>;
+  size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
+  if (smem_bytes > 48 * 1024) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
@@ -505,11 +553,11 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   int const tile_rows = 8;
   int const tma_rows = tokens < tile_rows ? tokens : tile_rows;
   CUtensorMap tma_X, tma_Wp;
-  if (tma_map_X(&tma_X, static_cast<ElementX const*>(X), tokens, hidden, tma_rows) != CUDA_SUCCESS ||
-      tma_map_Wp(&tma_Wp, static_cast<ElementWp const*>(Wp), features, hidden) != CUDA_SUCCESS) {
+  if (tma_map_X(&tma_X, static_cast<ElementX const*>(X), tokens, hidden, tma_rows, odd_rows) != CUDA_SUCCESS ||
+      tma_map_Wp(&tma_Wp, static_cast<ElementWp const*>(Wp), features, hidden, odd_rows) != CUDA_SUCCESS) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  kernel<<<grid, kThreads + kProducerThreads, kSmemBytes, stream>>>(
+  kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>(
       static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc), static_cast<ElementY*>(Y), tokens, features, hidden, tma_X, tma_Wp, tma_rows);
   return static_cast<int>(cudaGetLastError());
 }

@@ -21,16 +21,15 @@ extern "C" {
 //   Sc     [features, (hidden / 256)] f16, row-major (input)
 //   Y      [tokens, features] f16, row-major (output)
 // Sizes: tokens, features, hidden >= 1, hidden a multiple of 8, hidden a multiple of 256 (packed or
-// grouped tensors divide it); tiles at ragged edges are predicated; hidden a multiple of 256 (TMA
-// loads 256-deep spans).
+// grouped tensors divide it); tiles at ragged edges are predicated.
 // Alignment:
 //   X must be 16-byte aligned and hidden a multiple of 8 (TMA reads 16-byte aligned rows of `X`).
 //   Wp must be 16-byte aligned and (hidden / 8) a multiple of 4 (TMA reads 16-byte aligned rows of
 //   `Wp`).
-//   Sc must be 4-byte aligned and (hidden / 256) a multiple of 2 (cp.async moves `Sc` in pairs, 4
-//   bytes at a time).
+//   Sc must be 4-byte aligned (cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses;
+//   rows of any length).
 // Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 288 threads (the spec's 256 and a
-// TMA producer warp), 74752 bytes of dynamic shared memory.
+// TMA producer warp), 75776 bytes of dynamic shared memory.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
