@@ -475,7 +475,8 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         let pad = if l.pad > 0 { format!(" + {} (padding)", l.pad) } else { String::new() };
         let _ = writeln!(o, "  `{}`: rows of {cols}{pad} elements, Swizzle<{},{},{}>\n    why: {why}", name(b), l.swizzle.bits, l.swizzle.base, l.swizzle.shift);
     }
-    let _ = writeln!(o, "  `{}`: row-major, {} scale(s) per weight row per tile", name(s_s), bk / p.group);
+    let _ = writeln!(o, "  `{}`: row-major, {} scale(s) per weight row per tile; with an odd number of scales per row (K / {} odd) the launcher runs a second instantiation whose rows have {} spare slots: every other row starts 2 bytes into a word and is copied from one scale earlier, one more 4-byte copy, and read one slot later",
+        name(s_s), bk / p.group, p.group, crate::layout::SCALE_SLACK);
     let zeros = match p.zero {
         crate::layout::DequantZero::PerGroup { copy, buffer, .. } => {
             let _ = writeln!(o, "  `{}`: laid out like `{}`, at a fixed distance from it in shared memory, so that its reads reuse the scales' offsets", name(buffer), name(s_s));
@@ -487,14 +488,15 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         let _ = writeln!(o, "\nCopies (TMA, completing on the stage's full mbarrier; rows past the tensors arrive as zeros)");
         let _ = writeln!(o, "  {}: {} box(es) of (64, {pieces}, rows, 1) per tile, one per span, from a 4-D tensor map (64 values, {pieces} pieces, rows, spans); the launcher gives the box as many rows as a tile has rows of A (1 for a decode step); kept in L2 (EVICT_LAST)", heading(p.copies[0]), t.spans, pieces = t.span / 64);
         let _ = writeln!(o, "  {}: 1 box of ({} words, {bn} rows, {}) per tile from a 3-D tensor map (words, rows, spans); read once (EVICT_FIRST)", heading(p.copies[1]), t.span / 8, t.spans);
+        let _ = writeln!(o, "  K % {} == {}: the odd-rows instantiation's maps are (64 values, K / 64 pieces, rows) and (K / 8 words, rows), one box of each per span, so that a last span past K arrives as zeros", t.span, t.span / 2);
         for id in std::iter::once(p.copies[2]).chain(zeros) {
-            let _ = writeln!(o, "  {}: cp.async by the producer's lanes, {} pair(s) of 4 bytes each, zero-filled past the tensor", heading(id), t.scale_copies);
+            let _ = writeln!(o, "  {}: cp.async by the producer's lanes, up to {} copies of 4 bytes each (a row's pairs, and one more for rows that start mid-word), zero-filled past the rows", heading(id), t.scale_copies);
         }
         let _ = writeln!(o, "\nPipeline");
         let _ = writeln!(o, "  {}: TMA multistage, warp-specialised, {} stages: each stage has a full mbarrier (lane 0's expected bytes and every producer lane's scale copies) and an empty one (every consumer thread read it); the producer refills a stage as soon as it is empty, the consumers never meet at a block barrier inside the loop", heading(p.pipeline), p.stages);
     } else {
         let _ = writeln!(o, "\nCopies (cp.async, 16-byte chunks zero-filled past the tensors; the scales 4 bytes at a time; A's chunks through L1, where the blocks on an SM share its tiles)");
-        for (id, per) in [(p.copies[0], format!("{} chunk(s) per thread{}", p.a_chunks, if p.small_m { format!(" ({} with one row tile)", p.a_chunks * 8 / bm) } else { String::new() })), (p.copies[1], format!("{} chunk(s) per thread", p.w_chunks)), (p.copies[2], format!("the first {} threads, a pair each", p.scale_pairs))].into_iter().chain(zeros.map(|id| (id, "the scales' threads, a pair each".to_string()))) {
+        for (id, per) in [(p.copies[0], format!("{} chunk(s) per thread{}", p.a_chunks, if p.small_m { format!(" ({} with one row tile)", p.a_chunks * 8 / bm) } else { String::new() })), (p.copies[1], format!("{} chunk(s) per thread", p.w_chunks)), (p.copies[2], format!("the first {} threads (one per pair of a row's scales, and one more for rows that start mid-word), 4 bytes each", p.scale_pairs))].into_iter().chain(zeros.map(|id| (id, "the scales' threads, 4 bytes each".to_string()))) {
             let _ = writeln!(o, "  {}: {per}", heading(id));
         }
         let _ = writeln!(o, "\nPipeline");
@@ -502,13 +504,10 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
     }
     let _ = writeln!(o, "\nResources");
     let parts = p.stage_bytes.iter().filter(|b| **b > 0).map(|b| b.to_string()).collect::<Vec<_>>().join(" + ");
-    let _ = writeln!(o, "  shared memory: {} bytes ({} per stage: {parts}, and {} bytes of mbarriers) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), c.plan.smem.barriers, c.plan.smem.budget);
+    let _ = writeln!(o, "  shared memory: up to {} bytes ({} per stage: {parts}, and {} bytes of mbarriers; the scales' rows as the odd-rows instantiation has them) of {} allowed", c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), c.plan.smem.barriers, c.plan.smem.budget);
     let _ = writeln!(o, "  registers: about {} per thread (estimate)", c.plan.regs_per_thread);
     let _ = writeln!(o, "  launcher checks:");
     alignment_lines(o, c);
-    if p.tma.is_some() {
-        let _ = writeln!(o, "    `{}`'s columns a multiple of 256 (TMA loads 256-deep spans)", spec.tensors[p.tensors[0]].name.name);
-    }
 }
 
 fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::DequantWgmmaPlan) {

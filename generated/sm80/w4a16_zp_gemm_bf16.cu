@@ -239,7 +239,7 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, (block_K / 128), stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, slot, stage)
   int const m0 = by * block_M;  // spec 26: the rows of `A` (and of `C`)
   int const n0 = bx * block_N;  // spec 27: the weight rows (columns of `C`)
   // `Z_s` holds each zero point where `S_s` holds its scale, this many bytes on: its

@@ -296,7 +296,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   constexpr int kRowsA = 8 * kMTiles;
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s<kRowsA>{});  // (kRowsA, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, (block_K / 128), stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, slot, stage)
   int const m0 = by * block_M;  // spec 25: the rows of `A` (and of `C`)
   int const n0 = bx * block_N;  // spec 26: the weight rows (columns of `C`)
 

@@ -86,11 +86,13 @@ pub struct DequantGemmPlan {
     pub a_chunks: i64,
     /// 16-byte chunks of the packed tile each thread copies.
     pub w_chunks: i64,
-    /// Threads that copy 4 bytes of scales each: half a tile row's scales plus one per row
-    /// (with an odd number of scales per weight row, every other row starts mid-word, and its
-    /// aligned copies start one scale early and take one more; see [`SCALE_SLACK`]).
+    /// Threads that copy 4 bytes of scales each in the odd-rows instantiation: a pair of each
+    /// tile row's scales plus one per row (with an odd number of scales per weight row, every
+    /// other row starts mid-word, and its aligned copies start one scale early and take one
+    /// more; see [`SCALE_SLACK`]). The even instantiation copies the pairs alone.
     pub scale_pairs: i64,
-    /// Shared bytes of one stage of A_s, Wq_s, S_s and the zero points' tile (0 without).
+    /// Shared bytes of one stage of A_s, Wq_s, S_s and the zero points' tile (0 without); the
+    /// scales' rows counted as the odd-rows instantiation has them.
     pub stage_bytes: [u64; 4],
     /// Bytes of the partial sums the k-split warps exchange after the loop (they reuse the
     /// pipeline's space).
@@ -106,11 +108,12 @@ pub struct DequantGemmPlan {
     pub why_w: String,
 }
 
-/// Slots each row of the scales' (and zero points') shared tile has beyond the tile's
-/// columns. cp.async moves at least 4 bytes, from a 4-byte aligned address. With an odd number
-/// of 16-bit scales per weight row (K / 128 odd: K = 896, 1152, ...), every other row starts
-/// 2 bytes into a word: its copies start one scale early, take one more pair, and its scales
-/// sit one slot later in the row. Rows that start on a word leave the two slots unused.
+/// Slots each row of the scales' (and zero points') shared tile has beyond the tile's columns
+/// in the odd-rows instantiation. cp.async moves at least 4 bytes, from a 4-byte aligned
+/// address. With an odd number of 16-bit scales per weight row (K / 128 odd: K = 896, 1152,
+/// ...), every other row starts 2 bytes into a word: its copies start one scale early, take one
+/// more word, and its scales sit one slot later in the row. Rows that start on a word leave the
+/// two slots unused. The launcher runs this instantiation only for such K.
 pub const SCALE_SLACK: i64 = 2;
 
 /// k values per span of the TMA flavour: one 128-byte line (the 128-byte swizzle's width) of

@@ -232,7 +232,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 
   Tensor sX_t = make_tensor(make_smem_ptr(smem.mainloop.X_t.data()), SmemLayoutX_t{});  // (rows, depth, stage)
   Tensor sP_t = make_tensor(make_smem_ptr(smem.mainloop.P_t.data()), SmemLayoutP_t{});  // (cols, (depth / 8), stage)
-  Tensor sS_t = make_tensor(make_smem_ptr(smem.mainloop.S_t.data()), SmemLayoutS_t<kOddRows>{});  // (cols, (depth / 256), stage)
+  Tensor sS_t = make_tensor(make_smem_ptr(smem.mainloop.S_t.data()), SmemLayoutS_t<kOddRows>{});  // (cols, slot, stage)
   int const m0 = mb * rows;  // spec 24: the rows of `X` (and of `Y`)
   int const n0 = nb * cols;  // spec 23: the weight rows (columns of `Y`)
 
