@@ -175,19 +175,19 @@ constexpr int kStageWq_s = block_N * kRowWq_s;
 using SmemLayoutWq_s = decltype(composition(
     Swizzle<1, 4, 2>{},
     Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>, Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));  // (block_N, (block_K / 8), stage)
+// Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
+// thread's shared offsets are stage 0's plus constants.
+static_assert(kStageA_s % 128 == 0 && kStageWq_s % 128 == 0, "stages are translates of stage 0");
+
 // Shared buffer `S_s` (spec 19): one scale per 128 values of each weight row, row-major.
 // With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
-// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
-// the wider rows.
+// (every other row) is copied from one scale earlier and read one slot later.
 template <bool kOddRows>
 constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
 template <bool kOddRows>
 using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
-// Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
-// thread's shared offsets are stage 0's plus constants.
-static_assert(kStageA_s % 128 == 0 && kStageWq_s % 128 == 0, "stages are translates of stage 0");
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).

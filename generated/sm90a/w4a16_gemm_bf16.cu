@@ -194,16 +194,6 @@ using SmemLayoutA_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof
 constexpr int kStageWq_s = block_N * (block_K / 8);
 using SmemLayoutWq_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementWq_s>>,
     Layout<Shape<Int<block_N>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<block_N * kSpanWords>>, Int<kStageWq_s>>>>;  // (block_N, (block_K / 8), stage)
-// Shared buffer `S_s` (spec 19): one scale per 128 values of each weight row, row-major.
-// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
-// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
-// the wider rows.
-template <bool kOddRows>
-constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
-template <bool kOddRows>
-constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
-template <bool kOddRows>
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
 static_assert(8 * kSpan * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(ElementWq_s) % 1024 == 0 && block_N * kSpanWords * sizeof(ElementWq_s) % 1024 == 0,
@@ -246,6 +236,16 @@ inline CUresult tma_map_Wq(CUtensorMap* map, ElementWq const* Wq, int N, int K, 
       odd_rows ? word_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
+
+// Shared buffer `S_s` (spec 19): one scale per 128 values of each weight row, row-major.
+// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
+// (every other row) is copied from one scale earlier and read one slot later.
+template <bool kOddRows>
+constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
+template <bool kOddRows>
+constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
+template <bool kOddRows>
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).

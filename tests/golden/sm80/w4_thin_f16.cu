@@ -174,19 +174,19 @@ constexpr int kStageP_t = cols * kRowP_t;
 using SmemLayoutP_t = decltype(composition(
     Swizzle<1, 4, 2>{},
     Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>, Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));  // (cols, (depth / 8), stage)
+// Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
+// thread's shared offsets are stage 0's plus constants.
+static_assert(kStageX_t % 128 == 0 && kStageP_t % 128 == 0, "stages are translates of stage 0");
+
 // Shared buffer `S_t` (spec 16): one scale per 256 values of each weight row, row-major.
 // With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
-// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
-// the wider rows.
+// (every other row) is copied from one scale earlier and read one slot later.
 template <bool kOddRows>
 constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
 template <bool kOddRows>
 using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
-// Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
-// thread's shared offsets are stage 0's plus constants.
-static_assert(kStageX_t % 128 == 0 && kStageP_t % 128 == 0, "stages are translates of stage 0");
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).

@@ -193,16 +193,6 @@ using SmemLayoutX_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof
 constexpr int kStageP_t = cols * (depth / 8);
 using SmemLayoutP_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementP_t>>,
     Layout<Shape<Int<cols>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<cols * kSpanWords>>, Int<kStageP_t>>>>;  // (cols, (depth / 8), stage)
-// Shared buffer `S_t` (spec 16): one scale per 256 values of each weight row, row-major.
-// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
-// (every other row) is copied from one scale earlier and read one slot later. Storage is sized for
-// the wider rows.
-template <bool kOddRows>
-constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
-template <bool kOddRows>
-constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
-template <bool kOddRows>
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
 static_assert(8 * kSpan * sizeof(ElementX_t) % 1024 == 0 && kStageP_t * sizeof(ElementP_t) % 1024 == 0 && cols * kSpanWords * sizeof(ElementP_t) % 1024 == 0,
@@ -246,6 +236,16 @@ inline CUresult tma_map_Wp(CUtensorMap* map, ElementWp const* Wp, int features, 
       odd_rows ? word_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
+
+// Shared buffer `S_t` (spec 16): one scale per 256 values of each weight row, row-major.
+// With kOddRows each row has 2 slots to spare: a row of scales that starts 2 bytes into a word
+// (every other row) is copied from one scale earlier and read one slot later.
+template <bool kOddRows>
+constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
+template <bool kOddRows>
+constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
+template <bool kOddRows>
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
