@@ -31,8 +31,9 @@ extern "C" {
 //   addresses; rows of any length).
 //   zeros must be 4-byte aligned (cp.async moves `zeros` 4 bytes at a time from 4-byte aligned
 //   addresses; rows of any length).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, 103488 bytes of dynamic
-// shared memory (the limit is raised when over 48 KB).
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 256 threads, up to 103488 bytes of
+// dynamic shared memory (less with an even number of scales per row; the limit is raised when over
+// 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

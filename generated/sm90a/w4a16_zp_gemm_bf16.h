@@ -32,7 +32,8 @@ extern "C" {
 //   zeros must be 4-byte aligned (cp.async moves `zeros` 4 bytes at a time from 4-byte aligned
 //   addresses; rows of any length).
 // Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 288 threads (the spec's 256 and a TMA
-// producer warp), 102400 bytes of dynamic shared memory.
+// producer warp), up to 102400 bytes of dynamic shared memory (less with an even number of scales
+// per row).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

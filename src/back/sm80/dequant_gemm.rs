@@ -370,10 +370,11 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
         helpers: if p.tma.is_some() { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into(), CONSUMER_SYNC.into()] } else { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into()] },
+        // The plan counts the scales' rows as the odd-rows instantiation has them (the larger).
         doc_launch: match &p.tma {
-            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), {} bytes of dynamic shared memory",
+            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row)",
                 grid_doc.join(", "), spec.threads.0 + crate::layout::PRODUCER_THREADS, spec.threads.0, c.plan.smem.total),
-            None => format!("grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
+            None => format!("grid ({}), {} threads, up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB)",
                 grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
         },
         doc_invalid: if p.tma.is_some() { "the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors".into() } else { "the grid exceeds CUDA's limits".into() },
