@@ -1155,11 +1155,72 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
     let c = compile(wide.clone()).unwrap();
     assert!(c.plan.dequant_gemm.is_none() && c.plan.dequants.values().all(|d| d.fused_into.is_some()));
     let cu = &rendered_cu(&c);
-    assert!(cu.contains("uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8, read_stage).raw()) * 0x10001u);"), "{cu}");
+    assert!(cu.contains("uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);"), "{cu}");
     // Zero points in a tensor shaped unlike the scales: the thin-tile lowering says why not
     // (checked before the tile's height), and the general one takes the program.
     let shifted = wide.replace("zeros:  {dtype: bf16, shape: [N, K/128]}", "zeros:  {dtype: bf16, shape: [N, K/64]}");
     let c = compile(shifted).unwrap();
     let reason = c.plan.dequant_gemm_reason.clone().unwrap_or_default();
     assert!(reason.contains("zero points' tensor and copy must match the scales'"), "{reason}");
+}
+
+fn w4a16_prefill() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_prefill_gemm_bf16.yaml")).unwrap()
+}
+
+#[test]
+fn scales_rows_of_odd_length_take_the_odd_rows_instantiation_in_the_general_lowering() {
+    // K / 128 scales per row: odd for K = 896 or 1152, when every other row starts 2 bytes into
+    // a word. The scales' copy takes rows of any length (base alignment only), its buffer is two
+    // elements wider in the odd-rows instantiation, and both the copy and the fused dequant's
+    // reads know the shift.
+    for target in [Target::Sm80, Target::Sm90a] {
+        let spec = if target == Target::Sm80 { w4a16_prefill() } else {
+            // sm90a's general lowering: the weights unpacked into W_s for warpgroup MMAs (the
+            // golden one-warpgroup spec), read by the unfused dequant.
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/w4_prefill_onewg_f16.yaml")).unwrap()
+        };
+        let c = compile_for(spec, target).unwrap();
+        assert!(c.plan.dequant_gemm.is_none() && c.plan.dequant_wgmma.is_none(), "{target}: the general lowering");
+        let scales = c.spec.tensors.iter().position(|t| t.name.name == "scales").unwrap();
+        let odd: Vec<_> = c.plan.copies.values().filter(|cp| cp.odd_rows).collect();
+        assert_eq!(odd.len(), 1, "{target}: the scales' copy only");
+        assert_eq!(odd[0].tensor, Some(scales));
+        let s_s = c.spec.buffers.iter().position(|b| b.name.name == "S_s").unwrap();
+        assert!(c.plan.shared[&s_s].odd_rows);
+        assert!(c.plan.shared.iter().filter(|(b, _)| **b != s_s).all(|(_, l)| !l.odd_rows));
+        let a = c.plan.alignment.iter().find(|a| a.tensor == scales).unwrap();
+        assert!(!a.whole_rows && a.vector_elems == 2, "{a:?}");
+        let cu = &rendered_cu(&c);
+        let reader = if target == Target::Sm80 { "sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage)" } else { "scale[i] = sS_s(r, wc / 16 + (kOddRows ? (r & 1) : 0), read_stage);" };
+        for needle in [
+            "template <bool kOddRows>\nusing SmemLayoutS_s = decltype(tile_to_shape(",
+            "Int<block_K / 128 + (kOddRows ? 2 : 0)>{}",
+            "cute::array_aligned<ElementS_s, cosize_v<SmemLayoutS_s<kOddRows>>, 128> S_s;",
+            "SharedStorage<kOddRows>& smem = *reinterpret_cast<SharedStorage<kOddRows>*>(smem_buf);",
+            "if constexpr (kOddRows) {",
+            "int64_t const row_first = row_n * (K / 128) + int64_t(tile) * (block_K / 128);",
+            "int const bytes = row_n < N ? (row_left >= 2 ? 4 : row_left == 1 ? 2 : 0) : 0;",
+            "cp_async_4_bytes(cast_smem_ptr_to_uint(&sS_s(slot_row, 2 * slot_word, stage)), scales + (bytes > 0 ? word_at : 0), bytes);",
+            reader,
+            "bool const odd_rows = (K / 128) % 2 != 0;",
+            "size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;",
+            "if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {",
+        ] {
+            assert!(cu.contains(needle), "{target}: the kernel lacks {needle}");
+        }
+        assert!(!cu.contains("(K / 128) % 2 != 0) {"), "{target}: the launcher no longer refuses odd rows");
+    }
+    // Rows of a length known to be even need no second instantiation.
+    let fixed_k = w4a16_prefill().replace("constants: {block_M: 128,", "constants: {K: 1024, block_M: 128,");
+    let c = compile_for(fixed_k, Target::Sm80).unwrap();
+    assert!(c.plan.copies.values().all(|cp| !cp.odd_rows));
+    assert!(!rendered_cu(&c).contains("kOddRows"));
+    // A scales tile read by anything but a dequant keeps whole rows: only the dequant knows the
+    // shift. Here a parallel block also writes the tile (a scales override).
+    let touched = w4a16_prefill().replace("      - dequant_int4(Wq_s, W_s, scales=S_s, zero=8)", "      - parallel(i, j):\n          - S_s[i, j] = S_s[i, j]\n      - dequant_int4(Wq_s, W_s, scales=S_s, zero=8)");
+    let c = compile_for(touched, Target::Sm80).unwrap();
+    assert!(c.plan.copies.values().all(|cp| !cp.odd_rows));
+    let scales = c.spec.tensors.iter().position(|t| t.name.name == "scales").unwrap();
+    assert!(c.plan.alignment.iter().any(|a| a.tensor == scales && a.whole_rows));
 }

@@ -67,6 +67,14 @@ pub struct CopyPlan {
     pub staging_swizzle: Option<(Swizzle, (i64, i64))>,
     /// sm90a: issued as TMA loads instead of cp.async (global → shared only).
     pub tma: Option<super::TmaLoad>,
+    /// Global → shared copies of 16-bit per-group scales (or zero points) in 4-byte vectors,
+    /// from a tensor whose rows may hold an odd number of them (`K / 128` per weight row with
+    /// K = 896, 1152, ...): every other row then starts 2 bytes into a word, where cp.async
+    /// cannot start. The kernel gets a second instantiation for that case (`kOddRows`, chosen
+    /// by the launcher), which copies each row of the tile from the 4-byte word holding its
+    /// first element into a shared row two elements wider, and whose dequant reads such rows
+    /// one element later. Only a dequant reading the buffer (its only reader) knows the shift.
+    pub odd_rows: bool,
     /// Why.
     pub why: String,
 }
@@ -249,6 +257,7 @@ impl Infer<'_> {
                 stages,
                 staged,
                 bytes: if fused_dst { 0 } else { elems as u64 * bytes * stages as u64 },
+                odd_rows: false,
                 registers_only: fused_dst,
                 gmma_atom: None,
                 // A fused dequant's destination is never stored: one clause says so.
@@ -406,12 +415,30 @@ impl Infer<'_> {
         };
         let atom = if vbytes == 16 { "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>".to_string() } else { format!("SM80_CP_ASYNC_CACHEALWAYS<cute::uint{}_t>", vbytes * 8) };
         let tname = self.spec.tensors[t].name.name.clone();
-        self.require_alignment(t, v, format!("cp.async moves {vbytes}-byte vectors of `{tname}`"));
+        let odd_rows = v == 2 && bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords);
+        if odd_rows {
+            self.plan.alignment.retain(|a| a.tensor != t);
+            self.plan.alignment.push(Alignment::base_only(t, 2, format!("cp.async moves `{tname}` 4 bytes at a time from 4-byte aligned addresses; rows of any length")));
+            self.plan.alignment.sort_by_key(|a| a.tensor);
+            let extra = (layout.cute_shape[0] * 2 * bytes * layout.stages) as u64;
+            if let Some(l) = self.plan.shared.get_mut(&b) {
+                l.odd_rows = true;
+                l.bytes += extra;
+                l.why_contiguous += "; in the odd-rows instantiation each row has two more elements, for rows of the tensor that start mid-word (the bytes count them)";
+            }
+        } else {
+            self.require_alignment(t, v, format!("cp.async moves {vbytes}-byte vectors of `{tname}`"));
+        }
         let active = threads.shape.0 * threads.shape.1;
-        let why = format!(
+        let mut why = format!(
             "{vbytes}-byte cp.async ({}) vectors of {v} elements along the contiguous dimension; {}x{} threads, numbered along it first so that neighbours read neighbouring bytes{}",
             if vbytes == 16 { "L2-only" } else { "cached" }, threads.shape.0, threads.shape.1,
             if active < self.spec.threads.0 { format!(" (the tile holds one vector for each of only {active} threads: the others skip it)") } else { String::new() });
+        if odd_rows {
+            let row_len = self.spec.tensors[t].shape[1].text();
+            why += &format!(
+                "; with an odd number of elements per row ({row_len} odd) every other row starts 2 bytes into a word, so the kernel's odd-rows instantiation (the launcher picks it) copies each row from the word holding its first element, one word more, into a row two elements wider, bytes past the row zero-filled, and the dequant reads such rows one element later");
+        }
         self.plan.copies.insert(s.id, super::CopyPlan {
             kind: CopyKind::GlobalToShared,
             tensor: Some(t),
@@ -428,8 +455,64 @@ impl Infer<'_> {
             staging_bytes: 0,
             staging_swizzle: None,
             tma: None,
+            odd_rows,
             why,
         });
+    }
+
+    /// Whether copy `s` of tensor `t` into `b` (16-bit elements in 4-byte vectors) can take
+    /// rows of any length through the odd-rows instantiation ([`super::CopyPlan::odd_rows`]):
+    /// the row length is not known to be even; the tensor is 2-D and row-major and the tile a
+    /// stage of a pipelined loop whose variable is its column coordinate, with an even number
+    /// of rows (so a row's parity is its parity in the tile); `b` is filled by this copy only
+    /// and read only by `dequant_int4` statements as their scales or zero points; and any
+    /// other such copy has rows of the same length (one instantiation serves them all).
+    fn odd_rows_fit(&self, s: &Stmt, t: usize, b: usize, layout: &SharedLayout, coords: &[Expr]) -> bool {
+        if !matches!(self.target, crate::target::Target::Sm80 | crate::target::Target::Sm90a) {
+            return false;
+        }
+        let tensor = &self.spec.tensors[t];
+        if tensor.shape.len() != 2 || tensor.order.0 != Order::RowMajor || layout.cute_dims != [0, 1] || layout.contiguous_dim != 1
+            || !layout.staged || layout.cute_shape[0] % 2 != 0 || coords.len() != 2 {
+            return false;
+        }
+        if tensor.shape[1].eval(|n| self.info.const_int(n)).is_some_and(|n| n % 2 == 0) {
+            return false;
+        }
+        let loop_var = self.pipelined_parent().get(&s.id).and_then(|p| self.spec.stmt(*p)).and_then(|l| match &l.kind {
+            StmtKind::Loop { var, .. } => Some(var.name.clone()),
+            _ => None,
+        });
+        let Some(var) = loop_var else { return false };
+        if !matches!(&coords[1].kind, ExprKind::Name(n) if *n == var) || coords[0].mentions(&var) {
+            return false;
+        }
+        let name = &self.spec.buffers[b].name.name;
+        if self.spec.body_mentions(name) {
+            return false;
+        }
+        let (mut fills, mut group_reads, mut other_uses) = (0, 0, 0);
+        self.spec.walk(&mut |st| match &st.kind {
+            StmtKind::Copy { src, dst } => {
+                fills += usize::from(dst.name.name == *name);
+                other_uses += usize::from(src.name.name == *name);
+            }
+            StmtKind::Dequant { src, dst, scales, zero } => {
+                group_reads += usize::from(scales.name == *name || zero.tile().is_some_and(|z| z.name == *name));
+                other_uses += usize::from(src.name == *name || dst.name == *name);
+            }
+            StmtKind::Gemm { a, b, c, .. } => other_uses += usize::from([a, b, c].iter().any(|x| x.name == *name)),
+            StmtKind::Reduce { src, dst, .. } => other_uses += usize::from(src.name == *name || dst.name == *name),
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => other_uses += usize::from(buf.name == *name),
+            StmtKind::Assign { target, .. } => other_uses += usize::from(target.name == *name),
+            _ => {}
+        });
+        if fills != 1 || group_reads == 0 || other_uses != 0 {
+            return false;
+        }
+        let row_len = tensor.shape[1].text();
+        self.plan.copies.values().filter(|cp| cp.odd_rows)
+            .all(|cp| cp.tensor.is_some_and(|o| self.spec.tensors[o].shape[1].text() == row_len))
     }
 
     fn plan_acc_to_shared(&mut self, s: &Stmt, acc: usize, b: usize) {
@@ -470,6 +553,7 @@ impl Infer<'_> {
             staging_bytes: 0,
             staging_swizzle: None,
             tma: None,
+            odd_rows: false,
             why,
         });
     }
@@ -516,6 +600,7 @@ impl Infer<'_> {
             staging_bytes: elems as u64 * out_bytes,
             staging_swizzle: Some((swz, atom)),
             tma: None,
+            odd_rows: false,
             why,
         });
     }

@@ -80,8 +80,11 @@ pub struct SharedLayout {
     /// Whether the layout has a stage mode: the buffer is filled inside a `pipelined` loop
     /// (even a one-stage one).
     pub staged: bool,
-    /// Total bytes, all stages.
+    /// Total bytes, all stages (the odd-rows instantiation's, the larger, where it has one).
     pub bytes: u64,
+    /// Filled by a copy that takes rows of any length ([`CopyPlan::odd_rows`]): the kernel's
+    /// odd-rows instantiation makes each row of this buffer two elements wider.
+    pub odd_rows: bool,
     /// Never materialised: a `dequant_int4` fused into the gemm that reads this buffer
     /// writes that gemm's operand registers directly (no bytes, no layout in the output).
     pub registers_only: bool,

@@ -37,6 +37,12 @@ pub struct Context {
     pub target_banner: String,
     pub gencode: String,
     pub helpers: Vec<String>,
+    /// The kernel, its shared storage and the layouts of the buffers that copies with
+    /// [`crate::layout::CopyPlan::odd_rows`] fill are templates over `kOddRows`, which the
+    /// launcher picks by this condition.
+    pub odd_rows: Option<OddRowsCtx>,
+    /// `SharedStorage`, or `SharedStorage<kOddRows>` in the kernel of an odd-rows program.
+    pub storage: String,
     pub constants: Vec<ConstantCtx>,
     pub elements: Vec<ElementCtx>,
     pub smem_layouts: Vec<SmemLayoutCtx>,
@@ -68,8 +74,17 @@ pub struct Context {
 }
 
 #[derive(Serialize)]
+pub struct OddRowsCtx {
+    /// The launcher's test for the odd-rows instantiation, e.g. `(K / 128) % 2 != 0`.
+    pub cond: String,
+    pub why: String,
+}
+
+#[derive(Serialize)]
 pub struct SmemLayoutCtx {
     pub name: String,
+    /// A template over `kOddRows` whose rows are two elements wider in that instantiation.
+    pub odd_rows: bool,
     pub buffer: String,
     pub line: usize,
     pub why: String,
@@ -191,6 +206,9 @@ const DEQUANT_INT4X8: &str = helper!("dequant_int4x8.cuh");
 
 /// Unpacks one pair of 4-bit values into a pair of 16-bit floats (fused dequant_int4).
 pub(super) const DEQUANT_INT4X2: &str = helper!("dequant_int4x2.cuh");
+/// cp.async of the first 0, 2 or 4 bytes of an aligned word: 16-bit rows that start or end
+/// mid-word.
+pub(super) const CP_ASYNC_4_BYTES: &str = helper!("cp_async_4_bytes.cuh");
 
 /// The (row, col) view of an SM80 m16n8 accumulator, for row statistics.
 const ACC_ROWS_COLS: &str = helper!("acc_rows_cols.cuh");
@@ -264,6 +282,11 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         let name = format!("SmemLayout{}", upper_first(&buf.name.name));
         let (atom_shape, atom_stride) = atom_text(l.atom_shape, l.atom_first_contiguous);
         let mut tile = static_extents(c, b, &l.cute_dims);
+        // The odd-rows instantiation's rows have two more elements (see CopyPlan::odd_rows).
+        let layout_ref = if l.odd_rows { format!("{name}<kOddRows>") } else { name.clone() };
+        if l.odd_rows && let Some(cols) = tile.get_mut(1) {
+            *cols = format!("{} + (kOddRows ? 2 : 0)>{{}}", cols.trim_end_matches(">{}"));
+        }
         let dim_names = mode_names(c, b, l);
         let mut modes = format!("({})", dim_names.join(", "));
         if l.staged {
@@ -272,6 +295,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         }
         smem_layouts.push(SmemLayoutCtx {
             name: name.clone(),
+            odd_rows: l.odd_rows,
             buffer: buf.name.name.clone(),
             line: c.line(buf.span),
             why: l.why(),
@@ -288,10 +312,10 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 String::new()
             },
         });
-        pipeline_storage.push(MemberCtx { elem: element_alias(&buf.name.name), layout: name.clone(), member: buf.name.name.clone() });
+        pipeline_storage.push(MemberCtx { elem: element_alias(&buf.name.name), layout: layout_ref.clone(), member: buf.name.name.clone() });
         let storage = "smem.mainloop";
         shared_tensors.push(LineCtx {
-            code: format!("Tensor s{} = make_tensor(make_smem_ptr({storage}.{}.data()), {name}{{}});", buf.name.name, buf.name.name),
+            code: format!("Tensor s{} = make_tensor(make_smem_ptr({storage}.{}.data()), {layout_ref}{{}});", buf.name.name, buf.name.name),
             comment: modes,
         });
     }
@@ -556,14 +580,17 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         block_indices.retain(|b| b.name != r.group_var && b.name != r.walk_var);
     }
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
+    let odd_tensor = plan.copies.values().find(|cp| cp.odd_rows).and_then(|cp| cp.tensor).map(|t| spec.tensors[t].name.name.clone());
     let doc_launch = format!(
-        "grid ({}), {} threads, {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
+        "grid ({}), {} threads, {}{} bytes of dynamic shared memory ({}the limit is raised when over 48 KB)",
         grid_doc.join(", "),
         match &plan.warp_specialization {
             Some(w) => format!("{} (the spec's {} and a producer warpgroup of {})", spec.threads.0 + w.producer_threads, spec.threads.0, w.producer_threads),
             None => spec.threads.0.to_string(),
         },
-        plan.smem.total);
+        if odd_tensor.is_some() { "up to " } else { "" },
+        plan.smem.total,
+        odd_tensor.as_ref().map_or(String::new(), |t| format!("less with an even number of `{t}` per row; ")));
 
     let body = body::build(c, &mut errors);
     if !errors.is_empty() {
@@ -604,8 +631,22 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if ws.is_some() {
         helpers.push(CONSUMER_SYNC.into());
     }
+    // Copies whose rows may start mid-word: the launcher picks the instantiation (the planner
+    // gives every such copy rows of the same length).
+    let odd_rows = plan.copies.values().find(|cp| cp.odd_rows).and_then(|cp| cp.tensor).map(|t| {
+        let t = &spec.tensors[t];
+        OddRowsCtx {
+            cond: format!("{} % 2 != 0", t.shape[1].text()),
+            why: format!("every other row of `{}` starts 2 bytes into a word", t.name.name),
+        }
+    });
+    if odd_rows.is_some() {
+        helpers.push(CP_ASYNC_4_BYTES.into());
+    }
     Ok(Context {
         helpers,
+        storage: if odd_rows.is_some() { "SharedStorage<kOddRows>".into() } else { "SharedStorage".into() },
+        odd_rows,
         header: header(c),
         threads: spec.threads.0,
         wgmma,

@@ -369,7 +369,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
             _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
-        helpers: if p.tma.is_some() { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into(), CONSUMER_SYNC.into()] } else { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), MBARRIER.into()] },
+        helpers: if p.tma.is_some() { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into(), CONSUMER_SYNC.into()] } else { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()] },
         // The plan counts the scales' rows as the odd-rows instantiation has them (the larger).
         doc_launch: match &p.tma {
             Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row)",

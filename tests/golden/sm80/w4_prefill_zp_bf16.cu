@@ -84,6 +84,12 @@ CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
   return v;
 }
 
+// cp_async_4_bytes copies the first `bytes` (0, 2 or 4) of an aligned 4-byte word and zero-fills
+// the rest: 16-bit rows that start or end mid-word are moved in whole words.
+CUTE_DEVICE void cp_async_4_bytes(uint32_t smem, void const* gmem, int bytes) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(bytes));
+}
+
 // Element types.
 using ElementA = cute::bfloat16_t;  // tensor `A`
 using ElementWq = int32_t;  // tensor `Wq`
@@ -117,20 +123,24 @@ using SmemLayoutWq_s = decltype(tile_to_shape(
     SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
 // Shared buffer `S_s` (spec 17): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
-// moves 4-byte vectors.
+// moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
+// the tensor that start mid-word (the bytes count them).
 using SmemLayoutS_sAtom = decltype(composition(
     Swizzle<0, 3, 3>{},
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
+template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // Shared buffer `Z_s` (spec 18): not a gemm operand; dim 1 contiguous to match `zeros` so cp.async
-// moves 4-byte vectors.
+// moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
+// the tensor that start mid-word (the bytes count them).
 using SmemLayoutZ_sAtom = decltype(composition(
     Swizzle<0, 3, 3>{},
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
+template <bool kOddRows>
 using SmemLayoutZ_s = decltype(tile_to_shape(
-    SmemLayoutZ_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    SmemLayoutZ_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // gemm (spec 29): 4 warps as 2x2: each warp owns a 32x32 accumulator tile, the squarest split of
 // 64x64 (best operand reuse).
@@ -159,7 +169,11 @@ using G2SCopyWq_s = decltype(make_tiled_copy(
 
 // copy (spec 26): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
 // 64x1 threads, numbered along it first so that neighbours read neighbouring bytes (the tile holds
-// one vector for each of only 64 threads: the others skip it).
+// one vector for each of only 64 threads: the others skip it); with an odd number of elements per
+// row ((K / 128) odd) every other row starts 2 bytes into a word, so the kernel's odd-rows
+// instantiation (the launcher picks it) copies each row from the word holding its first element,
+// one word more, into a row two elements wider, bytes past the row zero-filled, and the dequant
+// reads such rows one element later.
 using G2SCopyS_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementS_s>{},
     Layout<Shape<Int<64>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
@@ -167,7 +181,11 @@ using G2SCopyS_s = decltype(make_tiled_copy(
 
 // copy (spec 27): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
 // 64x1 threads, numbered along it first so that neighbours read neighbouring bytes (the tile holds
-// one vector for each of only 64 threads: the others skip it).
+// one vector for each of only 64 threads: the others skip it); with an odd number of elements per
+// row ((K / 128) odd) every other row starts 2 bytes into a word, so the kernel's odd-rows
+// instantiation (the launcher picks it) copies each row from the word holding its first element,
+// one word more, into a row two elements wider, bytes past the row zero-filled, and the dequant
+// reads such rows one element later.
 using G2SCopyZ_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementZ_s>{},
     Layout<Shape<Int<64>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
@@ -187,20 +205,25 @@ using S2GCopyC = decltype(make_tiled_copy(
     Layout<Shape<_1, Int<8>>>{}));                             // values per thread
 
 // Shared memory: the pipeline's buffers, reused by the epilogue's staging tile.
+template <bool kOddRows>
 struct SharedStorage {
   union {
     struct {
       cute::array_aligned<ElementA_s, cosize_v<SmemLayoutA_s>, 128> A_s;
       cute::array_aligned<ElementWq_s, cosize_v<SmemLayoutWq_s>, 128> Wq_s;
-      cute::array_aligned<ElementS_s, cosize_v<SmemLayoutS_s>, 128> S_s;
-      cute::array_aligned<ElementZ_s, cosize_v<SmemLayoutZ_s>, 128> Z_s;
+      cute::array_aligned<ElementS_s, cosize_v<SmemLayoutS_s<kOddRows>>, 128> S_s;
+      cute::array_aligned<ElementZ_s, cosize_v<SmemLayoutZ_s<kOddRows>>, 128> Z_s;
     } mainloop;
     cute::array_aligned<ElementC, cosize_v<SmemLayoutC>, 128> C;
   };
 };
 
-constexpr size_t kSmemBytes = sizeof(SharedStorage);
+template <bool kOddRows>
+constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
 
+// kOddRows: every other row of `scales` starts 2 bytes into a word (the launcher picks the
+// instantiation).
+template <bool kOddRows>
 __global__ void __launch_bounds__(kThreads)
 w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
     ElementWq const* __restrict__ Wq,
@@ -212,7 +235,7 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
     int K)
 {
   extern __shared__ __align__(128) unsigned char smem_buf[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
+  SharedStorage<kOddRows>& smem = *reinterpret_cast<SharedStorage<kOddRows>*>(smem_buf);
   int const tid = threadIdx.x;
   int const bx = blockIdx.x;
   int const by = blockIdx.y;
@@ -227,8 +250,8 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
   // Shared tensors.
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, block_K/8, stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_N, block_K/128, stage)
-  Tensor sZ_s = make_tensor(make_smem_ptr(smem.mainloop.Z_s.data()), SmemLayoutZ_s{});  // (block_N, block_K/128, stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, block_K/128, stage)
+  Tensor sZ_s = make_tensor(make_smem_ptr(smem.mainloop.Z_s.data()), SmemLayoutZ_s<kOddRows>{});  // (block_N, block_K/128, stage)
 
   // MMA (spec 29) and its accumulator.
   TiledMma tiled_mma;
@@ -317,35 +340,75 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
           }
         }
       }
-      if (tid < 64) {  // the tile has vectors for the first 64 threads only
-        if (elem_less(idscales(size<0>(idscales) - 1, size<1>(idscales) - 1, tile), shape(mscales))) {
-          copy(g2s_copy_scales, tscalesgscales(_, _, _, tile), tscalessscales(_, _, _, stage));
-        } else {
-          CUTE_UNROLL
-          for (int i = 0; i < size<1>(tscalessscales); ++i) {
+      if constexpr (kOddRows) {
+        // `scales` has an odd number of elements per row, so every other row starts 2 bytes into a
+        // word, where cp.async cannot start: each row of the tile is copied from the word holding
+        // its first element, one word more than its elements span, into a row two elements wider;
+        // bytes past the row or past `scales` are zero-filled. Rows that started mid-word are read
+        // one element later.
+        constexpr int kWordsPerRow = (block_K / 128) / 2 + 1;
+        CUTE_UNROLL
+        for (int i = 0; i < (block_N * kWordsPerRow + kThreads - 1) / kThreads; ++i) {
+          int const slot = i * kThreads + tid;
+          int const slot_row = slot / kWordsPerRow, slot_word = slot % kWordsPerRow;
+          int64_t const row_n = int64_t(bx) * block_N + slot_row;  // the row of `scales`
+          int64_t const row_first = row_n * (K / 128) + int64_t(tile) * (block_K / 128);  // the row's first element in the tile
+          int64_t const word_at = row_first - row_first % 2 + 2 * slot_word;  // the word's first element
+          int64_t const row_left = (row_n + 1) * (K / 128) - word_at;  // elements of the row from there on
+          int const bytes = row_n < N ? (row_left >= 2 ? 4 : row_left == 1 ? 2 : 0) : 0;
+          cp_async_4_bytes(cast_smem_ptr_to_uint(&sS_s(slot_row, 2 * slot_word, stage)), scales + (bytes > 0 ? word_at : 0), bytes);
+        }
+      } else {
+        if (tid < 64) {  // the tile has vectors for the first 64 threads only
+          if (elem_less(idscales(size<0>(idscales) - 1, size<1>(idscales) - 1, tile), shape(mscales))) {
+            copy(g2s_copy_scales, tscalesgscales(_, _, _, tile), tscalessscales(_, _, _, stage));
+          } else {
             CUTE_UNROLL
-            for (int j = 0; j < size<2>(tscalessscales); ++j) {
-              if (elem_less(tscalescscales(0, i, j, tile), shape(mscales))) {
-                copy(g2s_copy_scales, tscalesgscales(_, i, j, tile), tscalessscales(_, i, j, stage));
-              } else {
-                clear(tscalessscales(_, i, j, stage));
+            for (int i = 0; i < size<1>(tscalessscales); ++i) {
+              CUTE_UNROLL
+              for (int j = 0; j < size<2>(tscalessscales); ++j) {
+                if (elem_less(tscalescscales(0, i, j, tile), shape(mscales))) {
+                  copy(g2s_copy_scales, tscalesgscales(_, i, j, tile), tscalessscales(_, i, j, stage));
+                } else {
+                  clear(tscalessscales(_, i, j, stage));
+                }
               }
             }
           }
         }
       }
-      if (tid < 64) {  // the tile has vectors for the first 64 threads only
-        if (elem_less(idzeros(size<0>(idzeros) - 1, size<1>(idzeros) - 1, tile), shape(mzeros))) {
-          copy(g2s_copy_zeros, tzerosgzeros(_, _, _, tile), tzerosszeros(_, _, _, stage));
-        } else {
-          CUTE_UNROLL
-          for (int i = 0; i < size<1>(tzerosszeros); ++i) {
+      if constexpr (kOddRows) {
+        // `zeros` has an odd number of elements per row, so every other row starts 2 bytes into a
+        // word, where cp.async cannot start: each row of the tile is copied from the word holding
+        // its first element, one word more than its elements span, into a row two elements wider;
+        // bytes past the row or past `zeros` are zero-filled. Rows that started mid-word are read
+        // one element later.
+        constexpr int kWordsPerRow = (block_K / 128) / 2 + 1;
+        CUTE_UNROLL
+        for (int i = 0; i < (block_N * kWordsPerRow + kThreads - 1) / kThreads; ++i) {
+          int const slot = i * kThreads + tid;
+          int const slot_row = slot / kWordsPerRow, slot_word = slot % kWordsPerRow;
+          int64_t const row_n = int64_t(bx) * block_N + slot_row;  // the row of `zeros`
+          int64_t const row_first = row_n * (K / 128) + int64_t(tile) * (block_K / 128);  // the row's first element in the tile
+          int64_t const word_at = row_first - row_first % 2 + 2 * slot_word;  // the word's first element
+          int64_t const row_left = (row_n + 1) * (K / 128) - word_at;  // elements of the row from there on
+          int const bytes = row_n < N ? (row_left >= 2 ? 4 : row_left == 1 ? 2 : 0) : 0;
+          cp_async_4_bytes(cast_smem_ptr_to_uint(&sZ_s(slot_row, 2 * slot_word, stage)), zeros + (bytes > 0 ? word_at : 0), bytes);
+        }
+      } else {
+        if (tid < 64) {  // the tile has vectors for the first 64 threads only
+          if (elem_less(idzeros(size<0>(idzeros) - 1, size<1>(idzeros) - 1, tile), shape(mzeros))) {
+            copy(g2s_copy_zeros, tzerosgzeros(_, _, _, tile), tzerosszeros(_, _, _, stage));
+          } else {
             CUTE_UNROLL
-            for (int j = 0; j < size<2>(tzerosszeros); ++j) {
-              if (elem_less(tzerosczeros(0, i, j, tile), shape(mzeros))) {
-                copy(g2s_copy_zeros, tzerosgzeros(_, i, j, tile), tzerosszeros(_, i, j, stage));
-              } else {
-                clear(tzerosszeros(_, i, j, stage));
+            for (int i = 0; i < size<1>(tzerosszeros); ++i) {
+              CUTE_UNROLL
+              for (int j = 0; j < size<2>(tzerosszeros); ++j) {
+                if (elem_less(tzerosczeros(0, i, j, tile), shape(mzeros))) {
+                  copy(g2s_copy_zeros, tzerosgzeros(_, i, j, tile), tzerosszeros(_, i, j, stage));
+                } else {
+                  clear(tzerosszeros(_, i, j, stage));
+                }
               }
             }
           }
@@ -400,8 +463,8 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
           for (int j = 0; j < size<1>(tCrW_s); ++j) {
             int const b_row = get<0>(tCcW_s(0, j, 0));
             uint4 const b_words = *reinterpret_cast<uint4 const*>(&sWq_s(b_row, 2 * k_block, read_stage));  // k-blocks k_block and k_block + 1 of row b_row
-            uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8, read_stage).raw()) * 0x10001u;  // the row's scale, twice
-            uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8, read_stage).raw()) * 0x10001u);  // the row's zero point from `Z_s`, as dequant_int4x2 takes it
+            uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u;  // the row's scale, twice
+            uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);  // the row's zero point from `Z_s`, as dequant_int4x2 takes it
             Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));
             Tensor b1 = recast<uint32_t>(tCrW_s(_, j, k_block + 1));
             b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);
@@ -473,10 +536,10 @@ extern "C" int tilegen_w4_prefill_zp_bf16(const void* A, const void* Wq, const v
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0 || (K / 128) % 2 != 0) {  // cp.async moves 4-byte vectors of `scales`
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0 || (K / 128) % 2 != 0) {  // cp.async moves 4-byte vectors of `zeros`
+  if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {  // cp.async moves `zeros` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the epilogue stores 16-byte vectors of `C`
@@ -490,15 +553,17 @@ extern "C" int tilegen_w4_prefill_zp_bf16(const void* A, const void* Wq, const v
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (kSmemBytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(
-        w4_prefill_zp_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  bool const odd_rows = (K / 128) % 2 != 0;  // every other row of `scales` starts 2 bytes into a word
+  auto const kernel = odd_rows ? w4_prefill_zp_bf16_kernel<true> : w4_prefill_zp_bf16_kernel<false>;
+  size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
+  if (smem_bytes > 48 * 1024) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  w4_prefill_zp_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N, K);
   return static_cast<int>(cudaGetLastError());
 }

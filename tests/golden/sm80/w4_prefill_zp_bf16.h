@@ -28,13 +28,14 @@ extern "C" {
 //   A must be 16-byte aligned and K a multiple of 8 (cp.async moves 16-byte vectors of `A`).
 //   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (cp.async moves 16-byte vectors of
 //   `Wq`).
-//   scales must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves 4-byte vectors of
-//   `scales`).
-//   zeros must be 4-byte aligned and (K / 128) a multiple of 2 (cp.async moves 4-byte vectors of
-//   `zeros`).
+//   scales must be 4-byte aligned (cp.async moves `scales` 4 bytes at a time from 4-byte aligned
+//   addresses; rows of any length).
+//   zeros must be 4-byte aligned (cp.async moves `zeros` 4 bytes at a time from 4-byte aligned
+//   addresses; rows of any length).
 //   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
-// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 128 threads, 124416 bytes of dynamic
-// shared memory (the limit is raised when over 48 KB).
+// Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 128 threads, up to 125952 bytes of
+// dynamic shared memory (less with an even number of `scales` per row; the limit is raised when
+// over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its

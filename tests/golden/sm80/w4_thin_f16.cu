@@ -97,7 +97,7 @@ CUTE_DEVICE uint32_t ld_shared_u16(uint32_t addr) {
   return v;
 }
 
-// cp.async of 16 or 4 bytes to a 32-bit shared-window address, zero-filled when `valid` is
+// cp.async of 16 bytes to a 32-bit shared-window address, zero-filled when `valid` is
 // false: CuTe's SM80_CP_ASYNC_CACHEGLOBAL_ZFILL and SM80_CP_ASYNC_CACHEALWAYS_ZFILL, addressed
 // so that each of a thread's shared offsets takes one register. cp_async_16 bypasses L1 (data
 // read once); cp_async_16_l1 keeps the line in L1 for other blocks on the SM that read it too.
@@ -107,6 +107,7 @@ CUTE_DEVICE void cp_async_16(uint32_t smem, void const* gmem, bool valid) {
 CUTE_DEVICE void cp_async_16_l1(uint32_t smem, void const* gmem, bool valid) {
   asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;" :: "r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
+
 // cp_async_4_bytes copies the first `bytes` (0, 2 or 4) of an aligned 4-byte word and zero-fills
 // the rest: 16-bit rows that start or end mid-word are moved in whole words.
 CUTE_DEVICE void cp_async_4_bytes(uint32_t smem, void const* gmem, int bytes) {

@@ -108,6 +108,12 @@ CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale, uint32_t neg_bias) {
   return out;
 }
 
+// cp_async_4_bytes copies the first `bytes` (0, 2 or 4) of an aligned 4-byte word and zero-fills
+// the rest: 16-bit rows that start or end mid-word are moved in whole words.
+CUTE_DEVICE void cp_async_4_bytes(uint32_t smem, void const* gmem, int bytes) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;" :: "r"(smem), "l"(gmem), "r"(bytes));
+}
+
 // Element types.
 using ElementA = cute::half_t;  // tensor `A`
 using ElementWq = int32_t;  // tensor `Wq`
@@ -137,12 +143,14 @@ using SmemLayoutWq_s = decltype(tile_to_shape(
     SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
 // Shared buffer `S_s` (spec 16): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
-// moves 4-byte vectors.
+// moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
+// the tensor that start mid-word (the bytes count them).
 using SmemLayoutS_sAtom = decltype(composition(
     Swizzle<0, 3, 3>{},
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
+template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // Shared buffer `W_s` (spec 17): gemm operand B, viewed as (N, K); not filled from global memory,
 // so K (or the last dim) is contiguous; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the
@@ -173,7 +181,11 @@ using G2SCopyWq_s = decltype(make_tiled_copy(
     Layout<Shape<_1, Int<4>>>{}));                             // values per thread
 
 // copy (spec 24): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
-// 128x1 threads, numbered along it first so that neighbours read neighbouring bytes.
+// 128x1 threads, numbered along it first so that neighbours read neighbouring bytes; with an odd
+// number of elements per row ((K / 128) odd) every other row starts 2 bytes into a word, so the
+// kernel's odd-rows instantiation (the launcher picks it) copies each row from the word holding its
+// first element, one word more, into a row two elements wider, bytes past the row zero-filled, and
+// the dequant reads such rows one element later.
 using G2SCopyS_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementS_s>{},
     Layout<Shape<Int<128>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
@@ -193,20 +205,25 @@ using S2GCopyC = decltype(make_tiled_copy(
     Layout<Shape<_1, Int<8>>>{}));                             // values per thread
 
 // Shared memory: the pipeline's buffers, reused by the epilogue's staging tile.
+template <bool kOddRows>
 struct SharedStorage {
   union {
     struct {
       cute::array_aligned<ElementA_s, cosize_v<SmemLayoutA_s>, 128> A_s;
       cute::array_aligned<ElementWq_s, cosize_v<SmemLayoutWq_s>, 128> Wq_s;
-      cute::array_aligned<ElementS_s, cosize_v<SmemLayoutS_s>, 128> S_s;
+      cute::array_aligned<ElementS_s, cosize_v<SmemLayoutS_s<kOddRows>>, 128> S_s;
       cute::array_aligned<ElementW_s, cosize_v<SmemLayoutW_s>, 128> W_s;
     } mainloop;
     cute::array_aligned<ElementC, cosize_v<SmemLayoutC>, 128> C;
   };
 };
 
-constexpr size_t kSmemBytes = sizeof(SharedStorage);
+template <bool kOddRows>
+constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
 
+// kOddRows: every other row of `scales` starts 2 bytes into a word (the launcher picks the
+// instantiation).
+template <bool kOddRows>
 __global__ void __launch_bounds__(kThreads)
 w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     ElementWq const* __restrict__ Wq,
@@ -217,7 +234,7 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     int K)
 {
   extern __shared__ __align__(128) unsigned char smem_buf[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_buf);
+  SharedStorage<kOddRows>& smem = *reinterpret_cast<SharedStorage<kOddRows>*>(smem_buf);
   int const tid = threadIdx.x;
   int const bx = blockIdx.x;
   int const by = blockIdx.y;
@@ -231,7 +248,7 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
   // Shared tensors.
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
   Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, block_K/8, stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_N, block_K/128, stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, block_K/128, stage)
   Tensor sW_s = make_tensor(make_smem_ptr(smem.mainloop.W_s.data()), SmemLayoutW_s{});  // (block_N, block_K)
 
   // MMA (spec 26) and its accumulator.
@@ -309,17 +326,37 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
           }
         }
       }
-      if (elem_less(idscales(size<0>(idscales) - 1, size<1>(idscales) - 1, tile), shape(mscales))) {
-        copy(g2s_copy_scales, tscalesgscales(_, _, _, tile), tscalessscales(_, _, _, stage));
-      } else {
+      if constexpr (kOddRows) {
+        // `scales` has an odd number of elements per row, so every other row starts 2 bytes into a
+        // word, where cp.async cannot start: each row of the tile is copied from the word holding
+        // its first element, one word more than its elements span, into a row two elements wider;
+        // bytes past the row or past `scales` are zero-filled. Rows that started mid-word are read
+        // one element later.
+        constexpr int kWordsPerRow = (block_K / 128) / 2 + 1;
         CUTE_UNROLL
-        for (int i = 0; i < size<1>(tscalessscales); ++i) {
+        for (int i = 0; i < (block_N * kWordsPerRow + kThreads - 1) / kThreads; ++i) {
+          int const slot = i * kThreads + tid;
+          int const slot_row = slot / kWordsPerRow, slot_word = slot % kWordsPerRow;
+          int64_t const row_n = int64_t(bx) * block_N + slot_row;  // the row of `scales`
+          int64_t const row_first = row_n * (K / 128) + int64_t(tile) * (block_K / 128);  // the row's first element in the tile
+          int64_t const word_at = row_first - row_first % 2 + 2 * slot_word;  // the word's first element
+          int64_t const row_left = (row_n + 1) * (K / 128) - word_at;  // elements of the row from there on
+          int const bytes = row_n < N ? (row_left >= 2 ? 4 : row_left == 1 ? 2 : 0) : 0;
+          cp_async_4_bytes(cast_smem_ptr_to_uint(&sS_s(slot_row, 2 * slot_word, stage)), scales + (bytes > 0 ? word_at : 0), bytes);
+        }
+      } else {
+        if (elem_less(idscales(size<0>(idscales) - 1, size<1>(idscales) - 1, tile), shape(mscales))) {
+          copy(g2s_copy_scales, tscalesgscales(_, _, _, tile), tscalessscales(_, _, _, stage));
+        } else {
           CUTE_UNROLL
-          for (int j = 0; j < size<2>(tscalessscales); ++j) {
-            if (elem_less(tscalescscales(0, i, j, tile), shape(mscales))) {
-              copy(g2s_copy_scales, tscalesgscales(_, i, j, tile), tscalessscales(_, i, j, stage));
-            } else {
-              clear(tscalessscales(_, i, j, stage));
+          for (int i = 0; i < size<1>(tscalessscales); ++i) {
+            CUTE_UNROLL
+            for (int j = 0; j < size<2>(tscalessscales); ++j) {
+              if (elem_less(tscalescscales(0, i, j, tile), shape(mscales))) {
+                copy(g2s_copy_scales, tscalesgscales(_, i, j, tile), tscalessscales(_, i, j, stage));
+              } else {
+                clear(tscalessscales(_, i, j, stage));
+              }
             }
           }
         }
@@ -364,7 +401,7 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
         for (int i = 0; i < 32; ++i) {
           int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * (i % 2);  // row, word in the row
           packed[i] = static_cast<uint32_t>(sWq_s(r, wc, read_stage));
-          scale[i] = sS_s(r, wc / 16, read_stage);
+          scale[i] = sS_s(r, wc / 16 + (kOddRows ? (r & 1) : 0), read_stage);
         }
         CUTE_UNROLL
         for (int i = 0; i < 32; ++i) {
@@ -447,7 +484,7 @@ extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0 || (K / 128) % 2 != 0) {  // cp.async moves 4-byte vectors of `scales`
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the epilogue stores 16-byte vectors of `C`
@@ -461,15 +498,17 @@ extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const
       grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (kSmemBytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(
-        w4_prefill_onewg_f16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  bool const odd_rows = (K / 128) % 2 != 0;  // every other row of `scales` starts 2 bytes into a word
+  auto const kernel = odd_rows ? w4_prefill_onewg_f16_kernel<true> : w4_prefill_onewg_f16_kernel<false>;
+  size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
+  if (smem_bytes > 48 * 1024) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  w4_prefill_onewg_f16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N, K);
   return static_cast<int>(cudaGetLastError());
 }

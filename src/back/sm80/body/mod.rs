@@ -148,6 +148,10 @@ pub struct ProducerCtx {
     pub tma_thr: String,
     pub barrier: String,
     pub tma_bytes: String,
+    /// `CopyPlan::odd_rows`: the odd-rows instantiation's copy of the tile, line by line
+    /// (empty otherwise), and the extra indentation of the usual copy in the other branch.
+    pub odd_rows: Vec<String>,
+    pub odd_pad: String,
 }
 
 #[derive(Serialize)]
@@ -423,10 +427,10 @@ impl Lower<'_> {
                 let scale_elem = element_alias(&scales.name);
                 let mut load = vec![
                     format!("packed[i] = static_cast<uint32_t>({});", at(&src.name, "r, wc")),
-                    format!("scale[i] = {};", at(&scales.name, &format!("r, {scale_col}"))),
+                    format!("scale[i] = {};", at(&scales.name, &format!("r, {scale_col}{}", odd_rows_shift(self.c, &scales.name, "r")))),
                 ];
                 if let Some(zeros) = zero.tile() {
-                    load.push(format!("zero[i] = {};", at(&zeros.name, &format!("r, {scale_col}"))));
+                    load.push(format!("zero[i] = {};", at(&zeros.name, &format!("r, {scale_col}{}", odd_rows_shift(self.c, &zeros.name, "r")))));
                 }
                 let neg_bias = neg_bias_expr(zero, &scale_elem, |_| "zero[i]".into());
                 let store = vec![format!("*reinterpret_cast<uint4*>(&{}) = dequant_int4x8(packed[i], scale[i], {neg_bias});", at(&dst.name, "r, wc * 8"))];
@@ -656,6 +660,17 @@ fn staged(c: &Compiled, name: &str) -> bool {
     match c.info.symbols.get(name) {
         Some(Symbol::Buffer(b)) => c.plan.shared.get(b).is_some_and(|l| l.staged),
         _ => false,
+    }
+}
+
+/// ` + (kOddRows ? (row & 1) : 0)` for a buffer whose rows are one element later when the
+/// tensor's row started mid-word (filled by a copy with `CopyPlan::odd_rows`; a tile's first
+/// row is even, so a row of the tile is odd in the tensor if it is odd in the tile), else
+/// nothing.
+fn odd_rows_shift(c: &Compiled, name: &str, row: &str) -> String {
+    match c.info.symbols.get(name) {
+        Some(Symbol::Buffer(b)) if c.plan.shared.get(b).is_some_and(|l| l.odd_rows) => format!(" + (kOddRows ? ({row} & 1) : 0)"),
+        _ => String::new(),
     }
 }
 
