@@ -146,19 +146,23 @@ ATTENTION_CASES = [
     ("short_b1_s17_h2", {"B": 1, "S": 17, "H": 2}),
     ("tiles_b1_s256_h1", {"B": 1, "S": 256, "H": 1}),
 ]
-# 4-bit weights: K a multiple of 256 (the launcher's vector contract for Wq and scales), a
-# ragged M and N, a single row (decode), and several K tiles.
+# 4-bit weights: K a multiple of 128 (one scale per group of 128), a ragged M and N, a single
+# row (decode), several K tiles, and an odd number of scales per row (K / 128 = 5: every other
+# row of scales starts 2 bytes into a word, which the kernels' odd-rows instantiations take).
 W4A16_CASES = [
     ("ragged_77x136x512", {"M": 77, "N": 136, "K": 512}),
     ("row_1x64x256", {"M": 1, "N": 64, "K": 256}),
     ("tiles_33x200x768", {"M": 33, "N": 200, "K": 768}),
+    ("groups_3x136x640", {"M": 3, "N": 136, "K": 640}),
 ]
-# The prefill kernel's 128x128 tiles: a ragged M and N over two tiles each, a single row, and
-# three tiles along every dimension with ragged edges.
+# The prefill kernel's 128x128 tiles: a ragged M and N over two tiles each, a single row,
+# three tiles along every dimension with ragged edges, and an odd number of scales per row
+# (K / 128 = 7, so the last 256-deep k tile holds one group of each row).
 W4A16_PREFILL_CASES = [
     ("ragged_200x136x512", {"M": 200, "N": 136, "K": 512}),
     ("row_1x64x256", {"M": 1, "N": 64, "K": 256}),
     ("tiles_260x264x768", {"M": 260, "N": 264, "K": 768}),
+    ("groups_130x136x896", {"M": 130, "N": 136, "K": 896}),
 ]
 CASES = {name: ATTENTION_CASES if name.startswith(("flash_attention", "linear_attention"))
          else W4A16_PREFILL_CASES if name == "w4a16_prefill_gemm_bf16"
