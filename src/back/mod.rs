@@ -104,11 +104,10 @@ const RESERVED_WIDE: [&str; 47] = [
 ];
 /// Names the CuTe lowering of a `dequant_int4` statement declares (its helpers and locals,
 /// those of the odd-rows instantiation's scales copy and launcher included).
-const RESERVED_DEQUANT: [&str; 27] = [
+const RESERVED_DEQUANT: [&str; 20] = [
     "dequant_int4x2", "dequant_int4x8", "dequant_neg_bias", "packed", "scale", "zero", "wc", "b0", "b1", "byte_sel", "b_row",
-    "b_words", "b_scales", "b_neg_bias", "recast",
-    "cp_async_4_bytes", "slot", "slot_row", "slot_word", "row_n", "row_first", "word_at", "row_left", "bytes", "odd_rows",
-    "kernel", "smem_bytes",
+    "b_words", "b_scales", "b_neg_bias", "recast", "cp_async_4_bytes", "cp_async_rows_from_words", "odd_rows", "kernel",
+    "smem_bytes",
 ];
 /// Names sm90a's fused programs (TMA, WGMMA, warp specialisation) declare besides the CuTe ones
 /// and [`RESERVED_SM90A_BARRIERS`].

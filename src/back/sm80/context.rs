@@ -209,6 +209,9 @@ pub(super) const DEQUANT_INT4X2: &str = helper!("dequant_int4x2.cuh");
 /// cp.async of the first 0, 2 or 4 bytes of an aligned word: 16-bit rows that start or end
 /// mid-word.
 pub(super) const CP_ASYNC_4_BYTES: &str = helper!("cp_async_4_bytes.cuh");
+/// The odd-rows instantiation's copy of a tile of 16-bit rows that may start mid-word
+/// (`CopyPlan::odd_rows`), after [`CP_ASYNC_4_BYTES`], which it calls.
+const CP_ASYNC_ROWS_FROM_WORDS: &str = helper!("cp_async_rows_from_words.cuh");
 
 /// The (row, col) view of an SM80 m16n8 accumulator, for row statistics.
 const ACC_ROWS_COLS: &str = helper!("acc_rows_cols.cuh");
@@ -642,6 +645,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     });
     if odd_rows.is_some() {
         helpers.push(CP_ASYNC_4_BYTES.into());
+        helpers.push(CP_ASYNC_ROWS_FROM_WORDS.into());
     }
     Ok(Context {
         helpers,

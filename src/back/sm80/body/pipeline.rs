@@ -91,46 +91,22 @@ impl Lower<'_> {
     }
 
     /// The odd-rows instantiation's copy of a tile of 16-bit rows that may start mid-word
-    /// (`CopyPlan::odd_rows`), inside `load_tile(tile, stage)`: each row from the 4-byte word
-    /// holding its first element, one word more than its elements span, bytes past the row or
-    /// the tensor zero-filled; the readers add the row's parity to the column.
+    /// (`CopyPlan::odd_rows`), inside `load_tile(tile, stage)`: the `cp_async_rows_from_words`
+    /// helper moves each row from the word holding its first element; the readers add the
+    /// row's parity to the column.
     fn odd_rows_copy(&self, cp: &crate::layout::CopyPlan) -> Vec<String> {
         let c = self.c;
-        let (Some(t), [rows_n, cols_n]) = (cp.tensor, cp.cute_shape.as_slice()) else { return Vec::new() };
+        let Some(t) = cp.tensor else { return Vec::new() };
         let (tensor, buf) = (&c.spec.tensors[t], &c.spec.buffers[cp.buffer]);
         let rows = self.conv.expr(&buf.shape[0], &PlainEnv);
         let cols = format!("({})", self.conv.expr(&buf.shape[1], &PlainEnv));
         let row_tile = self.conv.expr(&cp.tile_coords[0], &PlainEnv);
-        let (n, row_len) = (tensor.shape[0].text(), tensor.shape[1].text());
         let (tn, bn) = (&tensor.name.name, &buf.name.name);
-        let threads = c.spec.threads.0;
-        let slots = rows_n * (cols_n / 2 + 1);
-        let partial = slots % threads != 0;
-        let mut lines = vec![
-            format!("// `{tn}` has an odd number of elements per row, so every other row starts 2 bytes into a word, where cp.async cannot start: each row of the tile is copied from the word holding its first element, one word more than its elements span, into a row two elements wider; bytes past the row or past `{tn}` are zero-filled. Rows that started mid-word are read one element later."),
-            format!("constexpr int kWordsPerRow = {cols} / 2 + 1;"),
-            "CUTE_UNROLL".to_string(),
-            format!("for (int i = 0; i < ({rows} * kWordsPerRow + kThreads - 1) / kThreads; ++i) {{"),
-            "  int const slot = i * kThreads + tid;".to_string(),
-            "  int const slot_row = slot / kWordsPerRow, slot_word = slot % kWordsPerRow;".to_string(),
-        ];
-        let body = [
-            format!("int64_t const row_n = int64_t({row_tile}) * {rows} + slot_row;  // the row of `{tn}`"),
-            format!("int64_t const row_first = row_n * {row_len} + int64_t(tile) * {cols};  // the row's first element in the tile"),
-            "int64_t const word_at = row_first - row_first % 2 + 2 * slot_word;  // the word's first element".to_string(),
-            format!("int64_t const row_left = (row_n + 1) * {row_len} - word_at;  // elements of the row from there on"),
-            format!("int const bytes = row_n < {n} ? (row_left >= 2 ? 4 : row_left == 1 ? 2 : 0) : 0;"),
-            format!("cp_async_4_bytes(cast_smem_ptr_to_uint(&s{bn}(slot_row, 2 * slot_word, stage)), {tn} + (bytes > 0 ? word_at : 0), bytes);"),
-        ];
-        if partial {
-            lines.push(format!("  if (slot < {rows} * kWordsPerRow) {{  // the tile has {slots} words, fewer than the loop's threads"));
-            lines.extend(body.iter().map(|l| format!("    {l}")));
-            lines.push("  }".into());
-        } else {
-            lines.extend(body.iter().map(|l| format!("  {l}")));
-        }
-        lines.push("}".into());
-        lines
+        vec![
+            format!("// An odd number of `{tn}` per row: rows start mid-word every other row (see the helper)."),
+            format!("cp_async_rows_from_words<kThreads>(s{bn}(_, _, stage), {tn}, int64_t({row_tile}) * {rows}, {}, {}, int64_t(tile) * {cols}, tid);",
+                tensor.shape[0].text(), tensor.shape[1].text()),
+        ]
     }
 
     pub(super) fn gemm_step(&mut self, s: &Stmt, stage: Option<&str>) -> Option<GemmCtx> {
