@@ -316,9 +316,14 @@ impl Infer<'_> {
         if v <= 1 || self.plan.alignment.iter().any(|a| a.tensor == tensor && a.vector_elems >= v) {
             return;
         }
-        self.plan.alignment.retain(|a| a.tensor != tensor);
-        self.plan.alignment.push(Alignment { tensor, vector_elems: v, whole_rows: true, why });
-        self.plan.alignment.sort_by_key(|a| a.tensor);
+        self.set_alignment(Alignment { tensor, vector_elems: v, whole_rows: true, why });
+    }
+
+    /// Makes `a` the launcher's one alignment check of its tensor.
+    fn set_alignment(&mut self, a: Alignment) {
+        self.plan.alignment.retain(|x| x.tensor != a.tensor);
+        self.plan.alignment.push(a);
+        self.plan.alignment.sort_by_key(|x| x.tensor);
     }
 
     /// Thread layout for `threads` threads moving `v`-element vectors over a tile whose
@@ -417,9 +422,7 @@ impl Infer<'_> {
         let tname = self.spec.tensors[t].name.name.clone();
         let odd_rows = v == 2 && bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords);
         if odd_rows {
-            self.plan.alignment.retain(|a| a.tensor != t);
-            self.plan.alignment.push(Alignment::base_only(t, 2, format!("cp.async moves `{tname}` 4 bytes at a time from 4-byte aligned addresses; rows of any length")));
-            self.plan.alignment.sort_by_key(|a| a.tensor);
+            self.set_alignment(Alignment::base_only(t, 2, format!("cp.async moves `{tname}` 4 bytes at a time from 4-byte aligned addresses; rows of any length")));
             let extra = (layout.cute_shape[0] * 2 * bytes * layout.stages) as u64;
             if let Some(l) = self.plan.shared.get_mut(&b) {
                 l.odd_rows = true;

@@ -43,6 +43,10 @@ pub struct Context {
     pub odd_rows: Option<OddRowsCtx>,
     /// `SharedStorage`, or `SharedStorage<kOddRows>` in the kernel of an odd-rows program.
     pub storage: String,
+    /// What the launcher launches and with how many bytes of shared memory: the kernel and
+    /// `kSmemBytes`, or the instantiation (`kernel`, `smem_bytes`) an odd-rows program picks.
+    pub launch_kernel: String,
+    pub launch_smem: String,
     pub constants: Vec<ConstantCtx>,
     pub elements: Vec<ElementCtx>,
     pub smem_layouts: Vec<SmemLayoutCtx>,
@@ -583,7 +587,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         block_indices.retain(|b| b.name != r.group_var && b.name != r.walk_var);
     }
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
-    let odd_tensor = plan.copies.values().find(|cp| cp.odd_rows).and_then(|cp| cp.tensor).map(|t| spec.tensors[t].name.name.clone());
+    // Copies whose rows may start mid-word (the planner gives every such copy rows of the same
+    // length): the launcher picks the instantiation by that length's parity.
+    let odd_tensor = plan.copies.values().find(|cp| cp.odd_rows).and_then(|cp| cp.tensor).map(|t| &spec.tensors[t]);
     let doc_launch = format!(
         "grid ({}), {} threads, {}{} bytes of dynamic shared memory ({}the limit is raised when over 48 KB)",
         grid_doc.join(", "),
@@ -593,7 +599,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         },
         if odd_tensor.is_some() { "up to " } else { "" },
         plan.smem.total,
-        odd_tensor.as_ref().map_or(String::new(), |t| format!("less with an even number of `{t}` per row; ")));
+        odd_tensor.map_or(String::new(), |t| format!("less with an even number of `{}` per row; ", t.name.name)));
 
     let body = body::build(c, &mut errors);
     if !errors.is_empty() {
@@ -634,14 +640,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if ws.is_some() {
         helpers.push(CONSUMER_SYNC.into());
     }
-    // Copies whose rows may start mid-word: the launcher picks the instantiation (the planner
-    // gives every such copy rows of the same length).
-    let odd_rows = plan.copies.values().find(|cp| cp.odd_rows).and_then(|cp| cp.tensor).map(|t| {
-        let t = &spec.tensors[t];
-        OddRowsCtx {
-            cond: format!("{} % 2 != 0", t.shape[1].text()),
-            why: format!("every other row of `{}` starts 2 bytes into a word", t.name.name),
-        }
+    let odd_rows = odd_tensor.map(|t| OddRowsCtx {
+        cond: format!("{} % 2 != 0", t.shape[1].text()),
+        why: format!("every other row of `{}` starts 2 bytes into a word", t.name.name),
     });
     if odd_rows.is_some() {
         helpers.push(CP_ASYNC_4_BYTES.into());
@@ -650,6 +651,8 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     Ok(Context {
         helpers,
         storage: if odd_rows.is_some() { "SharedStorage<kOddRows>".into() } else { "SharedStorage".into() },
+        launch_kernel: if odd_rows.is_some() { "kernel".into() } else { format!("{}_kernel", spec.kernel.name) },
+        launch_smem: if odd_rows.is_some() { "smem_bytes".into() } else { "kSmemBytes".into() },
         odd_rows,
         header: header(c),
         threads: spec.threads.0,

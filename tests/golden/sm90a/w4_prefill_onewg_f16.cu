@@ -514,7 +514,8 @@ extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const
   auto const kernel = odd_rows ? w4_prefill_onewg_f16_kernel<true> : w4_prefill_onewg_f16_kernel<false>;
   size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
   if (smem_bytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+    cudaError_t const err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
