@@ -76,6 +76,10 @@ pub fn explain(c: &Compiled) -> String {
         explain_dequant_wgmma(&mut o, c, p);
         return o;
     }
+    if let Some(p) = &plan.rows {
+        explain_rows(&mut o, c, p);
+        return o;
+    }
     if let Some(why) = &plan.collective_reason {
         let _ = writeln!(o, "  lowering: tilegen's CuTe-level code, not a CUTLASS collective: GEMM-shaped, but the collective cannot take it: {why}");
     }
@@ -565,6 +569,50 @@ fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::Dequan
         c.plan.smem.total, p.stage_bytes.iter().sum::<u64>(), p.stage_bytes[0], p.stage_bytes[1], p.epilogue_bytes,
         p.split_k.as_ref().map(|b| format!(" and the split's {b}-byte partial tile")).unwrap_or_default(), c.plan.smem.barriers, c.plan.smem.budget);
     let _ = writeln!(o, "  registers: {} per consumer thread, {} per producer thread (setmaxnreg)", p.regs.1, p.regs.0);
+    let _ = writeln!(o, "  launcher checks:");
+    alignment_lines(o, c);
+}
+
+fn explain_rows(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPlan) {
+    let spec = &c.spec;
+    let name = |b: usize| &spec.buffers[b].name.name;
+    let list = |bs: &[usize]| bs.iter().map(|b| format!("`{}`", name(*b))).collect::<Vec<_>>().join(", ");
+    let _ = writeln!(o, "\nRow-wise lowering (no gemm: the rows in registers, no shared tiles, no MMAs{})",
+        if c.plan.target == crate::target::Target::Sm90a { "; sm80's code built for sm_90a" } else { "" });
+    let _ = writeln!(o, "  row tile: [{}, {}], the layout of {} ({} values per thread each; arithmetic in f32)", p.rows, p.cols, list(&p.tiles), p.values_per_thread());
+    let _ = writeln!(o, "  threads: {} row(s) at a time x {} threads per row; thread (g, l) = (tid / {tpr}, tid % {tpr}) holds rows g + {} * r (r < {}) and, of each, the {}-element vectors l + {tpr} * v (v < {})",
+        p.row_groups, p.threads_per_row, p.row_groups, p.rows_per_thread, p.vector, p.vectors_per_row, tpr = p.threads_per_row);
+    let _ = writeln!(o, "    why: {}", p.why);
+    if !p.stats.is_empty() {
+        let _ = writeln!(o, "  row values: {} (one value per row a thread holds, the same in every thread of the row)", list(&p.stats));
+    }
+    if !p.column_vectors.is_empty() {
+        let names = p.column_vectors.iter().map(|t| format!("`{}`", spec.tensors[*t].name.name)).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(o, "  column vectors: {names}, read at the column index: each thread loads its {} vector(s) of each once, at the start", p.vectors_per_row);
+    }
+    let _ = writeln!(o, "\nStatements");
+    for s in &spec.body {
+        let what = match &s.kind {
+            crate::ast::StmtKind::Copy { .. } => match p.copies.iter().find(|cp| cp.stmt == s.id) {
+                Some(cp) if cp.load => format!("load: {} vectors per thread (16-byte loads of whole vectors inside the tensor, zeros outside), converted to the fragment's type", p.rows_per_thread * p.vectors_per_row),
+                Some(_) => format!("store: {} vectors per thread, converted to the tensor's type; vectors outside the tensor are skipped", p.rows_per_thread * p.vectors_per_row),
+                None => continue,
+            },
+            crate::ast::StmtKind::Reduce { .. } => if p.cross_warp {
+                format!("row reduction: each thread folds its {} values of a row, xor-shuffles combine the warp's 32 lanes, then the row's {} warps add their partials through {} bytes of shared memory between two barriers",
+                    p.vectors_per_row * p.vector, p.threads_per_row / 32, p.scratch_bytes(spec.threads.0))
+            } else {
+                format!("row reduction: each thread folds its {} values of a row, then xor-shuffles over the row's {} lanes", p.vectors_per_row * p.vector, p.threads_per_row)
+            },
+            crate::ast::StmtKind::Parallel { vars, .. } if vars.len() == 2 => "element-wise over each thread's values of the row tile; (i, j) from the thread's row and vector".to_string(),
+            crate::ast::StmtKind::Parallel { .. } => "element-wise over each thread's row values".to_string(),
+            _ => "element-wise over the fragment's values".to_string(),
+        };
+        let _ = writeln!(o, "  {}\n    {what}", stmt_heading(c, s.id));
+    }
+    let _ = writeln!(o, "\nResources");
+    let _ = writeln!(o, "  shared memory: {} bytes (static; the cross-warp reductions' partials)", c.plan.smem.total);
+    let _ = writeln!(o, "  registers: {} per thread for fragments and column vectors (at most {})", c.plan.regs_per_thread, crate::layout::rows::MAX_ROW_VALUES);
     let _ = writeln!(o, "  launcher checks:");
     alignment_lines(o, c);
 }

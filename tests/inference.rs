@@ -1224,3 +1224,53 @@ fn scales_rows_of_odd_length_take_the_odd_rows_instantiation_in_the_general_lowe
     let scales = c.spec.tensors.iter().position(|t| t.name.name == "scales").unwrap();
     assert!(c.plan.alignment.iter().any(|a| a.tensor == scales && a.whole_rows));
 }
+
+/// A row-wise program: `X` [M, N] of `dtype` into a [rows, cols] fragment, scaled by the 1-D
+/// `W` read at `w_index` and reduced along its rows, then stored.
+fn rows_spec(rows: i64, cols: i64, threads: i64, dtype: &str, w_index: &str) -> String {
+    format!(
+        "kernel: t\ntensors:\n  X: {{dtype: {dtype}, shape: [M, N]}}\n  W: {{dtype: bf16, shape: [N]}}\n  Y: {{dtype: {dtype}, shape: [M, N], output: true}}\n\
+constants: {{block_M: {rows}, block_N: {cols}}}\ngrid:\n  bx: ceildiv(M, block_M)\nthreads: {threads}\n\
+buffers:\n  xs: {{scope: fragment, dtype: f32, shape: [block_M, block_N]}}\n  s: {{scope: fragment, dtype: f32, shape: [block_M]}}\n\
+body:\n  - copy(X[bx*block_M, 0], xs)\n  - reduce_sum(xs, s)\n  - parallel(i, j):\n      - xs[i, j] = xs[i, j] * s[i] * f32(W[{w_index}])\n  - copy(xs, Y[bx*block_M, 0])\n")
+}
+
+#[test]
+fn programs_without_gemms_take_the_row_wise_lowering() {
+    // Rows of 1024 bf16 values on 256 threads, 8 rows a block: a warp per row, 16-byte vectors.
+    for target in [Target::Sm80, Target::Sm90a] {
+        let c = compile_for(rows_spec(8, 1024, 256, "bf16", "j"), target).unwrap();
+        let p = c.plan.rows.as_ref().expect("a row-wise plan");
+        assert_eq!((p.vector, p.threads_per_row, p.row_groups, p.rows_per_thread, p.vectors_per_row), (8, 32, 8, 1, 4));
+        assert!(!p.cross_warp && c.plan.smem.total == 0, "a row within a warp needs no shared memory");
+        assert!(c.plan.mmas.is_empty() && c.plan.collective.is_none());
+        // X and Y move whole vectors; W is read a vector at a time at the column index.
+        assert_eq!(p.column_vectors, vec![1]);
+        let aligned: Vec<(usize, i64, bool)> = c.plan.alignment.iter().map(|a| (a.tensor, a.vector_elems, a.whole_rows)).collect();
+        assert_eq!(aligned, vec![(0, 8, true), (1, 8, true), (2, 8, true)]);
+        let cu = rendered_cu(&c);
+        assert!(cu.contains("W_vec[vv] = *reinterpret_cast<cutlass::AlignedArray<ElementW, kVector> const*>(W + col);"), "{cu}");
+        assert!(cu.contains("row_reduce<false, kThreadsPerRow>(v)"), "{cu}");
+    }
+    // One row per block: the row spans all eight warps, whose partials meet in shared memory.
+    let c = compile(rows_spec(1, 8192, 256, "bf16", "j")).unwrap();
+    let p = c.plan.rows.as_ref().unwrap();
+    assert_eq!((p.threads_per_row, p.row_groups, p.vectors_per_row), (256, 1, 4));
+    assert!(p.cross_warp);
+    assert_eq!(c.plan.smem.total, 32, "one float per warp");
+    assert!(rendered_cu(&c).contains("row_reduce<false, kThreadsPerRow>(v, row_scratch)"));
+    // f32 tensors: 4-element vectors; a read of W elsewhere than the column index stays a
+    // bounds-checked scalar read, and W needs no alignment.
+    let c = compile(rows_spec(8, 256, 256, "f32", "bx")).unwrap();
+    let p = c.plan.rows.as_ref().unwrap();
+    assert_eq!((p.vector, p.threads_per_row, p.vectors_per_row), (4, 32, 2));
+    assert!(p.column_vectors.is_empty() && c.plan.alignment.iter().all(|a| a.tensor != 1));
+    assert!(rendered_cu(&c).contains("((bx < N) ? static_cast<float>(W[bx]) : 0.f)"));
+    // Rows of 12 vectors take 4 threads each; 32 threads would then hold 8 rows of a 4-row tile,
+    // and 8 threads per row do not divide 12 vectors: an error naming the thread count.
+    let e = compile(rows_spec(4, 96, 32, "bf16", "j")).unwrap_err().join("\n");
+    assert!(e.contains("cannot spread a [4, 96] tile over 32 threads"), "{e}");
+    // The registers a thread would hold are bounded.
+    let e = compile(rows_spec(64, 256, 128, "bf16", "j")).unwrap_err().join("\n");
+    assert!(e.contains("need 148 registers per thread with 128 threads"), "{e}");
+}

@@ -29,6 +29,11 @@ pub trait Env {
     fn var(&self, name: &str) -> String {
         name.to_string()
     }
+    /// The C++ for element `idx` of a global tensor where this context has it at hand (a
+    /// vector loaded for the row-wise lowering), or `None` for a bounds-checked read.
+    fn tensor_element(&self, _tensor: usize, _idx: &[Expr]) -> Option<String> {
+        None
+    }
 }
 
 /// Converts checked expressions to C++. Arithmetic on floats is done in `float`.
@@ -81,7 +86,7 @@ impl Conv<'_> {
             },
             ExprKind::Index(name, idx) => match self.info.symbols.get(&name.name) {
                 Some(Symbol::Buffer(b)) => env.buffer_element(*b, idx).unwrap_or_else(|| "/* unsupported read */ 0".into()),
-                Some(Symbol::Tensor(t)) => self.tensor_element(*t, idx, env),
+                Some(Symbol::Tensor(t)) => env.tensor_element(*t, idx).unwrap_or_else(|| self.tensor_element(*t, idx, env)),
                 _ => "0".into(),
             },
             ExprKind::Unary(op, x) => {

@@ -161,6 +161,7 @@ pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     let extra: &[&str] = match c.plan.target {
         _ if c.plan.dequant_gemm.is_some() => &RESERVED_THIN,
         _ if c.plan.dequant_wgmma.is_some() => &RESERVED_WIDE,
+        _ if c.plan.rows.is_some() => &sm80::rows::RESERVED_ROWS,
         Target::Sm80 => &[],
         Target::Sm90a if c.plan.collective.is_some() => &RESERVED_SM90A,
         Target::Sm90a => &RESERVED_SM90A_FUSED,
@@ -208,6 +209,26 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
                 "rename it in the spec"
             };
             errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated {} code", c.plan.target)).hint(hint));
+        }
+    }
+    // The CuTe code names each tensor's and buffer's element type `Element<Name>` (the first
+    // letter upper-cased): two names that differ only there, with different types, would share
+    // one alias. (The 4-bit GEMMs' own lowerings spell only the tensors' and shared tiles'.)
+    let cute_aliases = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none());
+    if cute_aliases && c.plan.dequant_gemm.is_none() && c.plan.dequant_wgmma.is_none() {
+        let spec = &c.spec;
+        let declared = spec.tensors.iter().map(|t| (&t.name, t.dtype.0)).chain(spec.buffers.iter().map(|b| (&b.name, b.dtype.0)));
+        let mut seen: Vec<(String, &crate::ast::Ident, crate::ast::DType)> = Vec::new();
+        for (name, dtype) in declared {
+            let alias = format!("Element{}", conv::upper_first(&name.name));
+            match seen.iter().find(|(a, _, _)| *a == alias) {
+                Some((_, first, d)) if *d != dtype => errors.push(Diagnostic::error(name.span, format!(
+                    "`{}` ({dtype}) and `{}` ({d}) would share the element type alias `{alias}` in the generated {} code", name.name, first.name, c.plan.target))
+                    .label(first.span, "declared here")
+                    .hint("rename one of them (names that differ only in the case of their first letter clash)")),
+                Some(_) => {}
+                None => seen.push((alias, name, dtype)),
+            }
         }
     }
     errors

@@ -312,7 +312,7 @@ impl Infer<'_> {
         Some((coords, fixed))
     }
 
-    fn require_alignment(&mut self, tensor: usize, v: i64, why: String) {
+    pub(super) fn require_alignment(&mut self, tensor: usize, v: i64, why: String) {
         if v <= 1 || self.plan.alignment.iter().any(|a| a.tensor == tensor && a.vector_elems >= v) {
             return;
         }

@@ -25,6 +25,7 @@ mod fragments;
 mod mma;
 mod pipeline;
 mod raster;
+pub mod rows;
 mod sm90;
 mod overlap;
 mod tma;
@@ -274,6 +275,9 @@ pub struct Plan {
     /// mma.sync path: parallel blocks (in loops) that only scale accumulators by row
     /// statistics, which a warp skips when every statistic it holds is 1; the statistics.
     pub unit_scale_skips: BTreeMap<StmtId, Vec<usize>>,
+    /// NVIDIA targets: a program without gemms, lowered row-wise (see [`rows::RowsPlan`]);
+    /// the general tables above stay empty.
+    pub rows: Option<rows::RowsPlan>,
 }
 
 pub(crate) struct Infer<'a> {
@@ -394,6 +398,13 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     if let Some(d) = cluster_ignored(spec) {
         return Err(vec![d]);
     }
+    // A program without gemms (softmax, a norm) loads rows into registers, computes on them and
+    // reduces along them: the row-wise lowering.
+    if rows::is_candidate(spec) {
+        let p = rows::plan(spec, info, target)?;
+        cx.adopt_rows(p);
+        return Ok(cx.plan);
+    }
     // A dequant GEMM has lowerings of its own, with the weights as the MMA's A operand: thin
     // tiles (decode shapes) on mma.sync, each thread unpacking whole packed words; on sm90a,
     // tiles of 64 or more rows of A on warpgroup MMAs, each thread unpacking its register
@@ -477,6 +488,7 @@ impl<'a> Infer<'a> {
                 raster: None,
                 raster_reason: None,
                 unit_scale_skips: BTreeMap::new(),
+                rows: None,
             },
             errors: Vec::new(),
             fixed_at: BTreeMap::new(),
@@ -485,6 +497,24 @@ impl<'a> Infer<'a> {
             fused: BTreeMap::new(),
             fuse_dequants: true,
         }
+    }
+
+    /// Takes a row-wise plan: the launcher's alignment checks (whole vectors of every tensor
+    /// copied) and the shared scratch of cross-warp reductions.
+    fn adopt_rows(&mut self, p: rows::RowsPlan) {
+        for cp in &p.copies {
+            let bytes = p.vector * self.spec.tensors[cp.tensor].dtype.0.bytes() as i64;
+            self.require_alignment(cp.tensor, p.vector, format!("the row tile moves {}-byte vectors of `{}`", bytes, self.spec.tensors[cp.tensor].name.name));
+        }
+        for &t in &p.column_vectors {
+            let bytes = p.vector * self.spec.tensors[t].dtype.0.bytes() as i64;
+            self.require_alignment(t, p.vector, format!("parallel blocks read `{}` in {bytes}-byte vectors along the row tile's columns", self.spec.tensors[t].name.name));
+        }
+        let scratch = p.scratch_bytes(self.spec.threads.0);
+        self.plan.smem = SmemUse { buffers: scratch, total: scratch, ..self.plan.smem.clone() };
+        let column_bytes: Vec<i64> = p.column_vectors.iter().map(|t| self.spec.tensors[*t].dtype.0.bytes() as i64).collect();
+        self.plan.regs_per_thread = p.register_values(&column_bytes) as u64;
+        self.plan.rows = Some(p);
     }
 
     /// The general CuTe lowering's planning steps, in dependency order; errors go to

@@ -312,7 +312,7 @@ fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) 
 }
 
 /// One assignment of a parallel block, writing through `at` (the target element's C++).
-fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String, errors: &mut Vec<Diagnostic>) -> Option<AssignCtx> {
+pub(super) fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String, errors: &mut Vec<Diagnostic>) -> Option<AssignCtx> {
     let StmtKind::Assign { target, op, value, .. } = &st.kind else { return None };
     unreadable(c, value, env, errors);
     let v = conv.expr(value, env);
@@ -693,7 +693,7 @@ fn buffer_reads(e: &Expr, out: &mut Vec<String>) {
     });
 }
 
-fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::Info) {
+pub(super) fn mark_used(e: &Expr, vars: &[Ident], used: &mut [bool], info: &crate::check::Info) {
     e.visit(&mut |x| match &x.kind {
         ExprKind::Name(n) => {
             if let Some(i) = vars.iter().position(|v| v.name == *n) {

@@ -1,0 +1,360 @@
+//! The template context of the row-wise lowering ([`RowsPlan`]): each spec statement as a
+//! commented block of C++ over a thread's share of the row tile, `(row, vector, element)`.
+
+use super::body::{assign_code, mark_used, AssignCtx};
+use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, gencode, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
+use crate::ast::*;
+use crate::back::conv::{helpers_used, offset, Conv, Env};
+use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
+use crate::check::Symbol;
+use crate::diag::Diagnostic;
+use crate::layout::rows::RowsPlan;
+use crate::target::Target;
+use crate::Compiled;
+use serde::Serialize;
+
+/// The row reduction over a row's threads (shuffles, then shared memory across warps).
+const ROW_REDUCE: &str = helper!("row_reduce.cuh");
+
+/// Names the row-wise lowering's code declares besides [`crate::back`]'s common ones.
+pub const RESERVED_ROWS: [&str; 19] = [
+    "row_group", "row_lane", "row_scratch", "row_reduce", "rr", "vv", "ee", "row", "col", "v", "kMax", "scratch",
+    "offset", "other", "warp", "first", "w", "AlignedArray", "RowTileValues",
+];
+
+/// One spec statement's block of code.
+#[derive(Serialize)]
+pub struct StmtCtx {
+    /// `spec N: <text>`.
+    pub line: usize,
+    pub text: String,
+    /// What the block does and why (empty: nothing to add).
+    pub why: String,
+    /// The code, one line each, indented relative to the kernel body.
+    pub code: Vec<String>,
+}
+
+/// One fragment's declaration.
+#[derive(Serialize)]
+pub struct FragmentCtx {
+    pub name: String,
+    pub elem: String,
+    pub shape: String,
+    pub line: usize,
+    pub what: String,
+}
+
+#[derive(Serialize)]
+pub struct Context {
+    #[serde(flatten)]
+    pub header: HeaderCtx,
+    #[serde(flatten)]
+    pub launcher_ctx: LauncherCtx,
+    pub target_banner: String,
+    pub gencode: String,
+    pub threads: i64,
+    pub constants: Vec<ConstantCtx>,
+    pub elements: Vec<ElementCtx>,
+    pub helpers: Vec<String>,
+    pub block_indices: Vec<BlockIndexCtx>,
+    pub kernel_params: Vec<String>,
+    pub kernel_args: Vec<String>,
+    pub grid: Vec<String>,
+    pub grid_limits: Vec<String>,
+    pub doc_launch: String,
+    pub doc_invalid: String,
+    pub doc_errors: String,
+    /// The row tile: its spec extents, line, and the plan's numbers and reasons.
+    pub tile_rows: String,
+    pub tile_cols: String,
+    pub tile_line: usize,
+    pub vector: i64,
+    pub threads_per_row: i64,
+    pub why: String,
+    pub cross_warp: bool,
+    pub fragments: Vec<FragmentCtx>,
+    /// Loads of the 1-D tensors read at the column index, before the statements.
+    pub column_vectors: Vec<String>,
+    pub stmts: Vec<StmtCtx>,
+}
+
+/// Inside a parallel block over the row tile (`vars` = (i, j)) or its row values (`vars` =
+/// (i)): element (i, j) of a 2-D fragment is `x(rr, vv, ee)`, row value `m[i]` is `m(rr)`.
+struct RowTileEnv<'a> {
+    c: &'a Compiled,
+    plan: &'a RowsPlan,
+    vars: &'a [Ident],
+}
+
+impl Env for RowTileEnv<'_> {
+    fn buffer_element(&self, buffer: usize, idx: &[Expr]) -> Option<String> {
+        let is = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
+        let b = &self.c.spec.buffers[buffer];
+        let at = if self.plan.tiles.contains(&buffer) && idx.len() == 2 && self.vars.len() == 2 && is(&idx[0], &self.vars[0]) && is(&idx[1], &self.vars[1]) {
+            format!("{}(rr, vv, ee)", b.name.name)
+        } else if self.plan.stats.contains(&buffer) && idx.len() == 1 && is(&idx[0], &self.vars[0]) {
+            format!("{}(rr)", b.name.name)
+        } else {
+            return None;
+        };
+        Some(if matches!(b.dtype.0, DType::BF16 | DType::F16) { format!("static_cast<float>({at})") } else { at })
+    }
+
+    fn tensor_element(&self, tensor: usize, idx: &[Expr]) -> Option<String> {
+        let column = self.vars.len() == 2 && matches!(idx, [e] if matches!(&e.kind, ExprKind::Name(n) if *n == self.vars[1].name));
+        if !(column && self.plan.column_vectors.contains(&tensor)) {
+            return None;
+        }
+        let t = &self.c.spec.tensors[tensor];
+        let conv = if t.dtype.0.is_float() { "static_cast<float>" } else { "static_cast<int32_t>" };
+        Some(format!("{conv}({}_vec[vv][ee])", t.name.name))
+    }
+}
+
+const ROW: &str = "row_group + kRowGroups * rr";
+const COL: &str = "(row_lane + kThreadsPerRow * vv) * kVector";
+
+/// The context for a spec planned row-wise.
+pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
+    let spec = &c.spec;
+    let conv = Conv { spec, info: &c.info, hip: false };
+    let mut errors = Vec::new();
+    let (grid, grid_limits, grid_doc) = grid_ctx(c);
+    let (kernel_params, kernel_args) = kernel_signature(c);
+    let threads = spec.threads.0;
+    let tile = &spec.buffers[p.tiles[0]];
+    let mut used = std::collections::BTreeMap::new();
+    spec.walk(&mut |s| {
+        if let StmtKind::Assign { value, .. } = &s.kind {
+            helpers_used(value, &mut used);
+        }
+    });
+    let mut helpers: Vec<String> = used.values().map(|d| d.to_string()).collect();
+    if spec.body.iter().any(|s| matches!(s.kind, StmtKind::Reduce { .. })) {
+        helpers.push(ROW_REDUCE.into());
+    }
+    let fragments = spec.buffers.iter().enumerate().map(|(b, buf)| {
+        let n = &buf.name.name;
+        let (shape, what) = if p.tiles.contains(&b) {
+            ("RowTileValues{}".to_string(), format!("{} values per thread: (row, vector, element)", p.values_per_thread()))
+        } else {
+            ("Shape<Int<kRowsPerThread>>{}".to_string(), "one value per row this thread holds".to_string())
+        };
+        FragmentCtx { name: n.clone(), elem: element_alias(n), shape, line: c.line(buf.span), what }
+    }).collect();
+    let mut stmts = Vec::new();
+    for s in &spec.body {
+        let line = c.line(s.span);
+        let text = c.file.snippet(s.span).to_string();
+        let (why, code) = match &s.kind {
+            StmtKind::Clear { buf } => (String::new(), vec![format!("clear({});", buf.name)]),
+            StmtKind::Fill { buf, value } => (String::new(), vec![format!("fill({}, {});", buf.name, conv.expr(value, &PlainEnv))]),
+            StmtKind::Copy { .. } => {
+                let Some(cp) = p.copies.iter().find(|cp| cp.stmt == s.id) else { continue };
+                copy_code(c, &conv, p, cp)
+            }
+            StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, *op, src, dst, *clear),
+            StmtKind::Parallel { vars, body } => {
+                let env = RowTileEnv { c, plan: p, vars };
+                let mut flags = vec![false; vars.len()];
+                let mut assigns: Vec<AssignCtx> = Vec::new();
+                for st in body {
+                    if let StmtKind::Assign { value, target, .. } = &st.kind {
+                        mark_used(value, vars, &mut flags, &c.info);
+                        let on_tile = matches!(c.info.symbols.get(&target.name), Some(Symbol::Buffer(b)) if p.tiles.contains(b));
+                        let at = move |t: &str| if on_tile { format!("{t}(rr, vv, ee)") } else { format!("{t}(rr)") };
+                        assigns.extend(assign_code(&conv, c, st, &env, &at, &mut errors));
+                    }
+                }
+                let two_d = vars.len() == 2;
+                let mut code = vec!["CUTE_UNROLL".to_string(), "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string()];
+                let mut depth = 1;
+                if two_d {
+                    code.extend(["  CUTE_UNROLL".to_string(), "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".into(), "    CUTE_UNROLL".into(), "    for (int ee = 0; ee < kVector; ++ee) {".into()]);
+                    depth = 3;
+                }
+                let pad = "  ".repeat(depth);
+                // A variable read only as the column index of a column vector is not spelled.
+                let spelled = |v: &str| assigns.iter().any(|a| a.code.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')).any(|w| w == v));
+                let flags: Vec<bool> = flags.iter().zip(vars).map(|(f, v)| *f && spelled(&v.name)).collect();
+                if flags[0] {
+                    code.push(format!("{pad}int const {} = {ROW};  // the tile's row", vars[0].name));
+                }
+                if two_d && flags[1] {
+                    code.push(format!("{pad}int const {} = {COL} + ee;  // the tile's column", vars[1].name));
+                }
+                for a in assigns {
+                    code.push(format!("{pad}{}  // spec {}: {}", a.code, a.line, a.text));
+                }
+                for d in (0..depth).rev() {
+                    code.push(format!("{}}}", "  ".repeat(d)));
+                }
+                (String::new(), code)
+            }
+            _ => continue,
+        };
+        stmts.push(StmtCtx { line, text, why, code });
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let banner_target = match c.plan.target {
+        Target::Sm90a => "Target sm90a: the row-wise lowering (rows in registers, 16-byte vector loads and stores, warp-shuffle reductions); a program without gemms has no use for TMA or warpgroup MMAs, so this is sm80's code built for sm_90a.",
+        _ => "Target sm80: the row-wise lowering (rows in registers, 16-byte vector loads and stores, warp-shuffle reductions; runs on sm_80 and later).",
+    };
+    Ok(Context {
+        header: header(c),
+        launcher_ctx: launcher(c),
+        target_banner: banner_target.into(),
+        gencode: gencode(c.plan.target),
+        threads,
+        constants: constants_ctx(c),
+        elements: elements_ctx(c),
+        helpers,
+        block_indices: block_indices_ctx(c),
+        kernel_params,
+        kernel_args,
+        grid,
+        grid_limits,
+        doc_launch: format!("grid ({}), {threads} threads, {}", grid_doc.join(", "),
+            if p.cross_warp { format!("{} bytes of static shared memory (the reductions' partials)", p.scratch_bytes(threads)) } else { "no shared memory".into() }),
+        doc_invalid: "the grid exceeds CUDA's limits".into(),
+        doc_errors: "the launch".into(),
+        tile_rows: conv.expr(&tile.shape[0], &PlainEnv),
+        tile_cols: conv.expr(&tile.shape[1], &PlainEnv),
+        tile_line: c.line(tile.span),
+        vector: p.vector,
+        threads_per_row: p.threads_per_row,
+        why: p.why.clone(),
+        cross_warp: p.cross_warp,
+        fragments,
+        column_vectors: column_vector_loads(c, p),
+        stmts,
+    })
+}
+
+/// Each 1-D tensor that parallel blocks read at their column index `j`
+/// ([`RowsPlan::column_vectors`]), loaded once at the kernel's start: one vector at each of the
+/// thread's column vectors (the same in every row it holds), zeros past the tensor's end (the
+/// launcher checks that its length is whole vectors). The loads are then in flight beside the
+/// row tile's.
+fn column_vector_loads(c: &Compiled, p: &RowsPlan) -> Vec<String> {
+    let mut code = Vec::new();
+    for &t in &p.column_vectors {
+        let ten = &c.spec.tensors[t];
+        let (n, e) = (&ten.name.name, element_alias(&ten.name.name));
+        let (_, inside) = offset(ten, &["col".to_string()]);
+        let vec_t = format!("cutlass::AlignedArray<{e}, kVector>");
+        code.extend([
+            format!("{vec_t} {n}_vec[kVectorsPerRow];  // `{n}` at the thread's columns (read as `{n}[j]` below)"),
+            "CUTE_UNROLL".to_string(),
+            "for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
+            format!("  int64_t const col = {COL};"),
+            format!("  if ({inside}) {{"),
+            format!("    {n}_vec[vv] = *reinterpret_cast<{vec_t} const*>({n} + col);"),
+            "  } else {".to_string(),
+            format!("    {n}_vec[vv].fill({e}(0));"),
+            "  }".to_string(),
+            "}".to_string(),
+        ]);
+    }
+    code
+}
+
+/// A load or store of the row tile: vector by vector, whole vectors inside the tensor only
+/// (the launcher checks that rows are whole vectors), zeros loaded elsewhere.
+fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, cp: &crate::layout::rows::RowsCopy) -> (String, Vec<String>) {
+    let t = &c.spec.tensors[cp.tensor];
+    let b = &c.spec.buffers[cp.buffer];
+    let (tn, bn) = (&t.name.name, &b.name.name);
+    let (te, be) = (element_alias(tn), element_alias(bn));
+    // `int64_t(origin) + ` before the thread's offset, or nothing for an origin of 0.
+    let start = |e: &Expr| if matches!(e.kind, ExprKind::Int(0)) { String::new() } else { format!("int64_t({}) + ", conv.expr(e, &PlainEnv)) };
+    let (r0, c0) = (start(&cp.origin[0]), start(&cp.origin[1]));
+    let (linear, inside) = offset(t, &["row".to_string(), "col".to_string()]);
+    let vec_t = format!("cutlass::AlignedArray<{te}, kVector>");
+    let bytes = p.vector * t.dtype.0.bytes() as i64;
+    let mut code = vec![
+        "CUTE_UNROLL".to_string(),
+        "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),
+        format!("  int64_t const row = {r0}{ROW};"),
+        "  CUTE_UNROLL".to_string(),
+        "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
+        format!("    int64_t const col = {c0}{COL};"),
+    ];
+    let why = if cp.load {
+        code.extend([
+            format!("    {vec_t} v;"),
+            format!("    if ({inside}) {{"),
+            format!("      v = *reinterpret_cast<{vec_t} const*>({tn} + {linear});"),
+            "    } else {".to_string(),
+            format!("      v.fill({te}(0));"),
+            "    }".to_string(),
+            "    CUTE_UNROLL".to_string(),
+            "    for (int ee = 0; ee < kVector; ++ee) {".to_string(),
+            format!("      {bn}(rr, vv, ee) = static_cast<{be}>(v[ee]);"),
+            "    }".to_string(),
+        ]);
+        format!("each thread loads its {bytes}-byte vectors of the tile; vectors past the tensor's rows or columns read as zeros")
+    } else {
+        code.extend([
+            format!("    if ({inside}) {{"),
+            format!("      {vec_t} v;"),
+            "      CUTE_UNROLL".to_string(),
+            "      for (int ee = 0; ee < kVector; ++ee) {".to_string(),
+            format!("        v[ee] = static_cast<{te}>({bn}(rr, vv, ee));"),
+            "      }".to_string(),
+            format!("      *reinterpret_cast<{vec_t}*>({tn} + {linear}) = v;"),
+            "    }".to_string(),
+        ]);
+        format!("each thread stores its {bytes}-byte vectors, converted to {}; vectors past the tensor's rows or columns are skipped", t.dtype.0)
+    };
+    code.extend(["  }".to_string(), "}".to_string()]);
+    (why, code)
+}
+
+/// A row reduction: each thread folds its values of a row, then `row_reduce` combines the
+/// row's threads.
+fn reduce_code(c: &Compiled, p: &RowsPlan, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool) -> (String, Vec<String>) {
+    let dtype = |n: &str| match c.info.symbols.get(n) {
+        Some(Symbol::Buffer(b)) => c.spec.buffers[*b].dtype.0,
+        _ => DType::F32,
+    };
+    let widen = |x: String, d: DType| if d == DType::F32 { x } else { format!("static_cast<float>({x})") };
+    let max = op == ReduceOp::Max;
+    let element = |vv: &str, ee: &str| widen(format!("{}(rr, {vv}, {ee})", src.name), dtype(&src.name));
+    let op = |a: &str, b: String| if max { format!("{a} = fmaxf({a}, {b});") } else { format!("{a} += {b};") };
+    let scratch = if p.cross_warp { ", row_scratch" } else { "" };
+    let reduced = format!("row_reduce<{max}, kThreadsPerRow>(v{scratch})");
+    let old = widen(format!("{}(rr)", dst.name), dtype(&dst.name));
+    let value = match (clear, max) {
+        (true, _) => reduced,
+        (false, true) => format!("fmaxf({old}, {reduced})"),
+        (false, false) => format!("{old} + {reduced}"),
+    };
+    let value = if dtype(&dst.name) == DType::F32 { value } else { format!("static_cast<{}>({value})", element_alias(&dst.name)) };
+    let code = vec![
+        "CUTE_UNROLL".to_string(),
+        "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),
+        format!("  float v = {};", if max { "-INFINITY" } else { "0.0f" }),
+        "  CUTE_UNROLL".to_string(),
+        "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
+        "    CUTE_UNROLL".to_string(),
+        "    for (int ee = 0; ee < kVector; ++ee) {".to_string(),
+        format!("      {}", op("v", element("vv", "ee"))),
+        "    }".to_string(),
+        "  }".to_string(),
+        format!("  {}(rr) = {value};", dst.name),
+        "}".to_string(),
+    ];
+    let across = if p.cross_warp {
+        format!("xor-shuffles within each warp, then the {} warps' partials through shared memory", p.threads_per_row / 32)
+    } else {
+        format!("xor-shuffles over its {} lanes", p.threads_per_row)
+    };
+    let why = format!(
+        "each thread folds its values of each row it holds; the row's {} threads then combine them ({across}){}",
+        p.threads_per_row,
+        if clear { String::new() } else { format!("; the result is combined with `{}`'s previous value (clear=false)", dst.name) });
+    (why, code)
+}

@@ -1,0 +1,310 @@
+//! The row-wise lowering (NVIDIA targets): programs without gemms that load a tile of rows
+//! into registers, compute on it element by element, reduce along its rows and store it —
+//! softmax, RMSNorm, LayerNorm and the like.
+//!
+//! Requires: a checked spec with no `gemm` and no `dequant_int4`. Guarantees: a
+//! [`RowsPlan`] that places every fragment, or errors (with spans) for what this lowering
+//! does not take.
+//!
+//! Every 2-D fragment is one `[R, C]` row tile, laid out alike: the block's threads form
+//! `row_groups` x `threads_per_row`; thread (g, l) holds rows g, g + row_groups, ... and of
+//! each the `vector`-wide column vectors l, l + threads_per_row, ..., so that consecutive
+//! threads move consecutive 16-byte vectors and a row's values sit in `threads_per_row`
+//! consecutive threads. A 1-D fragment `[R]` holds one value per row a thread holds (row
+//! statistics); a reduction folds a thread's values, then xor-shuffles within the warp, then
+//! (when a row spans warps) adds the warps' partials through shared memory.
+
+use crate::ast::*;
+use crate::check::{eval_int, Info, Symbol};
+use crate::diag::{Diagnostic, Span};
+use crate::target::Target;
+
+/// Register values per thread the row tile's fragments may hold together.
+pub const MAX_ROW_VALUES: i64 = 128;
+
+/// A global ↔ register copy of the row tile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowsCopy {
+    /// The copy statement.
+    pub stmt: StmtId,
+    /// The global tensor (2-D, row-major).
+    pub tensor: usize,
+    /// The 2-D fragment.
+    pub buffer: usize,
+    /// Global → registers (a load), or registers → global (a store).
+    pub load: bool,
+    /// The tile's origin in the tensor: its first row and first column.
+    pub origin: [Expr; 2],
+}
+
+/// How a row-wise program runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowsPlan {
+    /// The row tile's rows.
+    pub rows: i64,
+    /// The row tile's columns.
+    pub cols: i64,
+    /// Elements per vector (16 bytes of the widest tensor copied, or fewer where the
+    /// columns do not divide).
+    pub vector: i64,
+    /// Consecutive threads that hold one row.
+    pub threads_per_row: i64,
+    /// Rows the block holds at once (threads / threads_per_row).
+    pub row_groups: i64,
+    /// Rows each thread holds.
+    pub rows_per_thread: i64,
+    /// Vectors of each of its rows a thread holds.
+    pub vectors_per_row: i64,
+    /// The 2-D fragments (buffer indices), in spec order.
+    pub tiles: Vec<usize>,
+    /// The 1-D fragments (one value per row).
+    pub stats: Vec<usize>,
+    /// The copies, in spec order.
+    pub copies: Vec<RowsCopy>,
+    /// 1-D tensors that `parallel(i, j)` blocks read at the column index alone (`W[j]`): each
+    /// thread loads them a vector at a time, beside its vectors of the row tile.
+    pub column_vectors: Vec<usize>,
+    /// Whether a row spans several warps (reductions go through shared memory).
+    pub cross_warp: bool,
+    /// Why, in a sentence: the thread layout's reasons.
+    pub why: String,
+}
+
+impl RowsPlan {
+    /// Register values per thread of each 2-D fragment.
+    pub fn values_per_thread(&self) -> i64 {
+        self.rows_per_thread * self.vectors_per_row * self.vector
+    }
+
+    /// 32-bit registers a thread's data takes: its share of every 2-D fragment and its row
+    /// values (one each), and its vectors of the 1-D tensors read at the column index (packed,
+    /// `bytes` per element, in spec order of `column_vectors`).
+    pub fn register_values(&self, bytes: &[i64]) -> i64 {
+        self.tiles.len() as i64 * self.values_per_thread()
+            + bytes.iter().map(|b| (self.vectors_per_row * self.vector * b + 3) / 4).sum::<i64>()
+            + self.stats.len() as i64 * self.rows_per_thread
+    }
+
+    /// Bytes of shared memory the cross-warp reductions use (one float per warp).
+    pub fn scratch_bytes(&self, threads: i64) -> u64 {
+        if self.cross_warp { (threads / 32 * 4) as u64 } else { 0 }
+    }
+}
+
+/// Whether a spec is a row-wise program's candidate: no gemm and no dequant anywhere.
+pub fn is_candidate(spec: &Spec) -> bool {
+    let mut found = false;
+    spec.walk(&mut |s| found |= matches!(s.kind, StmtKind::Gemm { .. } | StmtKind::Dequant { .. }));
+    !found
+}
+
+/// Plans a row-wise program for `target` (an NVIDIA target).
+pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Diagnostic>> {
+    let mut errors = Vec::new();
+    let threads = spec.threads.0;
+    let shape = |b: usize| info.buffer_shapes[b].as_slice();
+    // Buffers: fragments only, 2-D ones all of one shape.
+    let mut tiles = Vec::new();
+    let mut stats = Vec::new();
+    let mut tile_shape: Option<(i64, i64, Span)> = None;
+    for (i, b) in spec.buffers.iter().enumerate() {
+        if b.scope.0 != Scope::Fragment {
+            errors.push(Diagnostic::error(b.scope.1, format!(
+                "the {target} row-wise lowering (programs without gemms) keeps its tiles in registers: shared buffer `{}` has no place in it", b.name.name))
+                .hint("declare the tile `scope: fragment`; copies fill fragments straight from global memory"));
+            continue;
+        }
+        match *shape(i) {
+            [r, c] => {
+                match tile_shape {
+                    None => tile_shape = Some((r, c, b.shape_span)),
+                    Some((r0, c0, first)) if (r0, c0) != (r, c) => errors.push(Diagnostic::error(b.shape_span, format!(
+                        "the row-wise lowering lays every 2-D fragment out as one row tile, but `{}` is [{r}, {c}] where another is [{r0}, {c0}]", b.name.name))
+                        .label(first, "the row tile's shape was fixed here")
+                        .hint("give every 2-D fragment the same shape")),
+                    Some(_) => {}
+                }
+                tiles.push(i);
+            }
+            [_] => stats.push(i),
+            _ => errors.push(Diagnostic::error(b.shape_span, format!("the row-wise lowering takes 1-D and 2-D fragments; `{}` has {} dimensions", b.name.name, shape(i).len()))),
+        }
+    }
+    let Some((rows, cols, tile_span)) = tile_shape else {
+        errors.push(Diagnostic::error(spec.kernel.span, format!(
+            "the {target} target lowers programs without gemms row-wise, and this one has no 2-D fragment to hold its rows"))
+            .hint("declare a fragment `[block_M, block_N]`, fill it with `copy(X[bx*block_M, 0], x)`, compute on it and copy it out"));
+        return Err(errors);
+    };
+    for &b in &stats {
+        if shape(b)[0] != rows {
+            errors.push(Diagnostic::error(spec.buffers[b].shape_span, format!(
+                "`{}` holds one value per row of the row tile, which has {rows} rows, but it has {}", spec.buffers[b].name.name, shape(b)[0]))
+                .label(tile_span, "the row tile's shape")
+                .hint(format!("make it [{rows}]")));
+        }
+    }
+    // Statements: straight-line copies, fills, parallel blocks and row reductions.
+    let buffer = |n: &str| match info.symbols.get(n) {
+        Some(Symbol::Buffer(b)) => Some(*b),
+        _ => None,
+    };
+    let tensor = |n: &str| match info.symbols.get(n) {
+        Some(Symbol::Tensor(t)) => Some(*t),
+        _ => None,
+    };
+    let mut copies = Vec::new();
+    let mut widest = 1;
+    for s in &spec.body {
+        match &s.kind {
+            StmtKind::Clear { .. } | StmtKind::Fill { .. } | StmtKind::Parallel { .. } => {}
+            StmtKind::Reduce { op, src, dim, .. } => {
+                if !buffer(&src.name).is_some_and(|b| tiles.contains(&b)) {
+                    errors.push(Diagnostic::error(src.span, format!("`{}` reduces `{}`, which is not a 2-D fragment", op.keyword(), src.name))
+                        .hint("reduce a 2-D fragment into a 1-D one"));
+                } else if dim.0 != 1 {
+                    errors.push(Diagnostic::error(dim.1, "the row-wise lowering reduces along dim 1 (each row into one value) only")
+                        .hint("lay the data out so that the reduced dimension is the columns"));
+                }
+            }
+            StmtKind::Copy { src, dst } => {
+                let (from, to) = (tensor(&src.name.name), tensor(&dst.name.name));
+                let (t, b, op, load) = match (from, to) {
+                    (Some(t), None) => (t, buffer(&dst.name.name), src, true),
+                    (None, Some(t)) => (t, buffer(&src.name.name), dst, false),
+                    _ => {
+                        errors.push(Diagnostic::error(s.span, "the row-wise lowering copies between global memory and a 2-D fragment only")
+                            .hint("compute one fragment from another in a `parallel` block instead"));
+                        continue;
+                    }
+                };
+                let Some(b) = b.filter(|b| tiles.contains(b)) else {
+                    errors.push(Diagnostic::error(s.span, "the row-wise lowering copies whole row tiles: the fragment side must be 2-D")
+                        .hint("copy into or out of the [rows, columns] fragment"));
+                    continue;
+                };
+                let ten = &spec.tensors[t];
+                if ten.shape.len() != 2 || ten.order.0 != Order::RowMajor {
+                    errors.push(Diagnostic::error(op.span, format!("the row-wise lowering reads and writes 2-D row-major tensors; `{}` is not one", ten.name.name))
+                        .label(ten.span, "declared here")
+                        .hint("view the data as a row-major [rows, columns] tensor"));
+                    continue;
+                }
+                let origin = match (&op.origin, &op.tile_dims) {
+                    (Some(o), None) if o.len() == 2 => [o[0].clone(), o[1].clone()],
+                    _ => {
+                        errors.push(Diagnostic::error(op.span, "the row-wise lowering needs the tile's origin as `[row, column]`")
+                            .hint("write e.g. `X[bx*block_M, 0]`"));
+                        continue;
+                    }
+                };
+                widest = widest.max(ten.dtype.0.bytes() as i64);
+                copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin });
+            }
+            StmtKind::Loop { .. } | StmtKind::If { .. } | StmtKind::Assign { .. } | StmtKind::Gemm { .. } | StmtKind::Dequant { .. } => {
+                errors.push(Diagnostic::error(s.span, "the row-wise lowering (programs without gemms) takes straight-line bodies: copies, `clear`, `fill`, `parallel` blocks and row reductions")
+                    .hint("express the computation element-wise in `parallel` blocks; conditions go into `select`"));
+            }
+        }
+    }
+    if !copies.iter().any(|c| c.load) {
+        errors.push(Diagnostic::error(spec.kernel.span, "this row-wise program never loads a tile: nothing fills its fragments from global memory")
+            .hint("add `copy(X[bx*block_M, 0], x)`"));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // The vector: 16 bytes of the widest tensor copied, halved until the columns divide.
+    let mut vector = 16 / widest;
+    while vector > 1 && cols % vector != 0 {
+        vector /= 2;
+    }
+    for cp in &copies {
+        let e = &cp.origin[1];
+        let aligned = match &e.kind {
+            ExprKind::Int(v) => v % vector == 0,
+            ExprKind::Binary(BinOp::Mul, x, y) => [x, y].iter().any(|f| eval_int(f, &info.symbols).is_some_and(|v| v % vector == 0)),
+            _ => false,
+        };
+        if !aligned {
+            errors.push(Diagnostic::error(e.span, format!("the tile's first column must be a multiple of {vector} (the row tile's vectors)"))
+                .hint(format!("write it as 0 or `<tile index>*block_N` with block_N a multiple of {vector}")));
+        }
+    }
+    // Threads per row: up to a warp, more only when the tile has too few rows for that.
+    let vpr = cols / vector;
+    let mut l0 = 1;
+    while l0 * 2 <= vpr.min(32) && vpr % (l0 * 2) == 0 {
+        l0 *= 2;
+    }
+    let (threads_per_row, why) = if threads % l0 == 0 && threads / l0 <= rows && rows % (threads / l0) == 0 {
+        (l0, format!("{l0} threads per row: the most (up to a warp) that divide the row's {vpr} vectors of {vector} elements"))
+    } else if rows <= threads && threads % rows == 0 && (threads / rows).count_ones() == 1 && vpr % (threads / rows) == 0 {
+        let l = threads / rows;
+        (l, format!("{l} threads per row: the tile's {rows} row(s) share the block's threads"))
+    } else {
+        errors.push(Diagnostic::error(spec.threads.1, format!(
+            "the row-wise lowering cannot spread a [{rows}, {cols}] tile over {threads} threads: rows take {l0} threads each ({vpr} vectors of {vector} elements), so the block holds {} rows at a time, which does not divide {rows}",
+            threads / l0.max(1)))
+            .label(tile_span, "the row tile")
+            .hint("use a number of threads that is a multiple of 32 and divides rows x threads per row, or change the tile's rows"));
+        return Err(errors);
+    };
+    if threads % 32 != 0 && threads_per_row > 32 {
+        errors.push(Diagnostic::error(spec.threads.1, "the row-wise lowering needs whole warps when a row spans several").hint("use a multiple of 32 threads"));
+    }
+    // 1-D tensors read at the column index of a parallel block over the row tile, in vectors of
+    // at most 16 bytes (and not where the vector's local name, `<tensor>_vec`, is a spec name).
+    let mut column_vectors = Vec::new();
+    spec.walk(&mut |s| {
+        let StmtKind::Parallel { vars, body } = &s.kind else { return };
+        if vars.len() != 2 {
+            return;
+        }
+        for st in body {
+            let StmtKind::Assign { value, .. } = &st.kind else { continue };
+            value.visit(&mut |x| {
+                if let ExprKind::Index(name, idx) = &x.kind
+                    && let Some(t) = tensor(&name.name)
+                    && spec.tensors[t].shape.len() == 1
+                    && matches!(idx.as_slice(), [e] if matches!(&e.kind, ExprKind::Name(n) if *n == vars[1].name))
+                    && vector * spec.tensors[t].dtype.0.bytes() as i64 <= 16
+                    && !info.symbols.contains_key(&format!("{}_vec", name.name))
+                    && !column_vectors.contains(&t)
+                {
+                    column_vectors.push(t);
+                }
+                true
+            });
+        }
+    });
+    let row_groups = threads / threads_per_row;
+    let rows_per_thread = rows / row_groups;
+    let vectors_per_row = vpr / threads_per_row;
+    let p = RowsPlan {
+        rows,
+        cols,
+        vector,
+        threads_per_row,
+        row_groups,
+        rows_per_thread,
+        vectors_per_row,
+        tiles,
+        stats,
+        copies,
+        column_vectors,
+        cross_warp: threads_per_row > 32,
+        why: format!("{why}; consecutive threads move consecutive {}-byte vectors", vector * widest),
+    };
+    let column_bytes: Vec<i64> = p.column_vectors.iter().map(|t| spec.tensors[*t].dtype.0.bytes() as i64).collect();
+    let values = p.register_values(&column_bytes);
+    if values > MAX_ROW_VALUES {
+        errors.push(Diagnostic::error(spec.threads.1, format!(
+            "the row tile's fragments need {values} registers per thread with {threads} threads ({} for each of {} 2-D fragment(s), {rows_per_thread} for each of {} fragment(s) of row values{}), over the {MAX_ROW_VALUES} this lowering allows",
+            p.values_per_thread(), p.tiles.len(), p.stats.len(),
+            if p.column_vectors.is_empty() { String::new() } else { format!(", {} for the 1-D tensor(s) read at the column index", values - p.tiles.len() as i64 * p.values_per_thread() - p.stats.len() as i64 * rows_per_thread) }))
+            .label(tile_span, "the row tile")
+            .hint("use more threads, fewer rows per block, or fewer 2-D fragments (compute into one in place)"));
+    }
+    if errors.is_empty() { Ok(p) } else { Err(errors) }
+}
