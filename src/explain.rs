@@ -18,6 +18,8 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's {} apply to sm80); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
     } else if let Some(t) = &plan.tile {
         let _ = writeln!(o, "  threads: {} ({} waves of 64); grid: {grid}", spec.threads.0, t.waves);
+    } else if plan.rows.is_some() && plan.target.is_amd() {
+        let _ = writeln!(o, "  threads: {} ({} waves of 64); grid: {grid}", spec.threads.0, spec.threads.0 / 64);
     } else if plan.collective.is_some() {
         let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's {} apply to sm80); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
     } else {
@@ -577,8 +579,12 @@ fn explain_rows(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPlan)
     let spec = &c.spec;
     let name = |b: usize| &spec.buffers[b].name.name;
     let list = |bs: &[usize]| bs.iter().map(|b| format!("`{}`", name(*b))).collect::<Vec<_>>().join(", ");
-    let _ = writeln!(o, "\nRow-wise lowering (no gemm: the rows in registers, no shared tiles, no MMAs{})",
-        if c.plan.target == crate::target::Target::Sm90a { "; sm80's code built for sm_90a" } else { "" });
+    let amd = c.plan.target.is_amd();
+    let _ = writeln!(o, "\nRow-wise lowering (no gemm: the rows in registers, no shared tiles, no MMAs{})", match c.plan.target {
+        crate::target::Target::Sm90a => "; sm80's code built for sm_90a",
+        _ if amd => "; HIP on composable_kernel's element types, 64-lane waves",
+        _ => "",
+    });
     let _ = writeln!(o, "  row tile: [{}, {}], the layout of {} ({} values per thread each; arithmetic in f32)", p.rows, p.cols, list(&p.tiles), p.values_per_thread());
     let _ = writeln!(o, "  threads: {} row(s) at a time x {} threads per row; thread (g, l) = (tid / {tpr}, tid % {tpr}) holds rows g + {} * r (r < {}) and, of each, the {}-element vectors l + {tpr} * v (v < {})",
         p.row_groups, p.threads_per_row, p.row_groups, p.rows_per_thread, p.vector, p.vectors_per_row, tpr = p.threads_per_row);
@@ -599,8 +605,9 @@ fn explain_rows(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPlan)
                 None => continue,
             },
             crate::ast::StmtKind::Reduce { .. } => if p.cross_warp {
-                format!("row reduction: each thread folds its {} values of a row, xor-shuffles combine the warp's 32 lanes, then the row's {} warps add their partials through {} bytes of shared memory between two barriers",
-                    p.vectors_per_row * p.vector, p.threads_per_row / 32, p.scratch_bytes(spec.threads.0))
+                format!("row reduction: each thread folds its {} values of a row, xor-shuffles combine the {}'s {} lanes, then the row's {} {}s add their partials through {} bytes of {} between two barriers",
+                    p.vectors_per_row * p.vector, if amd { "wave" } else { "warp" }, p.warp, p.threads_per_row / p.warp, if amd { "wave" } else { "warp" },
+                    p.scratch_bytes(spec.threads.0), if amd { "LDS" } else { "shared memory" })
             } else {
                 format!("row reduction: each thread folds its {} values of a row, then xor-shuffles over the row's {} lanes", p.vectors_per_row * p.vector, p.threads_per_row)
             },
@@ -611,7 +618,7 @@ fn explain_rows(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPlan)
         let _ = writeln!(o, "  {}\n    {what}", stmt_heading(c, s.id));
     }
     let _ = writeln!(o, "\nResources");
-    let _ = writeln!(o, "  shared memory: {} bytes (static; the cross-warp reductions' partials)", c.plan.smem.total);
+    let _ = writeln!(o, "  {}: {} bytes (static; the cross-{} reductions' partials)", if amd { "LDS" } else { "shared memory" }, c.plan.smem.total, if amd { "wave" } else { "warp" });
     let _ = writeln!(o, "  registers: {} per thread for fragments and column vectors (at most {})", c.plan.regs_per_thread, crate::layout::rows::MAX_ROW_VALUES);
     let _ = writeln!(o, "  launcher checks:");
     alignment_lines(o, c);

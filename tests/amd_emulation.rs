@@ -40,7 +40,7 @@ fn emulated_source(hip: &str) -> String {
 fn build(spec: &str, target: Target, dir: &Path, mutate: impl Fn(String) -> String) -> (tilegen::Compiled, PathBuf) {
     let text = std::fs::read_to_string(root().join(spec)).unwrap();
     let c = tilegen::compile(SourceFile::new(spec, text), target).map_err(|(f, d)| d.iter().map(|d| d.render(&f)).collect::<Vec<_>>().join("\n")).unwrap();
-    assert!(c.plan.tile.is_some(), "{spec} takes the tile lowering on {target}");
+    assert!(c.plan.tile.is_some() || c.plan.rows.is_some(), "{spec} takes the tile or the row-wise lowering on {target}");
     let files = tilegen::back::render(&c).unwrap();
     let kernel = c.spec.kernel.name.clone();
     for f in &files {
@@ -113,6 +113,28 @@ fn emulation_catches_a_row_reduction_that_misses_lanes() {
     assert!(!cmp.pass, "a reduction over half the row's lanes still matched: {cmp:?}");
 }
 
+/// The emulation can fail: a row-wise RMSNorm whose reduction skips the last shuffle (each
+/// half of a wave sums alone), or the waves' partials through LDS, disagrees with the
+/// interpreter.
+#[test]
+fn emulation_catches_a_row_wise_reduction_that_misses_threads() {
+    let rel = "tests/golden/specs/rms_norm_bf16.yaml";
+    let text = std::fs::read_to_string(root().join(rel)).unwrap();
+    let c = tilegen::compile(SourceFile::new(rel, text), Target::Gfx942).map_err(|_| "compile").unwrap();
+    let dims = [("M", 2), ("N", 4096)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let (inputs, expected) = interpreted(&c, &dims, 0x5851_f42d_4c95_7f2d);
+    for (from, to) in [("offset > 0;", "offset > 1;"), ("for (int w = 1; w < kWaves; ++w)", "for (int w = 1; w < 1; ++w)")] {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, exe) = build(rel, Target::Gfx942, dir.path(), |s| {
+            assert!(s.contains(from), "{from}");
+            s.replace(from, to)
+        });
+        let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, dir.path()).unwrap();
+        let cmp = tilegen::golden::compare(&got["Y"], &expected["Y"], 1e-2);
+        assert!(!cmp.pass, "`{to}` still matched: {cmp:?}");
+    }
+}
+
 /// The emulation can fail: the same kernel with the k-split partial sums not added, or with
 /// the MFMA's operands swapped (the untransposed layout), misses its golden outputs.
 #[test]
@@ -177,8 +199,8 @@ fn interpreted(c: &tilegen::Compiled, dims: &std::collections::BTreeMap<String, 
     (inputs, expected)
 }
 
-/// Every golden spec the tile lowering takes, at ragged sizes, on random inputs: the emulated
-/// kernel against the CPU interpreter's run of the spec.
+/// Every golden spec the tile or the row-wise lowering takes, at ragged sizes, on random
+/// inputs: the emulated kernel against the CPU interpreter's run of the spec.
 #[test]
 fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
     let sizes: &[(&str, &[(&str, i64)])] = &[
@@ -188,7 +210,10 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         ("gemm_rowmax_f16", &[("M", 70), ("N", 50), ("K", 100)]),
         ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
         ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
+        ("layer_norm_bf16", &[("M", 5), ("N", 1000)]),
         ("linear3d_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
+        ("rms_norm_bf16", &[("M", 3), ("N", 2056)]),
+        ("softmax_bf16", &[("M", 13), ("N", 1000)]),
         ("stacked_linear_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
         ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
         ("w4_stationary_zp_bf16", &[("M", 100), ("N", 40)]),
@@ -200,11 +225,11 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         let rel = format!("tests/golden/specs/{stem}.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
         let Ok(c) = tilegen::compile(SourceFile::new(&rel, text), Target::Gfx942) else { continue };
-        if c.plan.tile.is_none() {
+        if c.plan.tile.is_none() && c.plan.rows.is_none() {
             continue;
         }
         let Some((_, dims)) = sizes.iter().find(|(k, _)| *k == stem) else {
-            panic!("{rel} takes the tile lowering: give it sizes in this test");
+            panic!("{rel} takes the tile or the row-wise lowering: give it sizes in this test");
         };
         let dims = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         let (inputs, expected) = interpreted(&c, &dims, 0x9e37_79b9_7f4a_7c15);
@@ -219,5 +244,5 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "linear3d_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "linear3d_bf16", "rms_norm_bf16", "softmax_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }

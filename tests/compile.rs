@@ -115,7 +115,8 @@ fn hip_sources() -> Vec<(PathBuf, &'static str)> {
 }
 
 /// Every generated `.hip` builds with the pinned hipcc for its architecture, warning-free,
-/// and its device code runs on the matrix cores: the code object holds MFMA instructions.
+/// and its device code runs on the matrix cores: the code object holds MFMA instructions; a
+/// row-wise program (no gemm) instead moves its rows as 16-byte global loads and stores.
 /// Nothing here runs on an AMD GPU (there is none); this is what the AMD targets promise.
 #[test]
 fn amd_sources_compile_warning_free_with_pinned_hipcc_and_use_mfma() {
@@ -160,13 +161,21 @@ fn amd_sources_compile_warning_free_with_pinned_hipcc_and_use_mfma() {
                 continue;
             };
             let dis = Command::new(&objdump).arg("-d").arg(&device).output().expect("running llvm-objdump -d");
-            let mfma = String::from_utf8_lossy(&dis.stdout).lines().filter(|l| l.contains("v_mfma")).count();
-            if mfma == 0 {
+            let count = |op: &str| String::from_utf8_lossy(&dis.stdout).lines().filter(|l| l.contains(op)).count();
+            let mfma = count("v_mfma");
+            if std::fs::read_to_string(&src).unwrap_or_default().contains("the row-wise lowering") {
+                let (loads, stores) = (count("global_load_dwordx4"), count("global_store_dwordx4"));
+                if loads == 0 || stores == 0 {
+                    failures.push(format!("{}: the {arch} code object of a row-wise program has {loads} 16-byte global loads and {stores} stores", src.display()));
+                } else {
+                    eprintln!("compiled {} for {arch}: {loads} 16-byte loads, {stores} 16-byte stores", src.display());
+                }
+            } else if mfma == 0 {
                 failures.push(format!("{}: the {arch} code object has no v_mfma instruction", src.display()));
             } else {
                 eprintln!("compiled {} for {arch}: {mfma} MFMA instructions", src.display());
             }
         }
     }
-    assert!(failures.is_empty(), "hipcc failed, warned, or emitted no MFMA:\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "hipcc failed, warned, or emitted no MFMA (no 16-byte accesses for a row-wise program):\n{}", failures.join("\n"));
 }

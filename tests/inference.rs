@@ -1273,4 +1273,19 @@ fn programs_without_gemms_take_the_row_wise_lowering() {
     // The registers a thread would hold are bounded.
     let e = compile(rows_spec(64, 256, 128, "bf16", "j")).unwrap_err().join("\n");
     assert!(e.contains("need 148 registers per thread with 128 threads"), "{e}");
+    // AMD: waves of 64 lanes, so up to 64 threads per row, and HIP spellings.
+    for target in [Target::Gfx942, Target::Gfx90a] {
+        let c = compile_for(rows_spec(8, 1024, 256, "bf16", "j"), target).unwrap();
+        let p = c.plan.rows.as_ref().unwrap();
+        assert_eq!((p.warp, p.threads_per_row, p.row_groups, p.rows_per_thread, p.vectors_per_row), (64, 64, 4, 2, 2));
+        assert!(c.plan.tile.is_none() && c.plan.collective.is_none());
+        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+        let hip = &files.iter().find(|f| f.name.ends_with(".hip")).expect("a .hip file").contents;
+        assert!(hip.contains("ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];") && hip.contains("__shfl_xor(v, offset)"), "{hip}");
+        let c = compile_for(rows_spec(1, 8192, 256, "bf16", "j"), target).unwrap();
+        assert_eq!(c.plan.smem.total, 16, "one float per wave");
+        // Fragments are f32 there.
+        let e = compile_for(rows_spec(8, 1024, 256, "bf16", "j").replace("xs: {scope: fragment, dtype: f32", "xs: {scope: fragment, dtype: bf16"), target).unwrap_err().join("\n");
+        assert!(e.contains("row-wise lowering keeps fragments in f32; `xs` is bf16"), "{e}");
+    }
 }

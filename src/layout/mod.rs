@@ -275,8 +275,8 @@ pub struct Plan {
     /// mma.sync path: parallel blocks (in loops) that only scale accumulators by row
     /// statistics, which a warp skips when every statistic it holds is 1; the statistics.
     pub unit_scale_skips: BTreeMap<StmtId, Vec<usize>>,
-    /// NVIDIA targets: a program without gemms, lowered row-wise (see [`rows::RowsPlan`]);
-    /// the general tables above stay empty.
+    /// A program without gemms, lowered row-wise (see [`rows::RowsPlan`]); the general
+    /// tables above stay empty.
     pub rows: Option<rows::RowsPlan>,
 }
 
@@ -305,6 +305,16 @@ pub(crate) struct Infer<'a> {
 /// Runs inference and planning for `target`.
 pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
     let mut cx = Infer::new(spec, info, target);
+    // A program without gemms (softmax, a norm) loads rows into registers, computes on them and
+    // reduces along them: the row-wise lowering, on every target.
+    if rows::is_candidate(spec) {
+        if let Some(d) = cluster_ignored(spec).filter(|_| !target.is_amd()) {
+            return Err(vec![d]);
+        }
+        let p = rows::plan(spec, info, target)?;
+        cx.adopt_rows(p);
+        return Ok(cx.plan);
+    }
     if target.is_amd() {
         // AMD: GEMM-shaped specs map onto composable_kernel device operations, softmax
         // attention onto CK's fused attention.
@@ -397,13 +407,6 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     }
     if let Some(d) = cluster_ignored(spec) {
         return Err(vec![d]);
-    }
-    // A program without gemms (softmax, a norm) loads rows into registers, computes on them and
-    // reduces along them: the row-wise lowering.
-    if rows::is_candidate(spec) {
-        let p = rows::plan(spec, info, target)?;
-        cx.adopt_rows(p);
-        return Ok(cx.plan);
     }
     // A dequant GEMM has lowerings of its own, with the weights as the MMA's A operand: thin
     // tiles (decode shapes) on mma.sync, each thread unpacking whole packed words; on sm90a,

@@ -1,4 +1,4 @@
-//! The row-wise lowering (NVIDIA targets): programs without gemms that load a tile of rows
+//! The row-wise lowering (every target): programs without gemms that load a tile of rows
 //! into registers, compute on it element by element, reduce along its rows and store it —
 //! softmax, RMSNorm, LayerNorm and the like.
 //!
@@ -11,8 +11,9 @@
 //! each the `vector`-wide column vectors l, l + threads_per_row, ..., so that consecutive
 //! threads move consecutive 16-byte vectors and a row's values sit in `threads_per_row`
 //! consecutive threads. A 1-D fragment `[R]` holds one value per row a thread holds (row
-//! statistics); a reduction folds a thread's values, then xor-shuffles within the warp, then
-//! (when a row spans warps) adds the warps' partials through shared memory.
+//! statistics); a reduction folds a thread's values, then xor-shuffles within the warp (a
+//! wave of 64 lanes on AMD), then (when a row spans warps) adds the warps' partials through
+//! shared memory (LDS).
 
 use crate::ast::*;
 use crate::check::{eval_int, Info, Symbol};
@@ -64,6 +65,8 @@ pub struct RowsPlan {
     /// 1-D tensors that `parallel(i, j)` blocks read at the column index alone (`W[j]`): each
     /// thread loads them a vector at a time, beside its vectors of the row tile.
     pub column_vectors: Vec<usize>,
+    /// Lanes per warp (32 on NVIDIA, 64 on AMD: a wave).
+    pub warp: i64,
     /// Whether a row spans several warps (reductions go through shared memory).
     pub cross_warp: bool,
     /// Why, in a sentence: the thread layout's reasons.
@@ -85,9 +88,9 @@ impl RowsPlan {
             + self.stats.len() as i64 * self.rows_per_thread
     }
 
-    /// Bytes of shared memory the cross-warp reductions use (one float per warp).
+    /// Bytes of shared memory (LDS on AMD) the cross-warp reductions use (one float per warp).
     pub fn scratch_bytes(&self, threads: i64) -> u64 {
-        if self.cross_warp { (threads / 32 * 4) as u64 } else { 0 }
+        if self.cross_warp { (threads / self.warp * 4) as u64 } else { 0 }
     }
 }
 
@@ -113,6 +116,10 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                 "the {target} row-wise lowering (programs without gemms) keeps its tiles in registers: shared buffer `{}` has no place in it", b.name.name))
                 .hint("declare the tile `scope: fragment`; copies fill fragments straight from global memory"));
             continue;
+        }
+        if target.is_amd() && b.dtype.0 != DType::F32 {
+            errors.push(Diagnostic::error(b.dtype.1, format!("the {target} row-wise lowering keeps fragments in f32; `{}` is {}", b.name.name, b.dtype.0))
+                .hint("declare it f32 (copies convert on the way in and out)"));
         }
         match *shape(i) {
             [r, c] => {
@@ -234,11 +241,12 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
     // Threads per row: up to a warp, more only when the tile has too few rows for that.
     let vpr = cols / vector;
     let mut l0 = 1;
-    while l0 * 2 <= vpr.min(32) && vpr % (l0 * 2) == 0 {
+    let warp: i64 = if target.is_amd() { 64 } else { 32 };
+    while l0 * 2 <= vpr.min(warp) && vpr % (l0 * 2) == 0 {
         l0 *= 2;
     }
     let (threads_per_row, why) = if threads % l0 == 0 && threads / l0 <= rows && rows % (threads / l0) == 0 {
-        (l0, format!("{l0} threads per row: the most (up to a warp) that divide the row's {vpr} vectors of {vector} elements"))
+        (l0, format!("{l0} threads per row: the most (up to a {}) that divide the row's {vpr} vectors of {vector} elements", if target.is_amd() { "wave" } else { "warp" }))
     } else if rows <= threads && threads % rows == 0 && (threads / rows).count_ones() == 1 && vpr % (threads / rows) == 0 {
         let l = threads / rows;
         (l, format!("{l} threads per row: the tile's {rows} row(s) share the block's threads"))
@@ -247,11 +255,12 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
             "the row-wise lowering cannot spread a [{rows}, {cols}] tile over {threads} threads: rows take {l0} threads each ({vpr} vectors of {vector} elements), so the block holds {} rows at a time, which does not divide {rows}",
             threads / l0.max(1)))
             .label(tile_span, "the row tile")
-            .hint("use a number of threads that is a multiple of 32 and divides rows x threads per row, or change the tile's rows"));
+            .hint(format!("use a number of threads that is a multiple of {warp} and divides rows x threads per row, or change the tile's rows")));
         return Err(errors);
     };
-    if threads % 32 != 0 && threads_per_row > 32 {
-        errors.push(Diagnostic::error(spec.threads.1, "the row-wise lowering needs whole warps when a row spans several").hint("use a multiple of 32 threads"));
+    if threads % warp != 0 {
+        errors.push(Diagnostic::error(spec.threads.1, format!("the {target} row-wise lowering needs whole {}: {threads} threads are not a multiple of {warp}", if target.is_amd() { "waves" } else { "warps" }))
+            .hint(format!("use a multiple of {warp} threads")));
     }
     // 1-D tensors read at the column index of a parallel block over the row tile, in vectors of
     // at most 16 bytes (and not where the vector's local name, `<tensor>_vec`, is a spec name).
@@ -293,7 +302,8 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         stats,
         copies,
         column_vectors,
-        cross_warp: threads_per_row > 32,
+        warp,
+        cross_warp: threads_per_row > warp,
         why: format!("{why}; consecutive threads move consecutive {}-byte vectors", vector * widest),
     };
     let column_bytes: Vec<i64> = p.column_vectors.iter().map(|t| spec.tensors[*t].dtype.0.bytes() as i64).collect();

@@ -151,6 +151,8 @@ void launch(void (*kernel)(P...), dim3 grid, int threads, A... args) {
 #define __builtin_amdgcn_mfma_f32_16x16x16f16 tilegen_emu::mfma_f16
 inline void __syncthreads() { tilegen_emu::block_sync->arrive_and_wait(); }
 inline float __shfl_xor(float v, int mask) { return tilegen_emu::shfl_xor(v, mask); }
+// HIP's device math beyond the C library's (the row-wise norms' rsqrt).
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
 // The HIP runtime calls the launcher makes.
 typedef void* hipStream_t;

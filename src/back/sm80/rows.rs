@@ -1,5 +1,8 @@
 //! The template context of the row-wise lowering ([`RowsPlan`]): each spec statement as a
 //! commented block of C++ over a thread's share of the row tile, `(row, vector, element)`.
+//! One context for both flavours: CUDA on CuTe and CUTLASS types (sm80, sm90a;
+//! templates/sm80/rows.cu.tera) and HIP on composable_kernel's (gfx942, gfx90a;
+//! templates/ck/rows.hip.tera), whose spellings differ only where [`Flavor`] says.
 
 use super::body::{assign_code, mark_used, AssignCtx};
 use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, gencode, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
@@ -15,11 +18,14 @@ use serde::Serialize;
 
 /// The row reduction over a row's threads (shuffles, then shared memory across warps).
 const ROW_REDUCE: &str = helper!("row_reduce.cuh");
+/// The same for HIP: 64-lane waves, LDS across waves.
+const ROW_REDUCE_HIP: &str = helper!("row_reduce_hip.cuh");
 
-/// Names the row-wise lowering's code declares besides [`crate::back`]'s common ones.
-pub const RESERVED_ROWS: [&str; 19] = [
+/// Names the row-wise lowering's code (both flavours) declares or calls unqualified besides
+/// [`crate::back`]'s common ones.
+pub const RESERVED_ROWS: [&str; 22] = [
     "row_group", "row_lane", "row_scratch", "row_reduce", "rr", "vv", "ee", "row", "col", "v", "kMax", "scratch",
-    "offset", "other", "warp", "first", "w", "AlignedArray", "RowTileValues",
+    "offset", "other", "warp", "first", "w", "AlignedArray", "RowTileValues", "ck", "Vec", "wave",
 ];
 
 /// One spec statement's block of code.
@@ -38,8 +44,7 @@ pub struct StmtCtx {
 #[derive(Serialize)]
 pub struct FragmentCtx {
     pub name: String,
-    pub elem: String,
-    pub shape: String,
+    pub decl: String,
     pub line: usize,
     pub what: String,
 }
@@ -84,6 +89,7 @@ struct RowTileEnv<'a> {
     c: &'a Compiled,
     plan: &'a RowsPlan,
     vars: &'a [Ident],
+    flavor: Flavor,
 }
 
 impl Env for RowTileEnv<'_> {
@@ -91,9 +97,9 @@ impl Env for RowTileEnv<'_> {
         let is = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
         let b = &self.c.spec.buffers[buffer];
         let at = if self.plan.tiles.contains(&buffer) && idx.len() == 2 && self.vars.len() == 2 && is(&idx[0], &self.vars[0]) && is(&idx[1], &self.vars[1]) {
-            format!("{}(rr, vv, ee)", b.name.name)
+            self.flavor.tile(&b.name.name)
         } else if self.plan.stats.contains(&buffer) && idx.len() == 1 && is(&idx[0], &self.vars[0]) {
-            format!("{}(rr)", b.name.name)
+            self.flavor.stat(&b.name.name)
         } else {
             return None;
         };
@@ -106,18 +112,54 @@ impl Env for RowTileEnv<'_> {
             return None;
         }
         let t = &self.c.spec.tensors[tensor];
-        let conv = if t.dtype.0.is_float() { "static_cast<float>" } else { "static_cast<int32_t>" };
-        Some(format!("{conv}({}_vec[vv][ee])", t.name.name))
+        let x = format!("{}_vec[vv][ee]", t.name.name);
+        Some(if t.dtype.0.is_float() { self.flavor.to_float(&x) } else { format!("static_cast<int32_t>({x})") })
     }
 }
 
 const ROW: &str = "row_group + kRowGroups * rr";
 const COL: &str = "(row_lane + kThreadsPerRow * vv) * kVector";
 
+/// The spellings that differ between the CUDA (CuTe) and the HIP (composable_kernel) code.
+#[derive(Clone, Copy)]
+struct Flavor {
+    hip: bool,
+}
+
+impl Flavor {
+    fn unroll(self) -> &'static str {
+        if self.hip { "#pragma unroll" } else { "CUTE_UNROLL" }
+    }
+    /// Element (rr, vv, ee) of a 2-D fragment.
+    fn tile(self, name: &str) -> String {
+        if self.hip { format!("{name}[rr][vv][ee]") } else { format!("{name}(rr, vv, ee)") }
+    }
+    /// Element rr of a 1-D fragment.
+    fn stat(self, name: &str) -> String {
+        if self.hip { format!("{name}[rr]") } else { format!("{name}(rr)") }
+    }
+    fn vector(self, elem: &str) -> String {
+        if self.hip { format!("Vec<{elem}, kVector>") } else { format!("cutlass::AlignedArray<{elem}, kVector>") }
+    }
+    fn to_float(self, x: &str) -> String {
+        if self.hip { format!("ck::type_convert<float>({x})") } else { format!("static_cast<float>({x})") }
+    }
+    fn convert(self, elem: &str, x: &str) -> String {
+        if self.hip { format!("ck::type_convert<{elem}>({x})") } else { format!("static_cast<{elem}>({x})") }
+    }
+    /// `var = zeros;` for a vector of `elem`.
+    fn zero_vector(self, var: &str, elem: &str) -> String {
+        if self.hip { format!("{var} = Vec<{elem}, kVector>{{}};") } else { format!("{var}.fill({elem}(0));") }
+    }
+}
+
 /// The context for a spec planned row-wise.
 pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
-    let conv = Conv { spec, info: &c.info, hip: false };
+    let hip = c.plan.target.is_amd();
+    let flavor = Flavor { hip };
+    let u = flavor.unroll();
+    let conv = Conv { spec, info: &c.info, hip };
     let mut errors = Vec::new();
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
     let (kernel_params, kernel_args) = kernel_signature(c);
@@ -129,48 +171,59 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
             helpers_used(value, &mut used);
         }
     });
-    let mut helpers: Vec<String> = used.values().map(|d| d.to_string()).collect();
+    // HIP computes exp2 with exp2f (no fast_exp2) and spells device functions itself.
+    let mut helpers: Vec<String> = used.iter().filter(|(k, _)| !(hip && **k == "fast_exp2"))
+        .map(|(_, d)| if hip { d.replace("CUTE_DEVICE", "__device__ inline") } else { d.to_string() }).collect();
     if spec.body.iter().any(|s| matches!(s.kind, StmtKind::Reduce { .. })) {
-        helpers.push(ROW_REDUCE.into());
+        helpers.push(if hip { ROW_REDUCE_HIP } else { ROW_REDUCE }.into());
     }
     let fragments = spec.buffers.iter().enumerate().map(|(b, buf)| {
         let n = &buf.name.name;
-        let (shape, what) = if p.tiles.contains(&b) {
-            ("RowTileValues{}".to_string(), format!("{} values per thread: (row, vector, element)", p.values_per_thread()))
-        } else {
-            ("Shape<Int<kRowsPerThread>>{}".to_string(), "one value per row this thread holds".to_string())
+        let (decl, what) = match (p.tiles.contains(&b), hip) {
+            (true, false) => (format!("Tensor {n} = make_tensor<{}>(RowTileValues{{}});", element_alias(n)), format!("{} values per thread: (row, vector, element)", p.values_per_thread())),
+            (true, true) => (format!("{} {n}[kRowsPerThread][kVectorsPerRow][kVector];", element_alias(n)), format!("{} values per thread: (row, vector, element)", p.values_per_thread())),
+            (false, false) => (format!("Tensor {n} = make_tensor<{}>(Shape<Int<kRowsPerThread>>{{}});", element_alias(n)), "one value per row this thread holds".to_string()),
+            (false, true) => (format!("{} {n}[kRowsPerThread];", element_alias(n)), "one value per row this thread holds".to_string()),
         };
-        FragmentCtx { name: n.clone(), elem: element_alias(n), shape, line: c.line(buf.span), what }
+        FragmentCtx { decl, line: c.line(buf.span), name: n.clone(), what }
     }).collect();
     let mut stmts = Vec::new();
     for s in &spec.body {
         let line = c.line(s.span);
         let text = c.file.snippet(s.span).to_string();
         let (why, code) = match &s.kind {
-            StmtKind::Clear { buf } => (String::new(), vec![format!("clear({});", buf.name)]),
-            StmtKind::Fill { buf, value } => (String::new(), vec![format!("fill({}, {});", buf.name, conv.expr(value, &PlainEnv))]),
+            StmtKind::Clear { buf } if !hip => (String::new(), vec![format!("clear({});", buf.name)]),
+            StmtKind::Fill { buf, value } if !hip => (String::new(), vec![format!("fill({}, {});", buf.name, conv.expr(value, &PlainEnv))]),
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => {
+                let value = match &s.kind {
+                    StmtKind::Fill { value, .. } => conv.expr(value, &PlainEnv),
+                    _ => "0.0f".to_string(),
+                };
+                let on_tile = matches!(c.info.symbols.get(&buf.name), Some(Symbol::Buffer(b)) if p.tiles.contains(b));
+                (String::new(), element_loops(u, on_tile, vec![format!("{} = {value};", if on_tile { flavor.tile(&buf.name) } else { flavor.stat(&buf.name) })]))
+            }
             StmtKind::Copy { .. } => {
                 let Some(cp) = p.copies.iter().find(|cp| cp.stmt == s.id) else { continue };
-                copy_code(c, &conv, p, cp)
+                copy_code(c, &conv, flavor, cp)
             }
-            StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, *op, src, dst, *clear),
+            StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, flavor, *op, src, dst, *clear),
             StmtKind::Parallel { vars, body } => {
-                let env = RowTileEnv { c, plan: p, vars };
+                let env = RowTileEnv { c, plan: p, vars, flavor };
                 let mut flags = vec![false; vars.len()];
                 let mut assigns: Vec<AssignCtx> = Vec::new();
                 for st in body {
                     if let StmtKind::Assign { value, target, .. } = &st.kind {
                         mark_used(value, vars, &mut flags, &c.info);
                         let on_tile = matches!(c.info.symbols.get(&target.name), Some(Symbol::Buffer(b)) if p.tiles.contains(b));
-                        let at = move |t: &str| if on_tile { format!("{t}(rr, vv, ee)") } else { format!("{t}(rr)") };
+                        let at = move |t: &str| if on_tile { flavor.tile(t) } else { flavor.stat(t) };
                         assigns.extend(assign_code(&conv, c, st, &env, &at, &mut errors));
                     }
                 }
                 let two_d = vars.len() == 2;
-                let mut code = vec!["CUTE_UNROLL".to_string(), "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string()];
+                let mut code = vec![u.to_string(), "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string()];
                 let mut depth = 1;
                 if two_d {
-                    code.extend(["  CUTE_UNROLL".to_string(), "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".into(), "    CUTE_UNROLL".into(), "    for (int ee = 0; ee < kVector; ++ee) {".into()]);
+                    code.extend([format!("  {u}"), "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".into(), format!("    {u}"), "    for (int ee = 0; ee < kVector; ++ee) {".into()]);
                     depth = 3;
                 }
                 let pad = "  ".repeat(depth);
@@ -199,17 +252,41 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
         return Err(errors);
     }
     let banner_target = match c.plan.target {
-        Target::Sm90a => "Target sm90a: the row-wise lowering (rows in registers, 16-byte vector loads and stores, warp-shuffle reductions); a program without gemms has no use for TMA or warpgroup MMAs, so this is sm80's code built for sm_90a.",
-        _ => "Target sm80: the row-wise lowering (rows in registers, 16-byte vector loads and stores, warp-shuffle reductions; runs on sm_80 and later).",
+        Target::Sm90a => "Target sm90a: the row-wise lowering (rows in registers, 16-byte vector loads and stores, warp-shuffle reductions); a program without gemms has no use for TMA or warpgroup MMAs, so this is sm80's code built for sm_90a.".to_string(),
+        Target::Sm80 => "Target sm80: the row-wise lowering (rows in registers, 16-byte vector loads and stores, warp-shuffle reductions; runs on sm_80 and later).".to_string(),
+        t => format!("Target {t}: the row-wise lowering in HIP on composable_kernel's element types (rows in registers, 16-byte vector loads and stores, reductions by shuffles within 64-lane waves), built with hipcc 7.2.4. Compile-checked, and run on the test suite's CPU emulation of HIP; no AMD GPU has run this file."),
     };
+    // Constants no statement reads are marked (hipcc's -Wall warns about unused constexprs).
+    let mut constants = constants_ctx(c);
+    if hip {
+        let code: Vec<&String> = stmts.iter().flat_map(|s: &StmtCtx| &s.code).chain(&grid).collect();
+        for k in &mut constants {
+            let used = code.iter().any(|l| l.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')).any(|w| w == k.name))
+                || [&tile.shape[0], &tile.shape[1]].iter().any(|e| conv.expr(e, &PlainEnv).contains(&k.name));
+            if !used {
+                k.cpp_type = format!("[[maybe_unused]] {}", k.cpp_type);
+            }
+        }
+    }
+    let elements = if hip {
+        elements_ctx(c).into_iter().map(|mut e| {
+            let dtype = spec.tensors.iter().map(|t| (&t.name.name, t.dtype.0)).chain(spec.buffers.iter().map(|b| (&b.name.name, b.dtype.0)))
+                .find(|(n, _)| element_alias(n) == e.alias).map(|(_, d)| d).unwrap_or(DType::F32);
+            e.cpp_type = crate::back::ck::element(dtype).into();
+            e
+        }).collect()
+    } else {
+        elements_ctx(c)
+    };
+    let api = if hip { "HIP" } else { "CUDA" };
     Ok(Context {
         header: header(c),
         launcher_ctx: launcher(c),
-        target_banner: banner_target.into(),
+        target_banner: banner_target,
         gencode: gencode(c.plan.target),
         threads,
-        constants: constants_ctx(c),
-        elements: elements_ctx(c),
+        constants,
+        elements,
         helpers,
         block_indices: block_indices_ctx(c),
         kernel_params,
@@ -217,8 +294,8 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
         grid,
         grid_limits,
         doc_launch: format!("grid ({}), {threads} threads, {}", grid_doc.join(", "),
-            if p.cross_warp { format!("{} bytes of static shared memory (the reductions' partials)", p.scratch_bytes(threads)) } else { "no shared memory".into() }),
-        doc_invalid: "the grid exceeds CUDA's limits".into(),
+            if p.cross_warp { format!("{} bytes of static {} (the reductions' partials)", p.scratch_bytes(threads), if hip { "LDS" } else { "shared memory" }) } else if hip { "no LDS".into() } else { "no shared memory".into() }),
+        doc_invalid: format!("the grid exceeds {api}'s limits"),
         doc_errors: "the launch".into(),
         tile_rows: conv.expr(&tile.shape[0], &PlainEnv),
         tile_cols: conv.expr(&tile.shape[1], &PlainEnv),
@@ -228,7 +305,7 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
         why: p.why.clone(),
         cross_warp: p.cross_warp,
         fragments,
-        column_vectors: column_vector_loads(c, p),
+        column_vectors: column_vector_loads(c, p, flavor),
         stmts,
     })
 }
@@ -238,22 +315,22 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
 /// thread's column vectors (the same in every row it holds), zeros past the tensor's end (the
 /// launcher checks that its length is whole vectors). The loads are then in flight beside the
 /// row tile's.
-fn column_vector_loads(c: &Compiled, p: &RowsPlan) -> Vec<String> {
+fn column_vector_loads(c: &Compiled, p: &RowsPlan, flavor: Flavor) -> Vec<String> {
     let mut code = Vec::new();
     for &t in &p.column_vectors {
         let ten = &c.spec.tensors[t];
         let (n, e) = (&ten.name.name, element_alias(&ten.name.name));
         let (_, inside) = offset(ten, &["col".to_string()]);
-        let vec_t = format!("cutlass::AlignedArray<{e}, kVector>");
+        let vec_t = flavor.vector(&e);
         code.extend([
             format!("{vec_t} {n}_vec[kVectorsPerRow];  // `{n}` at the thread's columns (read as `{n}[j]` below)"),
-            "CUTE_UNROLL".to_string(),
+            flavor.unroll().to_string(),
             "for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
             format!("  int64_t const col = {COL};"),
             format!("  if ({inside}) {{"),
             format!("    {n}_vec[vv] = *reinterpret_cast<{vec_t} const*>({n} + col);"),
             "  } else {".to_string(),
-            format!("    {n}_vec[vv].fill({e}(0));"),
+            format!("    {}", flavor.zero_vector(&format!("{n}_vec[vv]"), &e)),
             "  }".to_string(),
             "}".to_string(),
         ]);
@@ -263,22 +340,24 @@ fn column_vector_loads(c: &Compiled, p: &RowsPlan) -> Vec<String> {
 
 /// A load or store of the row tile: vector by vector, whole vectors inside the tensor only
 /// (the launcher checks that rows are whole vectors), zeros loaded elsewhere.
-fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, cp: &crate::layout::rows::RowsCopy) -> (String, Vec<String>) {
+fn copy_code(c: &Compiled, conv: &Conv, flavor: Flavor, cp: &crate::layout::rows::RowsCopy) -> (String, Vec<String>) {
     let t = &c.spec.tensors[cp.tensor];
     let b = &c.spec.buffers[cp.buffer];
     let (tn, bn) = (&t.name.name, &b.name.name);
     let (te, be) = (element_alias(tn), element_alias(bn));
+    let u = flavor.unroll();
     // `int64_t(origin) + ` before the thread's offset, or nothing for an origin of 0.
     let start = |e: &Expr| if matches!(e.kind, ExprKind::Int(0)) { String::new() } else { format!("int64_t({}) + ", conv.expr(e, &PlainEnv)) };
     let (r0, c0) = (start(&cp.origin[0]), start(&cp.origin[1]));
     let (linear, inside) = offset(t, &["row".to_string(), "col".to_string()]);
-    let vec_t = format!("cutlass::AlignedArray<{te}, kVector>");
-    let bytes = p.vector * t.dtype.0.bytes() as i64;
+    let vec_t = flavor.vector(&te);
+    let vector = c.plan.rows.as_ref().map_or(1, |p| p.vector);
+    let bytes = vector * t.dtype.0.bytes() as i64;
     let mut code = vec![
-        "CUTE_UNROLL".to_string(),
+        u.to_string(),
         "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),
         format!("  int64_t const row = {r0}{ROW};"),
-        "  CUTE_UNROLL".to_string(),
+        format!("  {u}"),
         "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
         format!("    int64_t const col = {c0}{COL};"),
     ];
@@ -288,11 +367,11 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, cp: &crate::layout::rows::
             format!("    if ({inside}) {{"),
             format!("      v = *reinterpret_cast<{vec_t} const*>({tn} + {linear});"),
             "    } else {".to_string(),
-            format!("      v.fill({te}(0));"),
+            format!("      {}", flavor.zero_vector("v", &te)),
             "    }".to_string(),
-            "    CUTE_UNROLL".to_string(),
+            format!("    {u}"),
             "    for (int ee = 0; ee < kVector; ++ee) {".to_string(),
-            format!("      {bn}(rr, vv, ee) = static_cast<{be}>(v[ee]);"),
+            format!("      {} = {};", flavor.tile(bn), if flavor.hip { flavor.to_float("v[ee]") } else { format!("static_cast<{be}>(v[ee])") }),
             "    }".to_string(),
         ]);
         format!("each thread loads its {bytes}-byte vectors of the tile; vectors past the tensor's rows or columns read as zeros")
@@ -300,9 +379,9 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, cp: &crate::layout::rows::
         code.extend([
             format!("    if ({inside}) {{"),
             format!("      {vec_t} v;"),
-            "      CUTE_UNROLL".to_string(),
+            format!("      {u}"),
             "      for (int ee = 0; ee < kVector; ++ee) {".to_string(),
-            format!("        v[ee] = static_cast<{te}>({bn}(rr, vv, ee));"),
+            format!("        v[ee] = {};", flavor.convert(&te, &flavor.tile(bn))),
             "      }".to_string(),
             format!("      *reinterpret_cast<{vec_t}*>({tn} + {linear}) = v;"),
             "    }".to_string(),
@@ -313,20 +392,36 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, cp: &crate::layout::rows::
     (why, code)
 }
 
+/// `body` (one statement per element) inside the loops over a thread's values of the row tile
+/// (`tile`) or its row values.
+fn element_loops(u: &str, tile: bool, body: Vec<String>) -> Vec<String> {
+    let mut code = vec![u.to_string(), "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string()];
+    let depth = if tile { 3 } else { 1 };
+    if tile {
+        code.extend([format!("  {u}"), "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".into(), format!("    {u}"), "    for (int ee = 0; ee < kVector; ++ee) {".into()]);
+    }
+    code.extend(body.into_iter().map(|l| format!("{}{l}", "  ".repeat(depth))));
+    for d in (0..depth).rev() {
+        code.push(format!("{}}}", "  ".repeat(d)));
+    }
+    code
+}
+
 /// A row reduction: each thread folds its values of a row, then `row_reduce` combines the
 /// row's threads.
-fn reduce_code(c: &Compiled, p: &RowsPlan, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool) -> (String, Vec<String>) {
+fn reduce_code(c: &Compiled, p: &RowsPlan, flavor: Flavor, op: ReduceOp, src: &Ident, dst: &Ident, clear: bool) -> (String, Vec<String>) {
+    let u = flavor.unroll();
     let dtype = |n: &str| match c.info.symbols.get(n) {
         Some(Symbol::Buffer(b)) => c.spec.buffers[*b].dtype.0,
         _ => DType::F32,
     };
     let widen = |x: String, d: DType| if d == DType::F32 { x } else { format!("static_cast<float>({x})") };
     let max = op == ReduceOp::Max;
-    let element = |vv: &str, ee: &str| widen(format!("{}(rr, {vv}, {ee})", src.name), dtype(&src.name));
+    let element = widen(flavor.tile(&src.name), dtype(&src.name));
     let op = |a: &str, b: String| if max { format!("{a} = fmaxf({a}, {b});") } else { format!("{a} += {b};") };
     let scratch = if p.cross_warp { ", row_scratch" } else { "" };
     let reduced = format!("row_reduce<{max}, kThreadsPerRow>(v{scratch})");
-    let old = widen(format!("{}(rr)", dst.name), dtype(&dst.name));
+    let old = widen(flavor.stat(&dst.name), dtype(&dst.name));
     let value = match (clear, max) {
         (true, _) => reduced,
         (false, true) => format!("fmaxf({old}, {reduced})"),
@@ -334,21 +429,22 @@ fn reduce_code(c: &Compiled, p: &RowsPlan, op: ReduceOp, src: &Ident, dst: &Iden
     };
     let value = if dtype(&dst.name) == DType::F32 { value } else { format!("static_cast<{}>({value})", element_alias(&dst.name)) };
     let code = vec![
-        "CUTE_UNROLL".to_string(),
+        u.to_string(),
         "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),
         format!("  float v = {};", if max { "-INFINITY" } else { "0.0f" }),
-        "  CUTE_UNROLL".to_string(),
+        format!("  {u}"),
         "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
-        "    CUTE_UNROLL".to_string(),
+        format!("    {u}"),
         "    for (int ee = 0; ee < kVector; ++ee) {".to_string(),
-        format!("      {}", op("v", element("vv", "ee"))),
+        format!("      {}", op("v", element)),
         "    }".to_string(),
         "  }".to_string(),
-        format!("  {}(rr) = {value};", dst.name),
+        format!("  {} = {value};", flavor.stat(&dst.name)),
         "}".to_string(),
     ];
+    let (warps, lds) = if flavor.hip { ("waves", "LDS") } else { ("warps", "shared memory") };
     let across = if p.cross_warp {
-        format!("xor-shuffles within each warp, then the {} warps' partials through shared memory", p.threads_per_row / 32)
+        format!("xor-shuffles within each {}, then the {} {warps}' partials through {lds}", &warps[..warps.len() - 1], p.threads_per_row / p.warp)
     } else {
         format!("xor-shuffles over its {} lanes", p.threads_per_row)
     };
