@@ -205,6 +205,12 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                         continue;
                     }
                 };
+                if !ten.dtype.0.is_float() {
+                    errors.push(Diagnostic::error(op.span, format!("the row-wise lowering copies floating-point tensors; `{}` is {}", ten.name.name, ten.dtype.0))
+                        .label(ten.dtype.1, "declared here")
+                        .hint("convert the data to f32, f16 or bf16 before this kernel"));
+                    continue;
+                }
                 widest = widest.max(ten.dtype.0.bytes() as i64);
                 copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin });
             }
@@ -214,7 +220,9 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
             }
         }
     }
-    if !copies.iter().any(|c| c.load) {
+    // (A load refused above has its own error.)
+    let loads = spec.body.iter().any(|s| matches!(&s.kind, StmtKind::Copy { src, .. } if tensor(&src.name.name).is_some()));
+    if !loads {
         errors.push(Diagnostic::error(spec.kernel.span, "this row-wise program never loads a tile: nothing fills its fragments from global memory")
             .hint("add `copy(X[bx*block_M, 0], x)`"));
     }
@@ -252,10 +260,10 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         (l, format!("{l} threads per row: the tile's {rows} row(s) share the block's threads"))
     } else {
         errors.push(Diagnostic::error(spec.threads.1, format!(
-            "the row-wise lowering cannot spread a [{rows}, {cols}] tile over {threads} threads: rows take {l0} threads each ({vpr} vectors of {vector} elements), so the block holds {} rows at a time, which does not divide {rows}",
-            threads / l0.max(1)))
+            "the row-wise lowering cannot spread a [{rows}, {cols}] tile over {threads} threads: a row has {vpr} vector(s) of {vector} elements, so at most {l0} thread(s) share it and the block would hold {} rows at a time, which the tile's {rows} are not a multiple of; nor can the tile's rows share all the threads ({} per row for {vpr} vector(s))",
+            threads / l0, if rows <= threads && threads % rows == 0 { (threads / rows).to_string() } else { format!("{threads}/{rows}") }))
             .label(tile_span, "the row tile")
-            .hint(format!("use a number of threads that is a multiple of {warp} and divides rows x threads per row, or change the tile's rows")));
+            .hint("make the tile's rows a multiple of the rows the block holds at a time, or use fewer threads, or wider rows"));
         return Err(errors);
     };
     if threads % warp != 0 {
