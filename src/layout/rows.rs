@@ -20,7 +20,7 @@ use crate::check::{eval_int, Info, Symbol};
 use crate::diag::{Diagnostic, Span};
 use crate::target::Target;
 
-/// Register values per thread the row tile's fragments may hold together.
+/// 32-bit registers per thread the row tile's data may take ([`RowsPlan::registers`]).
 pub const MAX_ROW_VALUES: i64 = 128;
 
 /// A global ↔ register copy of the row tile.
@@ -82,7 +82,7 @@ impl RowsPlan {
     /// 32-bit registers a thread's data takes: its share of every 2-D fragment and its row
     /// values (one each), and its vectors of the 1-D tensors read at the column index (packed,
     /// `bytes` per element, in spec order of `column_vectors`).
-    pub fn register_values(&self, bytes: &[i64]) -> i64 {
+    pub fn registers(&self, bytes: &[i64]) -> i64 {
         self.tiles.len() as i64 * self.values_per_thread()
             + bytes.iter().map(|b| (self.vectors_per_row * self.vector * b + 3) / 4).sum::<i64>()
             + self.stats.len() as i64 * self.rows_per_thread
@@ -101,7 +101,7 @@ pub fn is_candidate(spec: &Spec) -> bool {
     !found
 }
 
-/// Plans a row-wise program for `target` (an NVIDIA target).
+/// Plans a row-wise program for `target` (32-lane warps on NVIDIA, 64-lane waves on AMD).
 pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Diagnostic>> {
     let mut errors = Vec::new();
     let threads = spec.threads.0;
@@ -315,7 +315,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         why: format!("{why}; consecutive threads move consecutive {}-byte vectors", vector * widest),
     };
     let column_bytes: Vec<i64> = p.column_vectors.iter().map(|t| spec.tensors[*t].dtype.0.bytes() as i64).collect();
-    let values = p.register_values(&column_bytes);
+    let values = p.registers(&column_bytes);
     if values > MAX_ROW_VALUES {
         errors.push(Diagnostic::error(spec.threads.1, format!(
             "the row tile's fragments need {values} registers per thread with {threads} threads ({} for each of {} 2-D fragment(s), {rows_per_thread} for each of {} fragment(s) of row values{}), over the {MAX_ROW_VALUES} this lowering allows",

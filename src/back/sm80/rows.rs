@@ -246,7 +246,7 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
             }
             _ => continue,
         };
-        stmts.push(StmtCtx { line, text, why, code });
+        stmts.push(StmtCtx { line, text, why: crate::back::conv::upper_first(&why), code });
     }
     if !errors.is_empty() {
         return Err(errors);

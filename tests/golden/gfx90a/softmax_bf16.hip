@@ -101,7 +101,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   ElementInv inv[kRowsPerThread];  // fragment `inv` (spec 16): one value per row this thread holds
 
   // spec 18: copy(X[bx*block_M, 0], xs)
-  // each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
+  // Each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
   // read as zeros.
   #pragma unroll
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -136,7 +136,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 22: reduce_max(xs, mx)
-  // each thread folds its values of each row it holds; the row's 64 threads then combine them
+  // Each thread folds its values of each row it holds; the row's 64 threads then combine them
   // (xor-shuffles over its 64 lanes).
   #pragma unroll
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -164,7 +164,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 25: reduce_sum(xs, sum)
-  // each thread folds its values of each row it holds; the row's 64 threads then combine them
+  // Each thread folds its values of each row it holds; the row's 64 threads then combine them
   // (xor-shuffles over its 64 lanes).
   #pragma unroll
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -198,7 +198,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 32: copy(xs, Y[bx*block_M, 0])
-  // each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
+  // Each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
   // columns are skipped.
   #pragma unroll
   for (int rr = 0; rr < kRowsPerThread; ++rr) {

@@ -125,7 +125,7 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 20: copy(X[bx*block_M, 0], xs)
-  // each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
+  // Each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
   // read as zeros.
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -147,7 +147,7 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 21: reduce_sum(xs, mean)
-  // each thread folds its values of each row it holds; the row's 128 threads then combine them
+  // Each thread folds its values of each row it holds; the row's 128 threads then combine them
   // (xor-shuffles within each warp, then the 4 warps' partials through shared memory).
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -183,7 +183,7 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 28: reduce_sum(sq, rstd)
-  // each thread folds its values of each row it holds; the row's 128 threads then combine them
+  // Each thread folds its values of each row it holds; the row's 128 threads then combine them
   // (xor-shuffles within each warp, then the 4 warps' partials through shared memory).
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -217,7 +217,7 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 33: copy(xs, Y[bx*block_M, 0])
-  // each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
+  // Each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
   // columns are skipped.
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {

@@ -112,7 +112,7 @@ rms_norm_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 17: copy(X[bx*block_M, 0], xs)
-  // each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
+  // Each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
   // read as zeros.
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -146,7 +146,7 @@ rms_norm_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 20: reduce_sum(sq, ms)
-  // each thread folds its values of each row it holds; the row's 256 threads then combine them
+  // Each thread folds its values of each row it holds; the row's 256 threads then combine them
   // (xor-shuffles within each warp, then the 8 warps' partials through shared memory).
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -180,7 +180,7 @@ rms_norm_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 25: copy(xs, Y[bx*block_M, 0])
-  // each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
+  // Each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
   // columns are skipped.
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {

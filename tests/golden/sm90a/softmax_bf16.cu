@@ -109,7 +109,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   Tensor inv = make_tensor<ElementInv>(Shape<Int<kRowsPerThread>>{});  // fragment `inv` (spec 16): one value per row this thread holds
 
   // spec 18: copy(X[bx*block_M, 0], xs)
-  // each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
+  // Each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
   // read as zeros.
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -144,7 +144,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 22: reduce_max(xs, mx)
-  // each thread folds its values of each row it holds; the row's 32 threads then combine them
+  // Each thread folds its values of each row it holds; the row's 32 threads then combine them
   // (xor-shuffles over its 32 lanes).
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -172,7 +172,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 25: reduce_sum(xs, sum)
-  // each thread folds its values of each row it holds; the row's 32 threads then combine them
+  // Each thread folds its values of each row it holds; the row's 32 threads then combine them
   // (xor-shuffles over its 32 lanes).
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
@@ -206,7 +206,7 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   }
 
   // spec 32: copy(xs, Y[bx*block_M, 0])
-  // each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
+  // Each thread stores its 16-byte vectors, converted to bf16; vectors past the tensor's rows or
   // columns are skipped.
   CUTE_UNROLL
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
