@@ -187,7 +187,7 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     // CuTe code spells every spec name; the library paths (CUTLASS collectives, CK) only the
     // launcher's parameters and the constants.
-    let spells_all = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none()) || c.plan.tile.is_some();
+    let spells_all = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none()) || c.plan.tile.is_some() || c.plan.rows.is_some();
     let mut names: Vec<&String> = c.info.symbols.iter()
         .filter(|(_, sym)| spells_all || matches!(sym, crate::check::Symbol::Tensor(_) | crate::check::Symbol::RuntimeDim | crate::check::Symbol::Constant(_)))
         .map(|(n, _)| n).collect();
@@ -211,10 +211,11 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
             errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated {} code", c.plan.target)).hint(hint));
         }
     }
-    // The CuTe code names each tensor's and buffer's element type `Element<Name>` (the first
+    // The CuTe (and row-wise) code names each tensor's and buffer's element type `Element<Name>` (the first
     // letter upper-cased): two names that differ only there, with different types, would share
-    // one alias. (The 4-bit GEMMs' own lowerings spell only the tensors' and shared tiles'.)
-    let cute_aliases = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none());
+    // one alias. (The 4-bit GEMMs' own lowerings spell only the tensors' and shared tiles'; the
+    // row-wise lowering's HIP flavour spells them all.)
+    let cute_aliases = matches!(c.plan.target, Target::Sm80) || (c.plan.target == Target::Sm90a && c.plan.collective.is_none()) || c.plan.rows.is_some();
     if cute_aliases && c.plan.dequant_gemm.is_none() && c.plan.dequant_wgmma.is_none() {
         let spec = &c.spec;
         let declared = spec.tensors.iter().map(|t| (&t.name, t.dtype.0)).chain(spec.buffers.iter().map(|b| (&b.name, b.dtype.0)));
