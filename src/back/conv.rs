@@ -179,6 +179,16 @@ impl Conv<'_> {
     }
 }
 
+/// Whether `name` occurs in `text` as a whole C++ identifier.
+pub fn mentions(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back().is_some_and(ident);
+        let after = text[i + name.len()..].chars().next().is_some_and(ident);
+        !before && !after
+    })
+}
+
 /// The element offset of `tensor` at the C++ indices `ix` (one per dimension, in its memory
 /// order, 64-bit), and the condition that they are inside it.
 pub fn offset(tensor: &Tensor, ix: &[String]) -> (String, String) {

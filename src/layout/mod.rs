@@ -515,8 +515,7 @@ impl<'a> Infer<'a> {
         }
         let scratch = p.scratch_bytes(self.spec.threads.0);
         self.plan.smem = SmemUse { buffers: scratch, total: scratch, ..self.plan.smem.clone() };
-        let column_bytes: Vec<i64> = p.column_vectors.iter().map(|t| self.spec.tensors[*t].dtype.0.bytes() as i64).collect();
-        self.plan.regs_per_thread = p.registers(&column_bytes) as u64;
+        self.plan.regs_per_thread = p.registers as u64;
         self.plan.rows = Some(p);
     }
 

@@ -69,6 +69,9 @@ pub struct RowsPlan {
     pub warp: i64,
     /// Whether a row spans several warps (reductions go through shared memory).
     pub cross_warp: bool,
+    /// 32-bit registers a thread's data takes: its share of every 2-D fragment and its row
+    /// values (one each), and its vectors of the column vectors (packed).
+    pub registers: i64,
     /// Why, in a sentence: the thread layout's reasons.
     pub why: String,
 }
@@ -77,15 +80,6 @@ impl RowsPlan {
     /// Register values per thread of each 2-D fragment.
     pub fn values_per_thread(&self) -> i64 {
         self.rows_per_thread * self.vectors_per_row * self.vector
-    }
-
-    /// 32-bit registers a thread's data takes: its share of every 2-D fragment and its row
-    /// values (one each), and its vectors of the 1-D tensors read at the column index (packed,
-    /// `bytes` per element, in spec order of `column_vectors`).
-    pub fn registers(&self, bytes: &[i64]) -> i64 {
-        self.tiles.len() as i64 * self.values_per_thread()
-            + bytes.iter().map(|b| (self.vectors_per_row * self.vector * b + 3) / 4).sum::<i64>()
-            + self.stats.len() as i64 * self.rows_per_thread
     }
 
     /// Bytes of shared memory (LDS on AMD) the cross-warp reductions use (one float per warp).
@@ -298,6 +292,9 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
     let row_groups = threads / threads_per_row;
     let rows_per_thread = rows / row_groups;
     let vectors_per_row = vpr / threads_per_row;
+    let values_per_thread = rows_per_thread * vectors_per_row * vector;
+    let column_registers: i64 = column_vectors.iter().map(|t| (vectors_per_row * vector * spec.tensors[*t].dtype.0.bytes() as i64 + 3) / 4).sum();
+    let values = tiles.len() as i64 * values_per_thread + column_registers + stats.len() as i64 * rows_per_thread;
     let p = RowsPlan {
         rows,
         cols,
@@ -312,15 +309,14 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         column_vectors,
         warp,
         cross_warp: threads_per_row > warp,
+        registers: values,
         why: format!("{why}; consecutive threads move consecutive {}-byte vectors", vector * widest),
     };
-    let column_bytes: Vec<i64> = p.column_vectors.iter().map(|t| spec.tensors[*t].dtype.0.bytes() as i64).collect();
-    let values = p.registers(&column_bytes);
     if values > MAX_ROW_VALUES {
         errors.push(Diagnostic::error(spec.threads.1, format!(
             "the row tile's fragments need {values} registers per thread with {threads} threads ({} for each of {} 2-D fragment(s), {rows_per_thread} for each of {} fragment(s) of row values{}), over the {MAX_ROW_VALUES} this lowering allows",
             p.values_per_thread(), p.tiles.len(), p.stats.len(),
-            if p.column_vectors.is_empty() { String::new() } else { format!(", {} for the 1-D tensor(s) read at the column index", values - p.tiles.len() as i64 * p.values_per_thread() - p.stats.len() as i64 * rows_per_thread) }))
+            if p.column_vectors.is_empty() { String::new() } else { format!(", {} for the 1-D tensor(s) read at the column index", column_registers) }))
             .label(tile_span, "the row tile")
             .hint("use more threads, fewer rows per block, or fewer 2-D fragments (compute into one in place)"));
     }

@@ -78,9 +78,6 @@ struct DCtx {
     vector: i64,
 }
 
-/// The row-wise lowering's HIP flavour (programs without gemms).
-const ROWS_TEMPLATE: &str = include_str!("../../../templates/ck/rows.hip.tera");
-
 /// Renders the `.hip` and `.h` for a spec planned for an AMD target.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     if let Some(a) = &c.plan.attention {
@@ -88,7 +85,7 @@ pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
         return hip_names(super::render_pair(c, attention::TEMPLATE, &ctx)?);
     }
     if let Some(p) = &c.plan.rows {
-        return hip_names(super::render_pair(c, ROWS_TEMPLATE, &crate::back::sm80::rows::build(c, p)?)?);
+        return hip_names(super::render_pair(c, crate::back::sm80::rows::TEMPLATE, &crate::back::sm80::rows::build(c, p)?)?);
     }
     if let Some(t) = &c.plan.tile {
         let ctx = tile::context(c, t)?;

@@ -93,12 +93,18 @@ pub(super) fn constants_ctx(c: &Compiled) -> Vec<ConstantCtx> {
 
 /// One element-type alias per tensor and buffer (`ElementA`), each spelled once.
 pub(super) fn elements_ctx(c: &Compiled) -> Vec<ElementCtx> {
+    elements_ctx_with(c, cpp_type)
+}
+
+/// [`elements_ctx`] with the C++ type of each dtype spelled by `spell` (composable_kernel's
+/// for the row-wise lowering's HIP flavour).
+pub(super) fn elements_ctx_with(c: &Compiled, spell: fn(DType) -> &'static str) -> Vec<ElementCtx> {
     let mut elements = Vec::new();
     for t in &c.spec.tensors {
-        elements.push(ElementCtx { alias: element_alias(&t.name.name), cpp_type: cpp_type(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) });
+        elements.push(ElementCtx { alias: element_alias(&t.name.name), cpp_type: spell(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) });
     }
     for b in &c.spec.buffers {
-        elements.push(ElementCtx { alias: element_alias(&b.name.name), cpp_type: cpp_type(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) });
+        elements.push(ElementCtx { alias: element_alias(&b.name.name), cpp_type: spell(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) });
     }
     let mut seen = BTreeSet::new();
     elements.retain(|e| seen.insert(e.alias.clone()));

@@ -31,13 +31,10 @@ const DEQUANT_GEMM_TMA: &str = include_str!("../../../templates/sm80/dequant_gem
 /// sm90a's wide-tile dequant GEMM: warpgroup MMAs with the unpacked weights in registers.
 const DEQUANT_GEMM_WGMMA: &str = include_str!("../../../templates/sm80/dequant_gemm_wgmma.cu.tera");
 
-/// The row-wise lowering: a program without gemms, its rows in registers.
-const ROWS: &str = include_str!("../../../templates/sm80/rows.cu.tera");
-
 /// Renders the `.cu` and `.h` for a spec planned for sm80.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
     if let Some(p) = &c.plan.rows {
-        return super::render_pair(c, ROWS, &rows::build(c, p)?);
+        return super::render_pair(c, rows::TEMPLATE, &rows::build(c, p)?);
     }
     if let Some(p) = &c.plan.dequant_gemm {
         let flavour = if p.tma.is_some() { DEQUANT_GEMM_TMA } else { DEQUANT_GEMM_CP_ASYNC };

@@ -1,13 +1,13 @@
 //! The template context of the row-wise lowering ([`RowsPlan`]): each spec statement as a
 //! commented block of C++ over a thread's share of the row tile, `(row, vector, element)`.
-//! One context for both flavours: CUDA on CuTe and CUTLASS types (sm80, sm90a;
-//! templates/sm80/rows.cu.tera) and HIP on composable_kernel's (gfx942, gfx90a;
-//! templates/ck/rows.hip.tera), whose spellings differ only where [`Flavor`] says.
+//! One context and one template (templates/rows.tera) for both flavours: CUDA on CuTe and
+//! CUTLASS types (sm80, sm90a) and HIP on composable_kernel's (gfx942, gfx90a), whose
+//! spellings differ only where [`Flavor`] says.
 
 use super::body::{assign_code, mark_used, AssignCtx};
-use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, gencode, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
+use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, elements_ctx_with, gencode, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
 use crate::ast::*;
-use crate::back::conv::{helpers_used, offset, Conv, Env};
+use crate::back::conv::{helpers_used, mentions, offset, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::check::Symbol;
 use crate::diag::Diagnostic;
@@ -15,6 +15,9 @@ use crate::layout::rows::RowsPlan;
 use crate::target::Target;
 use crate::Compiled;
 use serde::Serialize;
+
+/// The kernel and launcher template, both flavours.
+pub(crate) const TEMPLATE: &str = include_str!("../../../templates/rows.tera");
 
 /// The row reduction over a row's threads (shuffles, then shared memory across warps).
 const ROW_REDUCE: &str = helper!("row_reduce.cuh");
@@ -56,7 +59,18 @@ pub struct Context {
     #[serde(flatten)]
     pub launcher_ctx: LauncherCtx,
     pub target_banner: String,
-    pub gencode: String,
+    /// The flavour's lines: the build command (comment lines), the includes, whether the code
+    /// uses namespace cute, what the element types' comment adds, and the lines after the
+    /// element types and after the row tile's constants.
+    pub build: Vec<String>,
+    pub includes: Vec<String>,
+    pub using_cute: bool,
+    pub elements_note: String,
+    pub after_elements: Vec<String>,
+    pub after_layout: Vec<String>,
+    /// Lanes per warp (wave), and the word for one.
+    pub warp: i64,
+    pub warp_word: String,
     pub threads: i64,
     pub constants: Vec<ConstantCtx>,
     pub elements: Vec<ElementCtx>,
@@ -204,7 +218,7 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
             }
             StmtKind::Copy { .. } => {
                 let Some(cp) = p.copies.iter().find(|cp| cp.stmt == s.id) else { continue };
-                copy_code(c, &conv, flavor, cp)
+                copy_code(c, &conv, p, flavor, cp)
             }
             StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, flavor, *op, src, dst, *clear),
             StmtKind::Parallel { vars, body } => {
@@ -220,29 +234,18 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
                     }
                 }
                 let two_d = vars.len() == 2;
-                let mut code = vec![u.to_string(), "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string()];
-                let mut depth = 1;
-                if two_d {
-                    code.extend([format!("  {u}"), "  for (int vv = 0; vv < kVectorsPerRow; ++vv) {".into(), format!("    {u}"), "    for (int ee = 0; ee < kVector; ++ee) {".into()]);
-                    depth = 3;
-                }
-                let pad = "  ".repeat(depth);
                 // A variable read only as the column index of a column vector is not spelled.
-                let spelled = |v: &str| assigns.iter().any(|a| a.code.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')).any(|w| w == v));
+                let spelled = |v: &str| assigns.iter().any(|a| mentions(&a.code, v));
                 let flags: Vec<bool> = flags.iter().zip(vars).map(|(f, v)| *f && spelled(&v.name)).collect();
+                let mut lines = Vec::new();
                 if flags[0] {
-                    code.push(format!("{pad}int const {} = {ROW};  // the tile's row", vars[0].name));
+                    lines.push(format!("int const {} = {ROW};  // the tile's row", vars[0].name));
                 }
                 if two_d && flags[1] {
-                    code.push(format!("{pad}int const {} = {COL} + ee;  // the tile's column", vars[1].name));
+                    lines.push(format!("int const {} = {COL} + ee;  // the tile's column", vars[1].name));
                 }
-                for a in assigns {
-                    code.push(format!("{pad}{}  // spec {}: {}", a.code, a.line, a.text));
-                }
-                for d in (0..depth).rev() {
-                    code.push(format!("{}}}", "  ".repeat(d)));
-                }
-                (String::new(), code)
+                lines.extend(assigns.iter().map(|a| format!("{}  // spec {}: {}", a.code, a.line, a.text)));
+                (String::new(), element_loops(u, two_d, lines))
             }
             _ => continue,
         };
@@ -261,29 +264,46 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     if hip {
         let code: Vec<&String> = stmts.iter().flat_map(|s: &StmtCtx| &s.code).chain(&grid).collect();
         for k in &mut constants {
-            let used = code.iter().any(|l| l.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')).any(|w| w == k.name))
-                || [&tile.shape[0], &tile.shape[1]].iter().any(|e| conv.expr(e, &PlainEnv).contains(&k.name));
+            let used = code.iter().any(|l| mentions(l, &k.name))
+                || [&tile.shape[0], &tile.shape[1]].iter().any(|e| mentions(&conv.expr(e, &PlainEnv), &k.name));
             if !used {
                 k.cpp_type = format!("[[maybe_unused]] {}", k.cpp_type);
             }
         }
     }
-    let elements = if hip {
-        elements_ctx(c).into_iter().map(|mut e| {
-            let dtype = spec.tensors.iter().map(|t| (&t.name.name, t.dtype.0)).chain(spec.buffers.iter().map(|b| (&b.name.name, b.dtype.0)))
-                .find(|(n, _)| element_alias(n) == e.alias).map(|(_, d)| d).unwrap_or(DType::F32);
-            e.cpp_type = crate::back::ck::element(dtype).into();
-            e
-        }).collect()
-    } else {
-        elements_ctx(c)
-    };
+    let elements = if hip { elements_ctx_with(c, crate::back::ck::element) } else { elements_ctx(c) };
     let api = if hip { "HIP" } else { "CUDA" };
     Ok(Context {
         header: header(c),
         launcher_ctx: launcher(c),
         target_banner: banner_target,
-        gencode: gencode(c.plan.target),
+        build: if hip {
+            vec![format!("Build: hipcc -std=c++17 -O3 --offload-arch={} -c {}.hip", c.plan.target, spec.kernel.name)]
+        } else {
+            vec![
+                "Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG".into(),
+                format!("       -gencode={} -I<cutlass>/include -c {}.cu", gencode(c.plan.target), spec.kernel.name),
+            ]
+        },
+        includes: if hip {
+            ["\"ck/ck.hpp\"", "\"ck/utility/data_type.hpp\"", "\"ck/utility/type_convert.hpp\""].map(String::from).to_vec()
+        } else {
+            ["<cute/tensor.hpp>", "<cutlass/array.h>", "<cutlass/numeric_types.h>"].map(String::from).to_vec()
+        },
+        using_cute: !hip,
+        elements_note: if hip { " (CK's bf16 is a bit pattern: values go through ck::type_convert)".into() } else { String::new() },
+        after_elements: if hip {
+            ["// N elements of type T as one register vector (one 16-byte access at most).", "template <typename T, int N>", "using Vec = typename ck::vector_type<T, N>::type;"].map(String::from).to_vec()
+        } else {
+            Vec::new()
+        },
+        after_layout: if hip {
+            Vec::new()
+        } else {
+            vec!["using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)".into()]
+        },
+        warp: p.warp,
+        warp_word: if hip { "wave" } else { "warp" }.into(),
         threads,
         constants,
         elements,
@@ -340,7 +360,7 @@ fn column_vector_loads(c: &Compiled, p: &RowsPlan, flavor: Flavor) -> Vec<String
 
 /// A load or store of the row tile: vector by vector, whole vectors inside the tensor only
 /// (the launcher checks that rows are whole vectors), zeros loaded elsewhere.
-fn copy_code(c: &Compiled, conv: &Conv, flavor: Flavor, cp: &crate::layout::rows::RowsCopy) -> (String, Vec<String>) {
+fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate::layout::rows::RowsCopy) -> (String, Vec<String>) {
     let t = &c.spec.tensors[cp.tensor];
     let b = &c.spec.buffers[cp.buffer];
     let (tn, bn) = (&t.name.name, &b.name.name);
@@ -351,8 +371,7 @@ fn copy_code(c: &Compiled, conv: &Conv, flavor: Flavor, cp: &crate::layout::rows
     let (r0, c0) = (start(&cp.origin[0]), start(&cp.origin[1]));
     let (linear, inside) = offset(t, &["row".to_string(), "col".to_string()]);
     let vec_t = flavor.vector(&te);
-    let vector = c.plan.rows.as_ref().map_or(1, |p| p.vector);
-    let bytes = vector * t.dtype.0.bytes() as i64;
+    let bytes = p.vector * t.dtype.0.bytes() as i64;
     let mut code = vec![
         u.to_string(),
         "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),

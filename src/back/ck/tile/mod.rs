@@ -8,7 +8,7 @@
 
 use super::{element, ElemCtx};
 use crate::ast::*;
-use crate::back::conv::{float_literal, upper_first, Conv, Env};
+use crate::back::conv::{float_literal, mentions, upper_first, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::check::{ConstValue, Symbol};
 use crate::diag::Diagnostic;
@@ -519,16 +519,6 @@ fn shared_accesses(l: &Lower, body: &[Stmt]) -> (Vec<usize>, Vec<usize>) {
         _ => {}
     });
     (reads, writes)
-}
-
-/// Whether `name` occurs in `text` as a whole C++ identifier.
-fn mentions(text: &str, name: &str) -> bool {
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices(name).any(|(i, _)| {
-        let before = text[..i].chars().next_back().is_some_and(ident);
-        let after = text[i + name.len()..].chars().next().is_some_and(ident);
-        !before && !after
-    })
 }
 
 /// The `__shared__` declarations: the spec's buffers, then the k-split scratch space.
