@@ -597,8 +597,22 @@ fn explain_rows(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPlan)
         let _ = writeln!(o, "  column vectors: {names}, read at the column index: each thread loads its {} vector(s) of each once, at the start", p.vectors_per_row);
     }
     let _ = writeln!(o, "\nStatements");
-    for s in &spec.body {
+    rows_statements(o, c, p, &spec.body, 1);
+    let _ = writeln!(o, "\nResources");
+    let _ = writeln!(o, "  {}: {} bytes (static; the cross-{} reductions' partials)", if amd { "LDS" } else { "shared memory" }, c.plan.smem.total, if amd { "wave" } else { "warp" });
+    let _ = writeln!(o, "  registers: {} per thread for fragments and column vectors (at most {})", c.plan.regs_per_thread, crate::layout::rows::MAX_ROW_VALUES);
+    let _ = writeln!(o, "  launcher checks:");
+    alignment_lines(o, c);
+}
+
+/// The row-wise plan's statements, a loop's nested under it.
+fn rows_statements(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPlan, stmts: &[crate::ast::Stmt], depth: usize) {
+    let spec = &c.spec;
+    let amd = c.plan.target.is_amd();
+    let pad = "  ".repeat(depth);
+    for s in stmts {
         let what = match &s.kind {
+            crate::ast::StmtKind::Loop { .. } => "loop: its statements run once per trip on the same registers (a row longer than the tile is read in chunks)".to_string(),
             crate::ast::StmtKind::Copy { .. } => match p.copies.iter().find(|cp| cp.stmt == s.id) {
                 Some(cp) if cp.load => format!("load: {} vectors per thread (16-byte loads of whole vectors inside the tensor, zeros outside), converted to the fragment's type", p.rows_per_thread * p.vectors_per_row),
                 Some(_) => format!("store: {} vectors per thread, converted to the tensor's type; vectors outside the tensor are skipped", p.rows_per_thread * p.vectors_per_row),
@@ -615,13 +629,11 @@ fn explain_rows(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPlan)
             crate::ast::StmtKind::Parallel { .. } => "element-wise over each thread's row values".to_string(),
             _ => "element-wise over the fragment's values".to_string(),
         };
-        let _ = writeln!(o, "  {}\n    {what}", stmt_heading(c, s.id));
+        let _ = writeln!(o, "{pad}{}\n{pad}  {what}", stmt_heading(c, s.id));
+        if let crate::ast::StmtKind::Loop { body, .. } = &s.kind {
+            rows_statements(o, c, p, body, depth + 1);
+        }
     }
-    let _ = writeln!(o, "\nResources");
-    let _ = writeln!(o, "  {}: {} bytes (static; the cross-{} reductions' partials)", if amd { "LDS" } else { "shared memory" }, c.plan.smem.total, if amd { "wave" } else { "warp" });
-    let _ = writeln!(o, "  registers: {} per thread for fragments and column vectors (at most {})", c.plan.regs_per_thread, crate::layout::rows::MAX_ROW_VALUES);
-    let _ = writeln!(o, "  launcher checks:");
-    alignment_lines(o, c);
 }
 
 fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::CollectivePlan) {

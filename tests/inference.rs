@@ -1289,3 +1289,59 @@ fn programs_without_gemms_take_the_row_wise_lowering() {
         assert!(e.contains("row-wise lowering keeps fragments in f32; `xs` is bf16"), "{e}");
     }
 }
+
+/// A row-wise program over rows longer than its tile: a sum of squares over column chunks,
+/// then a second pass that scales and stores each chunk (RMSNorm over any row length).
+fn chunked_rows_spec(loop_kind: &str, first_column: &str) -> String {
+    format!(r#"kernel: t
+tensors:
+  X: {{dtype: bf16, shape: [M, N]}}
+  Y: {{dtype: bf16, shape: [M, N], output: true}}
+constants: {{block_M: 1, block_N: 2048}}
+grid:
+  bx: ceildiv(M, block_M)
+threads: 256
+buffers:
+  xs: {{scope: fragment, dtype: f32, shape: [block_M, block_N]}}
+  s: {{scope: fragment, dtype: f32, shape: [block_M]}}
+body:
+  - clear(s)
+  - {loop_kind}(k, ceildiv(N, block_N)):
+      - copy(X[bx*block_M, {first_column}], xs)
+      - parallel(i, j):
+          - xs[i, j] = xs[i, j] * xs[i, j]
+      - reduce_sum(xs, s, clear=false)
+  - serial(k, ceildiv(N, block_N)):
+      - copy(X[bx*block_M, k*block_N], xs)
+      - parallel(i, j):
+          - xs[i, j] = xs[i, j] * rsqrt(s[i] / f32(N))
+      - copy(xs, Y[bx*block_M, k*block_N])
+"#)
+}
+
+#[test]
+fn rows_longer_than_the_tile_are_read_in_column_chunks() {
+    let c = compile(chunked_rows_spec("serial", "k*block_N")).unwrap();
+    let p = c.plan.rows.as_ref().expect("a row-wise plan");
+    // Three copies, all inside loops, each at the chunk's first column.
+    assert_eq!(p.copies.iter().map(|cp| cp.load).collect::<Vec<_>>(), vec![true, true, false]);
+    assert_eq!((p.threads_per_row, p.vectors_per_row), (256, 1));
+    let cu = rendered_cu(&c);
+    for want in [
+        "  for (int k = 0; k < ((N + block_N - 1) / block_N); ++k) {\n    // spec 15: copy(X[bx*block_M, k*block_N], xs)",
+        "int64_t const col = int64_t(k * block_N) + (row_lane + kThreadsPerRow * vv) * kVector;",
+        // The reduction inside the loop accumulates into `s`, and its helper is emitted.
+        "s(rr) = s(rr) + row_reduce<false, kThreadsPerRow>(v, row_scratch);",
+        "CUTE_DEVICE float row_reduce(float v, float* scratch = nullptr)",
+    ] {
+        assert!(cu.contains(want), "missing {want:?} in\n{cu}");
+    }
+    // The same loop unrolled (a constant trip count would be usual; the plan is the same).
+    let c = compile(chunked_rows_spec("unroll", "k*block_N").replace("unroll(k, ceildiv(N, block_N))", "unroll(k, 4)")).unwrap();
+    assert!(rendered_cu(&c).contains("  CUTE_UNROLL\n  for (int k = 0; k < 4; ++k) {"));
+    // A chunk that does not start on a vector, and a pipelined loop, are refused.
+    let e = compile(chunked_rows_spec("serial", "k*100")).unwrap_err().join("\n");
+    assert!(e.contains("the tile's first column must be a multiple of 8"), "{e}");
+    let e = compile(chunked_rows_spec("pipelined", "k*block_N").replace("pipelined(k, ceildiv(N, block_N))", "pipelined(k, ceildiv(N, block_N), 2)")).unwrap_err().join("\n");
+    assert!(e.contains("a `pipelined` loop has no meaning in it"), "{e}");
+}

@@ -13,7 +13,9 @@
 //! consecutive threads. A 1-D fragment `[R]` holds one value per row a thread holds (row
 //! statistics); a reduction folds a thread's values, then xor-shuffles within the warp (a
 //! wave of 64 lanes on AMD), then (when a row spans warps) adds the warps' partials through
-//! shared memory (LDS).
+//! shared memory (LDS). `serial` and `unroll` loops repeat their statements on the same
+//! registers, so a row longer than the tile is read in column chunks (a pass for its
+//! statistics, another to write it: softmax over a vocabulary).
 
 use crate::ast::*;
 use crate::check::{eval_int, Info, Symbol};
@@ -145,7 +147,8 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                 .hint(format!("make it [{rows}]")));
         }
     }
-    // Statements: straight-line copies, fills, parallel blocks and row reductions.
+    // Statements: copies, fills, parallel blocks and row reductions, and serial (or unrolled)
+    // loops of them: a row wider than the tile is walked in column chunks (`X[r, k*block_N]`).
     let buffer = |n: &str| match info.symbols.get(n) {
         Some(Symbol::Buffer(b)) => Some(*b),
         _ => None,
@@ -156,9 +159,16 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
     };
     let mut copies = Vec::new();
     let mut widest = 1;
-    for s in &spec.body {
+    let mut stmts = Vec::new();
+    flatten(&spec.body, &mut stmts);
+    for s in stmts.iter().copied() {
         match &s.kind {
             StmtKind::Clear { .. } | StmtKind::Fill { .. } | StmtKind::Parallel { .. } => {}
+            StmtKind::Loop { kind: LoopKind::Serial | LoopKind::Unroll, .. } => {}
+            StmtKind::Loop { kind: LoopKind::Pipelined, .. } => {
+                errors.push(Diagnostic::error(s.span, "the row-wise lowering has no shared-memory stages to pipeline: a `pipelined` loop has no meaning in it")
+                    .hint("write `serial(k, n)` (or `unroll`): each trip loads its tile into the same registers"));
+            }
             StmtKind::Reduce { op, src, dim, .. } => {
                 if !buffer(&src.name).is_some_and(|b| tiles.contains(&b)) {
                     errors.push(Diagnostic::error(src.span, format!("`{}` reduces `{}`, which is not a 2-D fragment", op.keyword(), src.name))
@@ -208,14 +218,14 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                 widest = widest.max(ten.dtype.0.bytes() as i64);
                 copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin });
             }
-            StmtKind::Loop { .. } | StmtKind::If { .. } | StmtKind::Assign { .. } | StmtKind::Gemm { .. } | StmtKind::Dequant { .. } => {
-                errors.push(Diagnostic::error(s.span, "the row-wise lowering (programs without gemms) takes straight-line bodies: copies, `clear`, `fill`, `parallel` blocks and row reductions")
+            StmtKind::If { .. } | StmtKind::Assign { .. } | StmtKind::Gemm { .. } | StmtKind::Dequant { .. } => {
+                errors.push(Diagnostic::error(s.span, "the row-wise lowering (programs without gemms) takes copies, `clear`, `fill`, `parallel` blocks, row reductions and `serial` / `unroll` loops of them")
                     .hint("express the computation element-wise in `parallel` blocks; conditions go into `select`"));
             }
         }
     }
     // (A load refused above has its own error.)
-    let loads = spec.body.iter().any(|s| matches!(&s.kind, StmtKind::Copy { src, .. } if tensor(&src.name.name).is_some()));
+    let loads = stmts.iter().any(|s| matches!(&s.kind, StmtKind::Copy { src, .. } if tensor(&src.name.name).is_some()));
     if !loads {
         errors.push(Diagnostic::error(spec.kernel.span, "this row-wise program never loads a tile: nothing fills its fragments from global memory")
             .hint("add `copy(X[bx*block_M, 0], x)`"));
@@ -321,4 +331,15 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
             .hint("use more threads, fewer rows per block, or fewer 2-D fragments (compute into one in place)"));
     }
     if errors.is_empty() { Ok(p) } else { Err(errors) }
+}
+
+/// `stmts` and the bodies of their `serial` and `unroll` loops, in program order (a loop
+/// before its body); parallel blocks' assignments and other blocks' bodies are not entered.
+pub fn flatten<'a>(stmts: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
+    for s in stmts {
+        out.push(s);
+        if let StmtKind::Loop { kind: LoopKind::Serial | LoopKind::Unroll, body, .. } = &s.kind {
+            flatten(body, out);
+        }
+    }
 }

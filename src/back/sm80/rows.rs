@@ -172,7 +172,6 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
     let hip = c.plan.target.is_amd();
     let flavor = Flavor { hip };
-    let u = flavor.unroll();
     let conv = Conv { spec, info: &c.info, hip };
     let mut errors = Vec::new();
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
@@ -188,7 +187,9 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     // HIP computes exp2 with exp2f (no fast_exp2) and spells device functions itself.
     let mut helpers: Vec<String> = used.iter().filter(|(k, _)| !(hip && **k == "fast_exp2"))
         .map(|(_, d)| if hip { d.replace("CUTE_DEVICE", "__device__ inline") } else { d.to_string() }).collect();
-    if spec.body.iter().any(|s| matches!(s.kind, StmtKind::Reduce { .. })) {
+    let mut reduces = false;
+    spec.walk(&mut |s| reduces |= matches!(s.kind, StmtKind::Reduce { .. }));
+    if reduces {
         helpers.push(if hip { ROW_REDUCE_HIP } else { ROW_REDUCE }.into());
     }
     let fragments = spec.buffers.iter().enumerate().map(|(b, buf)| {
@@ -201,56 +202,7 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
         };
         FragmentCtx { decl, line: c.line(buf.span), name: n.clone(), what }
     }).collect();
-    let mut stmts = Vec::new();
-    for s in &spec.body {
-        let line = c.line(s.span);
-        let text = c.file.snippet(s.span).to_string();
-        let (why, code) = match &s.kind {
-            StmtKind::Clear { buf } if !hip => (String::new(), vec![format!("clear({});", buf.name)]),
-            StmtKind::Fill { buf, value } if !hip => (String::new(), vec![format!("fill({}, {});", buf.name, conv.expr(value, &PlainEnv))]),
-            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => {
-                let value = match &s.kind {
-                    StmtKind::Fill { value, .. } => conv.expr(value, &PlainEnv),
-                    _ => "0.0f".to_string(),
-                };
-                let on_tile = matches!(c.info.symbols.get(&buf.name), Some(Symbol::Buffer(b)) if p.tiles.contains(b));
-                (String::new(), element_loops(u, on_tile, vec![format!("{} = {value};", if on_tile { flavor.tile(&buf.name) } else { flavor.stat(&buf.name) })]))
-            }
-            StmtKind::Copy { .. } => {
-                let Some(cp) = p.copies.iter().find(|cp| cp.stmt == s.id) else { continue };
-                copy_code(c, &conv, p, flavor, cp)
-            }
-            StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, flavor, *op, src, dst, *clear),
-            StmtKind::Parallel { vars, body } => {
-                let env = RowTileEnv { c, plan: p, vars, flavor };
-                let mut flags = vec![false; vars.len()];
-                let mut assigns: Vec<AssignCtx> = Vec::new();
-                for st in body {
-                    if let StmtKind::Assign { value, target, .. } = &st.kind {
-                        mark_used(value, vars, &mut flags, &c.info);
-                        let on_tile = matches!(c.info.symbols.get(&target.name), Some(Symbol::Buffer(b)) if p.tiles.contains(b));
-                        let at = move |t: &str| if on_tile { flavor.tile(t) } else { flavor.stat(t) };
-                        assigns.extend(assign_code(&conv, c, st, &env, &at, &mut errors));
-                    }
-                }
-                let two_d = vars.len() == 2;
-                // A variable read only as the column index of a column vector is not spelled.
-                let spelled = |v: &str| assigns.iter().any(|a| mentions(&a.code, v));
-                let flags: Vec<bool> = flags.iter().zip(vars).map(|(f, v)| *f && spelled(&v.name)).collect();
-                let mut lines = Vec::new();
-                if flags[0] {
-                    lines.push(format!("int const {} = {ROW};  // the tile's row", vars[0].name));
-                }
-                if two_d && flags[1] {
-                    lines.push(format!("int const {} = {COL} + ee;  // the tile's column", vars[1].name));
-                }
-                lines.extend(assigns.iter().map(|a| format!("{}  // spec {}: {}", a.code, a.line, a.text)));
-                (String::new(), element_loops(u, two_d, lines))
-            }
-            _ => continue,
-        };
-        stmts.push(StmtCtx { line, text, why: crate::back::conv::upper_first(&why), code });
-    }
+    let stmts = stmt_blocks(c, p, &conv, flavor, &spec.body, &mut errors);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -328,6 +280,80 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
         column_vectors: column_vector_loads(c, p, flavor),
         stmts,
     })
+}
+
+/// One block of code per statement of `body` (a loop's block holds its statements' blocks).
+fn stmt_blocks(c: &Compiled, p: &RowsPlan, conv: &Conv, flavor: Flavor, body: &[Stmt], errors: &mut Vec<Diagnostic>) -> Vec<StmtCtx> {
+    let hip = flavor.hip;
+    let u = flavor.unroll();
+    let mut stmts = Vec::new();
+    for s in body {
+        let line = c.line(s.span);
+        let text = c.file.snippet(s.span).to_string();
+        let (why, code) = match &s.kind {
+            StmtKind::Clear { buf } if !hip => (String::new(), vec![format!("clear({});", buf.name)]),
+            StmtKind::Fill { buf, value } if !hip => (String::new(), vec![format!("fill({}, {});", buf.name, conv.expr(value, &PlainEnv))]),
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => {
+                let value = match &s.kind {
+                    StmtKind::Fill { value, .. } => conv.expr(value, &PlainEnv),
+                    _ => "0.0f".to_string(),
+                };
+                let on_tile = matches!(c.info.symbols.get(&buf.name), Some(Symbol::Buffer(b)) if p.tiles.contains(b));
+                (String::new(), element_loops(u, on_tile, vec![format!("{} = {value};", if on_tile { flavor.tile(&buf.name) } else { flavor.stat(&buf.name) })]))
+            }
+            StmtKind::Copy { .. } => {
+                let Some(cp) = p.copies.iter().find(|cp| cp.stmt == s.id) else { continue };
+                copy_code(c, conv, p, flavor, cp)
+            }
+            StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, flavor, *op, src, dst, *clear),
+            StmtKind::Parallel { vars, body } => {
+                let env = RowTileEnv { c, plan: p, vars, flavor };
+                let mut flags = vec![false; vars.len()];
+                let mut assigns: Vec<AssignCtx> = Vec::new();
+                for st in body {
+                    if let StmtKind::Assign { value, target, .. } = &st.kind {
+                        mark_used(value, vars, &mut flags, &c.info);
+                        let on_tile = matches!(c.info.symbols.get(&target.name), Some(Symbol::Buffer(b)) if p.tiles.contains(b));
+                        let at = move |t: &str| if on_tile { flavor.tile(t) } else { flavor.stat(t) };
+                        assigns.extend(assign_code(conv, c, st, &env, &at, errors));
+                    }
+                }
+                let two_d = vars.len() == 2;
+                // A variable read only as the column index of a column vector is not spelled.
+                let spelled = |v: &str| assigns.iter().any(|a| mentions(&a.code, v));
+                let flags: Vec<bool> = flags.iter().zip(vars).map(|(f, v)| *f && spelled(&v.name)).collect();
+                let mut lines = Vec::new();
+                if flags[0] {
+                    lines.push(format!("int const {} = {ROW};  // the tile's row", vars[0].name));
+                }
+                if two_d && flags[1] {
+                    lines.push(format!("int const {} = {COL} + ee;  // the tile's column", vars[1].name));
+                }
+                lines.extend(assigns.iter().map(|a| format!("{}  // spec {}: {}", a.code, a.line, a.text)));
+                (String::new(), element_loops(u, two_d, lines))
+            }
+            StmtKind::Loop { kind, var, count, body, .. } => {
+                // The loop's statements, each with its comment, on the same registers.
+                let header = format!("for (int {v} = 0; {v} < {n}; ++{v}) {{", v = var.name, n = conv.expr(count, &PlainEnv));
+                let mut code = if *kind == LoopKind::Unroll { vec![u.to_string(), header] } else { vec![header] };
+                for (i, b) in stmt_blocks(c, p, conv, flavor, body, errors).into_iter().enumerate() {
+                    if i > 0 {
+                        code.push(String::new());
+                    }
+                    code.push(format!("  // spec {}: {}", b.line, b.text));
+                    if !b.why.is_empty() {
+                        code.push(format!("  // {}.", b.why));
+                    }
+                    code.extend(b.code.into_iter().map(|l| if l.is_empty() { l } else { format!("  {l}") }));
+                }
+                code.push("}".to_string());
+                (String::new(), code)
+            }
+            _ => continue,
+        };
+        stmts.push(StmtCtx { line, text, why: crate::back::conv::upper_first(&why), code });
+    }
+    stmts
 }
 
 /// Each 1-D tensor that parallel blocks read at their column index `j`
