@@ -625,7 +625,12 @@ fn rows_statements(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPl
             } else {
                 format!("row reduction: each thread folds its {} values of a row, then xor-shuffles over the row's {} lanes", p.vectors_per_row * p.vector, p.threads_per_row)
             },
-            crate::ast::StmtKind::Parallel { vars, .. } if vars.len() == 2 => "element-wise over each thread's values of the row tile; (i, j) from the thread's row and vector".to_string(),
+            crate::ast::StmtKind::Parallel { vars, .. } if vars.len() == 2 => {
+                let chunks: Vec<String> = p.chunk_vectors.iter().filter(|cv| cv.block == s.id)
+                    .map(|cv| format!("`{}[{} + j]`", spec.tensors[cv.tensor].name.name, c.file.snippet(cv.offset.span))).collect();
+                format!("element-wise over each thread's values of the row tile; (i, j) from the thread's row and vector{}",
+                    if chunks.is_empty() { String::new() } else { format!("; {} loaded first as {} vector(s) per thread", chunks.join(", "), p.vectors_per_row) })
+            }
             crate::ast::StmtKind::Parallel { .. } => "element-wise over each thread's row values".to_string(),
             _ => "element-wise over the fragment's values".to_string(),
         };

@@ -213,6 +213,8 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         ("layer_norm_bf16", &[("M", 5), ("N", 1000)]),
         ("linear3d_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
         ("rms_norm_bf16", &[("M", 3), ("N", 2056)]),
+        // Two column chunks of 16384, the second ragged (W read as chunk vectors).
+        ("rms_norm_wide_bf16", &[("M", 2), ("N", 20000)]),
         ("softmax_bf16", &[("M", 13), ("N", 1000)]),
         // Three column chunks of 16384, the last one ragged.
         ("softmax_wide_bf16", &[("M", 3), ("N", 40000)]),
@@ -246,5 +248,5 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "linear3d_bf16", "rms_norm_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }

@@ -1345,3 +1345,30 @@ fn rows_longer_than_the_tile_are_read_in_column_chunks() {
     let e = compile(chunked_rows_spec("pipelined", "k*block_N").replace("pipelined(k, ceildiv(N, block_N))", "pipelined(k, ceildiv(N, block_N), 2)")).unwrap_err().join("\n");
     assert!(e.contains("a `pipelined` loop has no meaning in it"), "{e}");
 }
+
+#[test]
+fn one_d_tensors_read_at_a_chunks_columns_are_loaded_as_vectors_per_block() {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs/rms_norm_wide_bf16.yaml")).unwrap();
+    // `W[k*block_N + j]` (either order): the block loads the thread's vectors of W at the
+    // chunk's columns, and W must be whole vectors.
+    for read in ["W[k*block_N + j]", "W[j + k*block_N]"] {
+        let c = compile(text.replace("W[k*block_N + j]", read)).unwrap();
+        let p = c.plan.rows.as_ref().unwrap();
+        assert_eq!(p.chunk_vectors.len(), 1, "{read}");
+        assert!(p.column_vectors.is_empty());
+        assert!(c.plan.alignment.iter().any(|a| c.spec.tensors[a.tensor].name.name == "W" && a.vector_elems == 8));
+        let cu = rendered_cu(&c);
+        for want in [
+            "cutlass::AlignedArray<ElementW, kVector> W_chunk[kVectorsPerRow];",
+            "int64_t const col = int64_t(k * block_N) + (row_lane + kThreadsPerRow * vv) * kVector;",
+            "W_chunk[vv] = *reinterpret_cast<cutlass::AlignedArray<ElementW, kVector> const*>(W + col);",
+            "* static_cast<float>(W_chunk[vv][ee]);",
+        ] {
+            assert!(cu.contains(want), "{read}: missing {want:?} in\n{cu}");
+        }
+    }
+    // An offset that is not a whole number of vectors stays a bounds-checked read per value.
+    let c = compile(text.replace("W[k*block_N + j]", "W[k*block_N + 3 + j]")).unwrap();
+    assert!(c.plan.rows.as_ref().unwrap().chunk_vectors.is_empty());
+    assert!(rendered_cu(&c).contains("((k * block_N + 3 + j < N) ? static_cast<float>(W[k * block_N + 3 + j]) : 0.f)"));
+}

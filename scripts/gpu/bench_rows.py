@@ -5,7 +5,8 @@ Usage: bench_rows.py TARGET=LIBDIR... [--kernels k1,k2] [--check-only] [--compil
 
 Kernels (tests/golden/specs): softmax_bf16 (Y = softmax(X) along rows, rows of up to 1024),
 softmax_wide_bf16 (the same over rows of any length, in column chunks of 16384),
-rms_norm_bf16 (Y = X / sqrt(mean(X²) + 1e-6) · W, rows of up to 8192) and layer_norm_bf16
+rms_norm_bf16 (Y = X / sqrt(mean(X²) + 1e-6) · W, rows of up to 8192), rms_norm_wide_bf16 (the
+same over rows of any length, in column chunks of 16384) and layer_norm_bf16
 (Y = (X - mean) / sqrt(var + 1e-5) · gamma + beta, rows of up to 4096). For each library: random
 bf16 inputs, NaN-poisoned outputs, the launcher's return code checked, every output element
 checked as written, relative error (Frobenius) against the same math in f32 torch; a row length
@@ -48,6 +49,9 @@ KERNELS = {
     "rms_norm_bf16": (1, rms_ref, lambda X, V: F.rms_norm(X, (X.shape[-1],), V[0], 1e-6),
                       [(1, 8), (5, 1000), (13, 4096), (77, 8192), (300, 2056)],
                       [(4096, 8192), (16384, 8192)]),
+    "rms_norm_wide_bf16": (1, rms_ref, lambda X, V: F.rms_norm(X, (X.shape[-1],), V[0], 1e-6),
+                           [(1, 8), (5, 1000), (3, 20000), (7, 65536), (2, 131080)],
+                           [(4096, 16384), (1024, 65536)]),
     "layer_norm_bf16": (2, layer_norm_ref, lambda X, V: F.layer_norm(X, (X.shape[-1],), V[0], V[1], 1e-5),
                         [(1, 8), (5, 1000), (13, 4096), (77, 2048), (300, 1032)],
                         [(16384, 4096), (65536, 4096)]),

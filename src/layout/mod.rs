@@ -509,7 +509,10 @@ impl<'a> Infer<'a> {
             let bytes = p.vector * self.spec.tensors[cp.tensor].dtype.0.bytes() as i64;
             self.require_alignment(cp.tensor, p.vector, format!("the row tile moves {}-byte vectors of `{}`", bytes, self.spec.tensors[cp.tensor].name.name));
         }
-        for &t in &p.column_vectors {
+        let mut vectors: Vec<usize> = p.column_vectors.iter().copied().chain(p.chunk_vectors.iter().map(|cv| cv.tensor)).collect();
+        vectors.sort();
+        vectors.dedup();
+        for t in vectors {
             let bytes = p.vector * self.spec.tensors[t].dtype.0.bytes() as i64;
             self.require_alignment(t, p.vector, format!("parallel blocks read `{}` in {bytes}-byte vectors along the row tile's columns", self.spec.tensors[t].name.name));
         }

@@ -40,6 +40,18 @@ pub struct RowsCopy {
     pub origin: [Expr; 2],
 }
 
+/// A 1-D tensor read by one parallel block at a chunk's columns: `T[offset + j]`, `offset`
+/// a multiple of the vector that does not depend on the element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkVector {
+    /// The `parallel(i, j)` statement.
+    pub block: StmtId,
+    /// The 1-D tensor.
+    pub tensor: usize,
+    /// The chunk's first column.
+    pub offset: Expr,
+}
+
 /// How a row-wise program runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RowsPlan {
@@ -67,6 +79,9 @@ pub struct RowsPlan {
     /// 1-D tensors that `parallel(i, j)` blocks read at the column index alone (`W[j]`): each
     /// thread loads them a vector at a time, beside its vectors of the row tile.
     pub column_vectors: Vec<usize>,
+    /// 1-D tensors that a `parallel(i, j)` block reads at a chunk's column (`W[k*block_N + j]`):
+    /// the thread loads its vectors of them when the block starts.
+    pub chunk_vectors: Vec<ChunkVector>,
     /// Lanes per warp (32 on NVIDIA, 64 on AMD: a wave).
     pub warp: i64,
     /// Whether a row spans several warps (reductions go through shared memory).
@@ -238,14 +253,14 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
     while vector > 1 && cols % vector != 0 {
         vector /= 2;
     }
+    let aligned = |e: &Expr| match &e.kind {
+        ExprKind::Int(v) => v % vector == 0,
+        ExprKind::Binary(BinOp::Mul, x, y) => [x, y].iter().any(|f| eval_int(f, &info.symbols).is_some_and(|v| v % vector == 0)),
+        _ => false,
+    };
     for cp in &copies {
         let e = &cp.origin[1];
-        let aligned = match &e.kind {
-            ExprKind::Int(v) => v % vector == 0,
-            ExprKind::Binary(BinOp::Mul, x, y) => [x, y].iter().any(|f| eval_int(f, &info.symbols).is_some_and(|v| v % vector == 0)),
-            _ => false,
-        };
-        if !aligned {
+        if !aligned(e) {
             errors.push(Diagnostic::error(e.span, format!("the tile's first column must be a multiple of {vector} (the row tile's vectors)"))
                 .hint(format!("write it as 0 or `<tile index>*block_N` with block_N a multiple of {vector}")));
         }
@@ -275,25 +290,49 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
             .hint(format!("use a multiple of {warp} threads")));
     }
     // 1-D tensors read at the column index of a parallel block over the row tile, in vectors of
-    // at most 16 bytes (and not where the vector's local name, `<tensor>_vec`, is a spec name).
+    // at most 16 bytes (and not where the vector's local name, `<tensor>_vec`, is a spec name);
+    // and those read at a chunk's column, `W[e + j]` with `e` a multiple of the vector that
+    // does not depend on the element (`k*block_N` in a loop over column chunks), loaded as
+    // vectors at the start of that block (`<tensor>_chunk`).
     let mut column_vectors = Vec::new();
+    let mut chunk_vectors: Vec<ChunkVector> = Vec::new();
     spec.walk(&mut |s| {
         let StmtKind::Parallel { vars, body } = &s.kind else { return };
         if vars.len() != 2 {
             return;
         }
+        let is_var = |e: &Expr, v: &Ident| matches!(&e.kind, ExprKind::Name(n) if *n == v.name);
+        // Whether `e` is the same for every element: no parallel variable, no element read.
+        let uniform = |e: &Expr| {
+            let mut ok = true;
+            e.visit(&mut |x| {
+                ok &= match &x.kind {
+                    ExprKind::Name(n) => vars.iter().all(|v| v.name != *n),
+                    ExprKind::Index(..) => false,
+                    _ => true,
+                };
+                ok
+            });
+            ok
+        };
         for st in body {
             let StmtKind::Assign { value, .. } = &st.kind else { continue };
             value.visit(&mut |x| {
-                if let ExprKind::Index(name, idx) = &x.kind
-                    && let Some(t) = tensor(&name.name)
-                    && spec.tensors[t].shape.len() == 1
-                    && matches!(idx.as_slice(), [e] if matches!(&e.kind, ExprKind::Name(n) if *n == vars[1].name))
-                    && vector * spec.tensors[t].dtype.0.bytes() as i64 <= 16
-                    && !info.symbols.contains_key(&format!("{}_vec", name.name))
-                    && !column_vectors.contains(&t)
+                let ExprKind::Index(name, idx) = &x.kind else { return true };
+                let Some(t) = tensor(&name.name).filter(|t| spec.tensors[*t].shape.len() == 1 && vector * spec.tensors[*t].dtype.0.bytes() as i64 <= 16) else { return true };
+                let [e] = idx.as_slice() else { return true };
+                if is_var(e, &vars[1]) {
+                    if !info.symbols.contains_key(&format!("{}_vec", name.name)) && !column_vectors.contains(&t) {
+                        column_vectors.push(t);
+                    }
+                } else if let ExprKind::Binary(BinOp::Add, a, b) = &e.kind
+                    && let Some(offset) = if is_var(b, &vars[1]) { Some(a) } else if is_var(a, &vars[1]) { Some(b) } else { None }
+                    && uniform(offset)
+                    && aligned(offset)
+                    && !info.symbols.contains_key(&format!("{}_chunk", name.name))
+                    && !chunk_vectors.iter().any(|cv| cv.block == s.id && cv.tensor == t)
                 {
-                    column_vectors.push(t);
+                    chunk_vectors.push(ChunkVector { block: s.id, tensor: t, offset: (**offset).clone() });
                 }
                 true
             });
@@ -303,7 +342,8 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
     let rows_per_thread = rows / row_groups;
     let vectors_per_row = vpr / threads_per_row;
     let values_per_thread = rows_per_thread * vectors_per_row * vector;
-    let column_registers: i64 = column_vectors.iter().map(|t| (vectors_per_row * vector * spec.tensors[*t].dtype.0.bytes() as i64 + 3) / 4).sum();
+    let column_registers: i64 = column_vectors.iter().chain(chunk_vectors.iter().map(|cv| &cv.tensor))
+        .map(|t| (vectors_per_row * vector * spec.tensors[*t].dtype.0.bytes() as i64 + 3) / 4).sum();
     let values = tiles.len() as i64 * values_per_thread + column_registers + stats.len() as i64 * rows_per_thread;
     let p = RowsPlan {
         rows,
@@ -317,6 +357,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         stats,
         copies,
         column_vectors,
+        chunk_vectors,
         warp,
         cross_warp: threads_per_row > warp,
         registers: values,
@@ -326,7 +367,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         errors.push(Diagnostic::error(spec.threads.1, format!(
             "the row tile's fragments need {values} registers per thread with {threads} threads ({} for each of {} 2-D fragment(s), {rows_per_thread} for each of {} fragment(s) of row values{}), over the {MAX_ROW_VALUES} this lowering allows",
             p.values_per_thread(), p.tiles.len(), p.stats.len(),
-            if p.column_vectors.is_empty() { String::new() } else { format!(", {} for the 1-D tensor(s) read at the column index", column_registers) }))
+            if column_registers == 0 { String::new() } else { format!(", {} for the 1-D tensor(s) read at the column index", column_registers) }))
             .label(tile_span, "the row tile")
             .hint("use more threads, fewer rows per block, or fewer 2-D fragments (compute into one in place)"));
     }

@@ -104,6 +104,8 @@ struct RowTileEnv<'a> {
     plan: &'a RowsPlan,
     vars: &'a [Ident],
     flavor: Flavor,
+    /// The block's chunk vectors: tensor, and its offset's C++.
+    chunks: Vec<(usize, String)>,
 }
 
 impl Env for RowTileEnv<'_> {
@@ -121,12 +123,24 @@ impl Env for RowTileEnv<'_> {
     }
 
     fn tensor_element(&self, tensor: usize, idx: &[Expr]) -> Option<String> {
-        let column = self.vars.len() == 2 && matches!(idx, [e] if matches!(&e.kind, ExprKind::Name(n) if *n == self.vars[1].name));
-        if !(column && self.plan.column_vectors.contains(&tensor)) {
+        if self.vars.len() != 2 {
             return None;
         }
+        let is_j = |e: &Expr| matches!(&e.kind, ExprKind::Name(n) if *n == self.vars[1].name);
         let t = &self.c.spec.tensors[tensor];
-        let x = format!("{}_vec[vv][ee]", t.name.name);
+        let x = match idx {
+            [e] if is_j(e) && self.plan.column_vectors.contains(&tensor) => format!("{}_vec[vv][ee]", t.name.name),
+            [Expr { kind: ExprKind::Binary(BinOp::Add, a, b), .. }] if is_j(a) || is_j(b) => {
+                let offset = if is_j(b) { a } else { b };
+                let conv = Conv { spec: &self.c.spec, info: &self.c.info, hip: self.flavor.hip };
+                let text = conv.expr(offset, &PlainEnv);
+                if !self.chunks.iter().any(|(ct, o)| *ct == tensor && *o == text) {
+                    return None;
+                }
+                format!("{}_chunk[vv][ee]", t.name.name)
+            }
+            _ => return None,
+        };
         Some(if t.dtype.0.is_float() { self.flavor.to_float(&x) } else { format!("static_cast<int32_t>({x})") })
     }
 }
@@ -307,7 +321,9 @@ fn stmt_blocks(c: &Compiled, p: &RowsPlan, conv: &Conv, flavor: Flavor, body: &[
             }
             StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, flavor, *op, src, dst, *clear),
             StmtKind::Parallel { vars, body } => {
-                let env = RowTileEnv { c, plan: p, vars, flavor };
+                let chunk_vectors: Vec<_> = p.chunk_vectors.iter().filter(|cv| cv.block == s.id).collect();
+                let chunks = chunk_vectors.iter().map(|cv| (cv.tensor, conv.expr(&cv.offset, &PlainEnv))).collect();
+                let env = RowTileEnv { c, plan: p, vars, flavor, chunks };
                 let mut flags = vec![false; vars.len()];
                 let mut assigns: Vec<AssignCtx> = Vec::new();
                 for st in body {
@@ -330,7 +346,20 @@ fn stmt_blocks(c: &Compiled, p: &RowsPlan, conv: &Conv, flavor: Flavor, body: &[
                     lines.push(format!("int const {} = {COL} + ee;  // the tile's column", vars[1].name));
                 }
                 lines.extend(assigns.iter().map(|a| format!("{}  // spec {}: {}", a.code, a.line, a.text)));
-                (String::new(), element_loops(u, two_d, lines))
+                if chunk_vectors.is_empty() {
+                    (String::new(), element_loops(u, two_d, lines))
+                } else {
+                    // The chunk's vectors of 1-D tensors first, in a scope of their own.
+                    let mut code = vec!["{".to_string()];
+                    for cv in &chunk_vectors {
+                        code.extend(vector_load(c, flavor, cv.tensor, "chunk", &format!("int64_t({}) + ", conv.expr(&cv.offset, &PlainEnv)),
+                            &format!("the chunk's columns (read as `{}[{} + j]` below)", c.spec.tensors[cv.tensor].name.name, c.file.snippet(cv.offset.span))).into_iter().map(|l| format!("  {l}")));
+                    }
+                    code.extend(element_loops(u, two_d, lines).into_iter().map(|l| format!("  {l}")));
+                    code.push("}".to_string());
+                    let names: Vec<String> = chunk_vectors.iter().map(|cv| format!("`{}`", c.spec.tensors[cv.tensor].name.name)).collect();
+                    (format!("each thread loads its vectors of {} at the chunk's columns, then computes", names.join(", ")), code)
+                }
             }
             StmtKind::Loop { kind, var, count, body, .. } => {
                 // The loop's statements, each with its comment, on the same registers.
@@ -362,26 +391,32 @@ fn stmt_blocks(c: &Compiled, p: &RowsPlan, conv: &Conv, flavor: Flavor, body: &[
 /// launcher checks that its length is whole vectors). The loads are then in flight beside the
 /// row tile's.
 fn column_vector_loads(c: &Compiled, p: &RowsPlan, flavor: Flavor) -> Vec<String> {
-    let mut code = Vec::new();
-    for &t in &p.column_vectors {
-        let ten = &c.spec.tensors[t];
-        let (n, e) = (&ten.name.name, element_alias(&ten.name.name));
-        let (_, inside) = offset(ten, &["col".to_string()]);
-        let vec_t = flavor.vector(&e);
-        code.extend([
-            format!("{vec_t} {n}_vec[kVectorsPerRow];  // `{n}` at the thread's columns (read as `{n}[j]` below)"),
-            flavor.unroll().to_string(),
-            "for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
-            format!("  int64_t const col = {COL};"),
-            format!("  if ({inside}) {{"),
-            format!("    {n}_vec[vv] = *reinterpret_cast<{vec_t} const*>({n} + col);"),
-            "  } else {".to_string(),
-            format!("    {}", flavor.zero_vector(&format!("{n}_vec[vv]"), &e)),
-            "  }".to_string(),
-            "}".to_string(),
-        ]);
-    }
-    code
+    p.column_vectors.iter().flat_map(|&t| {
+        let n = &c.spec.tensors[t].name.name;
+        vector_load(c, flavor, t, "vec", "", &format!("the thread's columns (read as `{n}[j]` below)"))
+    }).collect()
+}
+
+/// `<tensor>_<suffix>[kVectorsPerRow]`: the thread's vectors of a 1-D tensor at its columns
+/// of the row tile, plus `start` (C++ ending in ` + `, or empty); zeros past the tensor's end
+/// (the launcher checks that its length is whole vectors).
+fn vector_load(c: &Compiled, flavor: Flavor, t: usize, suffix: &str, start: &str, what: &str) -> Vec<String> {
+    let ten = &c.spec.tensors[t];
+    let (n, e) = (&ten.name.name, element_alias(&ten.name.name));
+    let (_, inside) = offset(ten, &["col".to_string()]);
+    let vec_t = flavor.vector(&e);
+    vec![
+        format!("{vec_t} {n}_{suffix}[kVectorsPerRow];  // `{n}` at {what}"),
+        flavor.unroll().to_string(),
+        "for (int vv = 0; vv < kVectorsPerRow; ++vv) {".to_string(),
+        format!("  int64_t const col = {start}{COL};"),
+        format!("  if ({inside}) {{"),
+        format!("    {n}_{suffix}[vv] = *reinterpret_cast<{vec_t} const*>({n} + col);"),
+        "  } else {".to_string(),
+        format!("    {}", flavor.zero_vector(&format!("{n}_{suffix}[vv]"), &e)),
+        "  }".to_string(),
+        "}".to_string(),
+    ]
 }
 
 /// A load or store of the row tile: vector by vector, whole vectors inside the tensor only
