@@ -3,7 +3,7 @@
 //!
 //! The toolchain comes from `scripts/install-toolchain.sh` (cached per user; run here if
 //! `TILEGEN_CUDA_HOME` / `TILEGEN_CUTLASS_DIR` are not set). Units compile in parallel,
-//! `TILEGEN_COMPILE_JOBS` at a time (default 2: each takes about 2 GB).
+//! `TILEGEN_COMPILE_JOBS` at a time (default 2: each takes about 2 GB), from a queue.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,6 +20,31 @@ fn toolchain() -> (PathBuf, PathBuf) {
     let get = |key: &str| last.split_whitespace().find_map(|kv| kv.strip_prefix(key)).map(PathBuf::from)
         .unwrap_or_else(|| panic!("no {key} in the install script's output: {last}"));
     (get("TILEGEN_CUDA_HOME="), get("TILEGEN_CUTLASS_DIR="))
+}
+
+/// Runs `f` on every item, `jobs` at a time: each worker takes the next item as soon as its
+/// last one is done (a slow GEMM file does not hold a core idle beside a quick one). Items are
+/// taken largest file first, so that the slowest units start early. Results in item order.
+fn in_parallel<T: Sync, R: Send>(items: &[T], size: impl Fn(&T) -> u64, jobs: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(size(&items[i])));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new((0..items.len()).map(|_| None).collect::<Vec<Option<R>>>());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(&i) = order.get(k) else { break };
+                let r = f(&items[i]);
+                results.lock().unwrap()[i] = Some(r);
+            });
+        }
+    });
+    results.into_inner().unwrap().into_iter().map(|r| r.expect("every item ran")).collect()
+}
+
+fn file_size(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
 /// Every `.cu` under generated/ and tests/golden/, with the target folder it is in.
@@ -52,30 +77,26 @@ fn generated_sources_compile_warning_free_with_pinned_nvcc() {
     assert!(srcs.len() >= 10, "expected the bundled and golden kernels of both targets, found {}", srcs.len());
     let jobs: usize = std::env::var("TILEGEN_COMPILE_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
     let out_dir = tempfile::tempdir().unwrap();
-    let mut failures = Vec::new();
-    for chunk in srcs.chunks(jobs) {
-        let children: Vec<_> = chunk.iter().map(|(src, arch)| {
-            let obj = out_dir.path().join(src.file_stem().unwrap()).with_extension("o");
-            let child = Command::new(&nvcc)
-                .args(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG", arch, "-Werror", "all-warnings"])
-                .arg(format!("-I{}", cutlass.join("include").display()))
-                .arg("-c").arg(src).arg("-o").arg(&obj)
-                .env("PATH", format!("{}:{}", cuda.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn();
-            (src.clone(), obj, child)
-        }).collect();
-        for (src, obj, out) in children {
-            let out = out.and_then(|c| c.wait_with_output()).expect("running nvcc");
-            let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-            if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
-                failures.push(format!("{}:\n{text}", src.display()));
-            } else {
-                eprintln!("compiled {} ({} bytes of object code)", src.display(), std::fs::metadata(&obj).map(|m| m.len()).unwrap_or(0));
-            }
+    let results = in_parallel(&srcs, |(src, _)| file_size(src), jobs, |(src, arch)| {
+        let obj = out_dir.path().join(src.file_stem().unwrap()).with_extension("o");
+        let out = Command::new(&nvcc)
+            .args(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG", arch, "-Werror", "all-warnings"])
+            .arg(format!("-I{}", cutlass.join("include").display()))
+            .arg("-c").arg(src).arg("-o").arg(&obj)
+            .env("PATH", format!("{}:{}", cuda.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("running nvcc");
+        let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
+            Err(format!("{}:\n{text}", src.display()))
+        } else {
+            eprintln!("compiled {} ({} bytes of object code)", src.display(), file_size(&obj));
+            Ok(())
         }
-    }
+    });
+    let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
     assert!(failures.is_empty(), "nvcc failed or warned:\n{}", failures.join("\n"));
 }
 
@@ -132,50 +153,43 @@ fn amd_sources_compile_warning_free_with_pinned_hipcc_and_use_mfma() {
     let (hipcc, objdump) = (bin.join("tilegen-hipcc"), bin.join("tilegen-llvm-objdump"));
     let jobs: usize = std::env::var("TILEGEN_COMPILE_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
     let out_dir = tempfile::tempdir().unwrap();
-    let mut failures = Vec::new();
-    for chunk in srcs.chunks(jobs) {
-        let children: Vec<_> = chunk.iter().map(|(src, arch)| {
-            let obj = out_dir.path().join(format!("{arch}-{}.o", src.file_stem().unwrap().to_string_lossy()));
-            let child = Command::new(&hipcc)
-                .args(["-std=c++17", "-O3", &format!("--offload-arch={arch}"), "-Wall", "-Wextra", "-Werror"])
-                .arg("-c").arg(src).arg("-o").arg(&obj)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn();
-            (src.clone(), *arch, obj, child)
-        }).collect();
-        for (src, arch, obj, out) in children {
-            let out = out.and_then(|c| c.wait_with_output()).expect("running hipcc");
-            let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-            if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
-                failures.push(format!("{}:\n{text}", src.display()));
-                continue;
-            }
-            // Unbundle the device code object (written next to the object), then disassemble it.
-            let unbundle = Command::new(&objdump).arg("--offloading").arg(&obj).output().expect("running llvm-objdump --offloading");
-            let name = obj.file_name().unwrap().to_string_lossy().into_owned();
-            let device = std::fs::read_dir(out_dir.path()).unwrap().map(|e| e.unwrap().path())
-                .find(|p| p.file_name().is_some_and(|f| f.to_string_lossy().starts_with(&format!("{name}.")) && f.to_string_lossy().ends_with(arch)));
-            let Some(device) = device else {
-                failures.push(format!("{}: no {arch} code object in {} ({})", src.display(), obj.display(), String::from_utf8_lossy(&unbundle.stderr)));
-                continue;
-            };
-            let dis = Command::new(&objdump).arg("-d").arg(&device).output().expect("running llvm-objdump -d");
-            let count = |op: &str| String::from_utf8_lossy(&dis.stdout).lines().filter(|l| l.contains(op)).count();
-            let mfma = count("v_mfma");
-            if std::fs::read_to_string(&src).unwrap_or_default().contains("the row-wise lowering") {
-                let (loads, stores) = (count("global_load_dwordx4"), count("global_store_dwordx4"));
-                if loads == 0 || stores == 0 {
-                    failures.push(format!("{}: the {arch} code object of a row-wise program has {loads} 16-byte global loads and {stores} stores", src.display()));
-                } else {
-                    eprintln!("compiled {} for {arch}: {loads} 16-byte loads, {stores} 16-byte stores", src.display());
-                }
-            } else if mfma == 0 {
-                failures.push(format!("{}: the {arch} code object has no v_mfma instruction", src.display()));
-            } else {
-                eprintln!("compiled {} for {arch}: {mfma} MFMA instructions", src.display());
-            }
+    let results = in_parallel(&srcs, |(src, _)| file_size(src), jobs, |(src, arch)| -> Result<(), String> {
+        let obj = out_dir.path().join(format!("{arch}-{}.o", src.file_stem().unwrap().to_string_lossy()));
+        let out = Command::new(&hipcc)
+            .args(["-std=c++17", "-O3", &format!("--offload-arch={arch}"), "-Wall", "-Wextra", "-Werror"])
+            .arg("-c").arg(src).arg("-o").arg(&obj)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("running hipcc");
+        let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
+            return Err(format!("{}:\n{text}", src.display()));
         }
-    }
+        // Unbundle the device code object (written next to the object), then disassemble it.
+        let unbundle = Command::new(&objdump).arg("--offloading").arg(&obj).output().expect("running llvm-objdump --offloading");
+        let name = obj.file_name().unwrap().to_string_lossy().into_owned();
+        let device = std::fs::read_dir(out_dir.path()).unwrap().map(|e| e.unwrap().path())
+            .find(|p| p.file_name().is_some_and(|f| f.to_string_lossy().starts_with(&format!("{name}.")) && f.to_string_lossy().ends_with(arch)));
+        let Some(device) = device else {
+            return Err(format!("{}: no {arch} code object in {} ({})", src.display(), obj.display(), String::from_utf8_lossy(&unbundle.stderr)));
+        };
+        let dis = Command::new(&objdump).arg("-d").arg(&device).output().expect("running llvm-objdump -d");
+        let count = |op: &str| String::from_utf8_lossy(&dis.stdout).lines().filter(|l| l.contains(op)).count();
+        let mfma = count("v_mfma");
+        if std::fs::read_to_string(src).unwrap_or_default().contains("the row-wise lowering") {
+            let (loads, stores) = (count("global_load_dwordx4"), count("global_store_dwordx4"));
+            if loads == 0 || stores == 0 {
+                return Err(format!("{}: the {arch} code object of a row-wise program has {loads} 16-byte global loads and {stores} stores", src.display()));
+            }
+            eprintln!("compiled {} for {arch}: {loads} 16-byte loads, {stores} 16-byte stores", src.display());
+        } else if mfma == 0 {
+            return Err(format!("{}: the {arch} code object has no v_mfma instruction", src.display()));
+        } else {
+            eprintln!("compiled {} for {arch}: {mfma} MFMA instructions", src.display());
+        }
+        Ok(())
+    });
+    let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
     assert!(failures.is_empty(), "hipcc failed, warned, or emitted no MFMA (no 16-byte accesses for a row-wise program):\n{}", failures.join("\n"));
 }
