@@ -250,3 +250,46 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
     covered.sort();
     assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }
+
+/// Indices below 0 read as zeros, as the interpreter has them: a row-wise RMSNorm reading its
+/// weight one column to the left (`W[k*block_N + j - 1]`) and its second pass one chunk to the
+/// left (`(k - 1)*block_N`), and a tile-lowered GEMM whose A tile starts a block of rows up
+/// (`(by - 1)*block_M`). The generated code checks those indices against 0 as well as the
+/// tensor's extent; reading below the tensor instead would not match.
+#[test]
+fn indices_below_zero_read_as_zeros_like_the_interpreter() {
+    // (spec, text edits, sizes, the output compared)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [(&'a str, i64)], &'a str);
+    let cases: [Case; 2] = [
+        ("tests/golden/specs/rms_norm_wide_bf16.yaml",
+         &[("f32(W[k*block_N + j])", "f32(W[k*block_N + j - 1])"),
+           ("      - copy(X[bx*block_M, k*block_N], xs)\n      - parallel(i, j):\n          - xs[i, j] = xs[i, j] * ss[i]",
+            "      - copy(X[bx*block_M, (k - 1)*block_N], xs)\n      - parallel(i, j):\n          - xs[i, j] = xs[i, j] * ss[i]")],
+         &[("M", 2), ("N", 20000)], "Y"),
+        ("specs/gemm_bf16.yaml",
+         &[("copy(A[by*block_M, k*block_K], A_s)", "copy(A[(by - 1)*block_M, k*block_K], A_s)")],
+         &[("M", 300), ("N", 90), ("K", 100)], "C"),
+    ];
+    for (rel, edits, dims, out) in cases {
+        let mut text = std::fs::read_to_string(root().join(rel)).unwrap();
+        for (from, to) in edits {
+            assert!(text.contains(from), "{rel}: {from}");
+            text = text.replace(from, to);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("shifted.yaml");
+        std::fs::write(&spec, &text).unwrap();
+        let spec = spec.to_string_lossy().to_string();
+        let c = tilegen::compile(SourceFile::new(&spec, text), Target::Gfx942).map_err(|_| "compile").unwrap();
+        let dims = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let (inputs, expected) = interpreted(&c, &dims, 0x1234_5678_9abc_def1);
+        let (c, exe) = build(&spec, Target::Gfx942, dir.path(), |s| {
+            assert!(s.contains("0 <= "), "{rel}: no lower-bound check in\n{s}");
+            s
+        });
+        let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, dir.path()).unwrap();
+        let cmp = tilegen::golden::compare(&got[out], &expected[out], 1e-2);
+        eprintln!("{rel} shifted {dims:?}: rel {:.2e}, unwritten {}", cmp.rel, cmp.non_finite);
+        assert!(cmp.pass, "{rel}: the emulated kernel disagrees with the interpreter: {cmp:?}");
+    }
+}

@@ -1372,3 +1372,26 @@ fn one_d_tensors_read_at_a_chunks_columns_are_loaded_as_vectors_per_block() {
     assert!(c.plan.rows.as_ref().unwrap().chunk_vectors.is_empty());
     assert!(rendered_cu(&c).contains("((k * block_N + 3 + j < N) ? static_cast<float>(W[k * block_N + 3 + j]) : 0.f)"));
 }
+
+#[test]
+fn indices_that_may_be_negative_are_checked_against_zero_or_refused() {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs/rms_norm_wide_bf16.yaml")).unwrap();
+    // Row-wise: an element read at `j - 1`, and a copy a chunk to the left, check 0 too; the
+    // golden form (provably non-negative) does not.
+    let golden = rendered_cu(&compile(text.clone()).unwrap());
+    assert!(!golden.contains("0 <= "), "{golden}");
+    let shifted = text.replace("f32(W[k*block_N + j])", "f32(W[k*block_N + j - 1])")
+        .replace("copy(xs, Y[bx*block_M, k*block_N])", "copy(xs, Y[bx*block_M, (k + 1 - 1)*block_N])");
+    let cu = rendered_cu(&compile(shifted).unwrap());
+    assert!(cu.contains("((0 <= (k * block_N + j) - 1 && (k * block_N + j) - 1 < N) ? static_cast<float>(W[(k * block_N + j) - 1]) : 0.f)"), "{cu}");
+    // `(k + 1 - 1)*block_N` is not provably non-negative (a subtraction), though it is: checked.
+    assert!(cu.contains("if (0 <= col && row < M && col < N) {"), "{cu}");
+    // The CuTe general lowering's copies check the far edges only: a tile index that may be
+    // negative is refused, at the origin.
+    let gemm = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/gemm_bf16.yaml")).unwrap();
+    let e = compile(gemm.replace("copy(acc, C[by*block_M, bx*block_N])", "copy(acc, C[(by - 1)*block_M, bx*block_N])")).unwrap_err().join("\n");
+    assert!(e.contains("22:17: error: the sm80 target's copies check a tile against the tensor's far edges only, and this tile index may be negative"), "{e}");
+    // Nor may a constant tile index below 0.
+    let e = compile(gemm.replace("copy(acc, C[by*block_M, bx*block_N])", "copy(acc, C[(0 - 1)*block_M, bx*block_N])")).unwrap_err().join("\n");
+    assert!(e.contains("this tile index may be negative"), "{e}");
+}

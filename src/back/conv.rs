@@ -164,11 +164,13 @@ impl Conv<'_> {
         }
     }
 
-    /// A global element read: zero outside the tensor (the spec's semantics at ragged edges).
+    /// A global element read: zero outside the tensor (the spec's semantics at ragged edges,
+    /// below 0 as past the end).
     fn tensor_element(&self, t: usize, idx: &[Expr], env: &dyn Env) -> String {
         let tensor = &self.spec.tensors[t];
         let ix: Vec<String> = idx.iter().map(|e| self.expr(e, env)).collect();
         let (linear, in_bounds) = offset(tensor, &ix);
+        let in_bounds = with_lower_bounds(idx.iter().zip(&ix).filter(|(e, _)| !crate::check::non_negative(e, &self.info.symbols)).map(|(_, i)| i.as_str()), in_bounds);
         let zero = if tensor.dtype.0.is_float() { "0.f" } else { "0" };
         let conv = match (tensor.dtype.0.is_float(), self.hip) {
             (true, true) => "ck::type_convert<float>",
@@ -177,6 +179,12 @@ impl Conv<'_> {
         };
         format!("(({in_bounds}) ? {conv}({}[{linear}]) : {zero})", tensor.name.name)
     }
+}
+
+/// `in_bounds` with a `0 <= i` check in front for each C++ index of `may_be_negative`.
+pub fn with_lower_bounds<'a>(may_be_negative: impl Iterator<Item = &'a str>, in_bounds: String) -> String {
+    let lower: Vec<String> = may_be_negative.map(|i| format!("0 <= {i}")).collect();
+    if lower.is_empty() { in_bounds } else { format!("{} && {in_bounds}", lower.join(" && ")) }
 }
 
 /// Whether `name` occurs in `text` as a whole C++ identifier.

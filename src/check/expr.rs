@@ -32,6 +32,23 @@ pub const INTRINSICS: [&str; 16] = [
     "sigmoid",
 ];
 
+/// Whether an integer index expression cannot be negative: a constant expression that is not,
+/// or one built from non-negative constants, runtime sizes, block indices and loop or parallel
+/// variables (which all count up from 0) with `+`, `*`, `/`, `%`, `min`, `max` and `ceildiv`.
+/// Generated code checks indices that may be negative (`j - 1`) against 0 as well as against
+/// the tensor's extent, or refuses them where its copies check only the far edge.
+pub fn non_negative(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> bool {
+    if let Some(v) = eval_int(e, symbols) {
+        return v >= 0;
+    }
+    match &e.kind {
+        ExprKind::Name(n) => matches!(symbols.get(n), Some(Symbol::RuntimeDim | Symbol::BlockIndex(_) | Symbol::Var)),
+        ExprKind::Binary(BinOp::Add | BinOp::Mul | BinOp::Div | BinOp::Rem, a, b) => non_negative(a, symbols) && non_negative(b, symbols),
+        ExprKind::Call(f, args) if matches!(f.name.as_str(), "min" | "max" | "ceildiv") => args.iter().all(|a| non_negative(&a.value, symbols)),
+        _ => false,
+    }
+}
+
 /// Evaluates an integer expression made of literals and integer constants.
 pub fn eval_int(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> Option<i64> {
     match &e.kind {

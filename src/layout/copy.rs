@@ -301,12 +301,25 @@ impl Infer<'_> {
                 _ => None,
             };
             match c {
+                Some(c) if !crate::check::non_negative(&c, &self.info.symbols) => {
+                    self.err(Diagnostic::error(e.span, format!("the {} target's copies check a tile against the tensor's far edges only, and this tile index may be negative", self.target))
+                        .hint("start tiles at index 0 or later (`k*block_K`, not `(k - 1)*block_K`); a neighbour's element can be read by index in a `parallel` block, which checks both edges"));
+                    return None;
+                }
                 Some(c) => coords.push(c),
                 None => {
                     self.err(Diagnostic::error(e.span, format!("the {} target needs tile-aligned origins: this origin is not a multiple of the tile extent {ext}", self.target))
                         .hint(format!("write the origin as `<tile index>*{ext}` (e.g. `by*block_M`)")));
                     return None;
                 }
+            }
+        }
+        let fixed: Vec<(usize, Expr)> = fixed;
+        for (_, e) in &fixed {
+            if !crate::check::non_negative(e, &self.info.symbols) {
+                self.err(Diagnostic::error(e.span, format!("the {} target's copies check a tile against the tensor's far edges only, and this index may be negative", self.target))
+                    .hint("index the dimension the tile does not span with a value that is 0 or more (a block index, a loop variable)"));
+                return None;
             }
         }
         Some((coords, fixed))

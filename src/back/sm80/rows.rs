@@ -7,7 +7,7 @@
 use super::body::{assign_code, mark_used, AssignCtx};
 use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, elements_ctx_with, gencode, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
 use crate::ast::*;
-use crate::back::conv::{helpers_used, mentions, offset, Conv, Env};
+use crate::back::conv::{helpers_used, mentions, offset, with_lower_bounds, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::check::Symbol;
 use crate::diag::Diagnostic;
@@ -352,7 +352,7 @@ fn stmt_blocks(c: &Compiled, p: &RowsPlan, conv: &Conv, flavor: Flavor, body: &[
                     // The chunk's vectors of 1-D tensors first, in a scope of their own.
                     let mut code = vec!["{".to_string()];
                     for cv in &chunk_vectors {
-                        code.extend(vector_load(c, flavor, cv.tensor, "chunk", &format!("int64_t({}) + ", conv.expr(&cv.offset, &PlainEnv)),
+                        code.extend(vector_load(c, flavor, cv.tensor, "chunk", Some((&cv.offset, conv.expr(&cv.offset, &PlainEnv))),
                             &format!("the chunk's columns (read as `{}[{} + j]` below)", c.spec.tensors[cv.tensor].name.name, c.file.snippet(cv.offset.span))).into_iter().map(|l| format!("  {l}")));
                     }
                     code.extend(element_loops(u, two_d, lines).into_iter().map(|l| format!("  {l}")));
@@ -393,17 +393,19 @@ fn stmt_blocks(c: &Compiled, p: &RowsPlan, conv: &Conv, flavor: Flavor, body: &[
 fn column_vector_loads(c: &Compiled, p: &RowsPlan, flavor: Flavor) -> Vec<String> {
     p.column_vectors.iter().flat_map(|&t| {
         let n = &c.spec.tensors[t].name.name;
-        vector_load(c, flavor, t, "vec", "", &format!("the thread's columns (read as `{n}[j]` below)"))
+        vector_load(c, flavor, t, "vec", None, &format!("the thread's columns (read as `{n}[j]` below)"))
     }).collect()
 }
 
 /// `<tensor>_<suffix>[kVectorsPerRow]`: the thread's vectors of a 1-D tensor at its columns
-/// of the row tile, plus `start` (C++ ending in ` + `, or empty); zeros past the tensor's end
-/// (the launcher checks that its length is whole vectors).
-fn vector_load(c: &Compiled, flavor: Flavor, t: usize, suffix: &str, start: &str, what: &str) -> Vec<String> {
+/// of the row tile, plus `start` (a chunk's first column, and its C++); zeros outside the
+/// tensor (the launcher checks that its length is whole vectors).
+fn vector_load(c: &Compiled, flavor: Flavor, t: usize, suffix: &str, start: Option<(&Expr, String)>, what: &str) -> Vec<String> {
     let ten = &c.spec.tensors[t];
     let (n, e) = (&ten.name.name, element_alias(&ten.name.name));
     let (_, inside) = offset(ten, &["col".to_string()]);
+    let inside = with_lower_bounds(start.as_ref().filter(|(o, _)| !crate::check::non_negative(o, &c.info.symbols)).map(|_| "col").into_iter(), inside);
+    let start = start.map(|(_, text)| format!("int64_t({text}) + ")).unwrap_or_default();
     let vec_t = flavor.vector(&e);
     vec![
         format!("{vec_t} {n}_{suffix}[kVectorsPerRow];  // `{n}` at {what}"),
@@ -431,6 +433,7 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate
     let start = |e: &Expr| if matches!(e.kind, ExprKind::Int(0)) { String::new() } else { format!("int64_t({}) + ", conv.expr(e, &PlainEnv)) };
     let (r0, c0) = (start(&cp.origin[0]), start(&cp.origin[1]));
     let (linear, inside) = offset(t, &["row".to_string(), "col".to_string()]);
+    let inside = with_lower_bounds(["row", "col"].into_iter().zip(&cp.origin).filter(|(_, o)| !crate::check::non_negative(o, &c.info.symbols)).map(|(v, _)| v), inside);
     let vec_t = flavor.vector(&te);
     let bytes = p.vector * t.dtype.0.bytes() as i64;
     let mut code = vec![

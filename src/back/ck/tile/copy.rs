@@ -18,8 +18,7 @@ impl<'a> Lower<'a> {
                     self.sync_for(&[], &[b]);
                     let elem = format!("Element{}", upper_first(&self.c.spec.buffers[b].name.name));
                     self.for_each_vector(b, v, |l, co| {
-                        let idx = l.tile_indices(src, co);
-                        let (lin, bounds) = l.address(t, &idx);
+                        let (lin, bounds) = l.tile_address(t, src, co);
                         l.line(format!("store_vec<{v}>(&{}, ({bounds}) ? load_vec<{v}>(&{tn}[{lin}]) : Vec<{elem}, {v}>{{}});", l.lds_ref(b, co)));
                     });
                     return;
@@ -28,8 +27,7 @@ impl<'a> Lower<'a> {
                 self.sync_for(&[], &[b]);
                 let same = self.c.spec.tensors[t].dtype.0 == dt;
                 self.for_each_shared(b, |l, co| {
-                    let idx = l.tile_indices(src, co);
-                    let (lin, bounds) = l.address(t, &idx);
+                    let (lin, bounds) = l.tile_address(t, src, co);
                     let v = if same { format!("{tn}[{lin}]") } else { from_float(dt, &to_float(l.c.spec.tensors[t].dtype.0, &format!("{tn}[{lin}]"))) };
                     l.line(format!("{} = ({bounds}) ? {v} : {};", l.lds_ref(b, co), zero(dt)));
                 });
@@ -44,8 +42,7 @@ impl<'a> Lower<'a> {
                     self.comment(s, &format!("every thread a strided share of the tile, {v} elements per access; vectors past the tensor's edges are not stored"));
                     self.sync_for(&[b], &[]);
                     self.for_each_vector(b, v, |l, co| {
-                        let idx = l.tile_indices(dst, co);
-                        let (lin, bounds) = l.address(t, &idx);
+                        let (lin, bounds) = l.tile_address(t, dst, co);
                         l.open(format!("if ({bounds})"));
                         l.line(format!("store_vec<{v}>(&{tn}[{lin}], load_vec<{v}>(&{}));", l.lds_ref(b, co)));
                         l.close();
@@ -55,8 +52,7 @@ impl<'a> Lower<'a> {
                 self.comment(s, "every thread a strided share of the tile; elements past the tensor's edges are not stored");
                 self.sync_for(&[b], &[]);
                 self.for_each_shared(b, |l, co| {
-                    let idx = l.tile_indices(dst, co);
-                    let (lin, bounds) = l.address(t, &idx);
+                    let (lin, bounds) = l.tile_address(t, dst, co);
                     let v = if st == tt { l.lds_ref(b, co) } else { from_float(tt, &to_float(st, &l.lds_ref(b, co))) };
                     l.open(format!("if ({bounds})"));
                     l.line(format!("{tn}[{lin}] = {v};"));
@@ -109,8 +105,7 @@ impl<'a> Lower<'a> {
                             self.comment(s, "each lane stores its 4 columns of a block as one vector; vectors past the tensor's edges are not stored");
                             let elem = format!("Element{}", upper_first(&self.c.spec.tensors[t].name.name));
                             let col0 = format!("{n}_col + bj * 16 + lane_col");
-                            let idx = self.tile_indices(dst, &[row.clone(), col0]);
-                            let (lin, bounds) = self.address(t, &idx);
+                            let (lin, bounds) = self.tile_address(t, dst, &[row.clone(), col0]);
                             let values = (0..4).map(|i| from_float(tt, &to_float(ft, &format!("{n}[bi][bj][{i}]")))).collect::<Vec<_>>().join(", ");
                             self.line("#pragma unroll");
                             self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
@@ -128,8 +123,7 @@ impl<'a> Lower<'a> {
                         }
                         self.comment(s, "each lane stores its own registers; elements past the tensor's edges are not stored");
                         self.for_each_element(g, |l| {
-                            let idx = l.tile_indices(dst, &[row.clone(), col.clone()]);
-                            let (lin, bounds) = l.address(t, &idx);
+                            let (lin, bounds) = l.tile_address(t, dst, &[row.clone(), col.clone()]);
                             l.open(format!("if ({bounds})"));
                             l.line(format!("{tn}[{lin}] = {};", from_float(tt, &to_float(ft, &format!("{n}[bi][bj][r]")))));
                             l.close();

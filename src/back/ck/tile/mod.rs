@@ -265,9 +265,15 @@ impl<'a> Lower<'a> {
         (format!("{n}_row + bi * 16 + lane_row"), format!("{n}_col + bj * 16 + lane_col + r"))
     }
 
-    /// The C++ linear offset and bounds condition of tensor `t` at `idx`.
-    fn address(&self, t: usize, idx: &[String]) -> (String, String) {
-        crate::back::conv::offset(&self.c.spec.tensors[t], idx)
+    /// The C++ linear offset and bounds condition of tensor `t` at the element of `op`'s tile
+    /// whose buffer coordinates are `coords`; origins that may be negative are checked against
+    /// 0 too.
+    fn tile_address(&self, t: usize, op: &Operand, coords: &[String]) -> (String, String) {
+        let idx = self.tile_indices(op, coords);
+        let (linear, bounds) = crate::back::conv::offset(&self.c.spec.tensors[t], &idx);
+        let origin = op.origin.as_deref().unwrap_or_default();
+        let negative = idx.iter().zip(origin).filter(|(_, e)| !crate::check::non_negative(e, &self.c.info.symbols)).map(|(i, _)| i.as_str());
+        (linear, crate::back::conv::with_lower_bounds(negative, bounds))
     }
 
     /// Tensor indices of a tile element whose buffer coordinates are `coords`.
