@@ -614,6 +614,8 @@ fn rows_statements(o: &mut String, c: &Compiled, p: &crate::layout::rows::RowsPl
         let what = match &s.kind {
             crate::ast::StmtKind::Loop { .. } => "loop: its statements run once per trip on the same registers (a row longer than the tile is read in chunks)".to_string(),
             crate::ast::StmtKind::Copy { .. } => match p.copies.iter().find(|cp| cp.stmt == s.id) {
+                Some(cp) if cp.row_values && cp.load => "load of row values: each thread reads the value of each row it holds (zero past the tensor)".to_string(),
+                Some(cp) if cp.row_values => "store of row values: the first thread of each row writes it, converted to the tensor's type".to_string(),
                 Some(cp) if cp.load => format!("load: {} vectors per thread (16-byte loads of whole vectors inside the tensor, zeros outside), converted to the fragment's type", p.rows_per_thread * p.vectors_per_row),
                 Some(_) => format!("store: {} vectors per thread, converted to the tensor's type; vectors outside the tensor are skipped", p.rows_per_thread * p.vectors_per_row),
                 None => continue,

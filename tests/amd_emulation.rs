@@ -211,6 +211,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
         ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
         ("layer_norm_bf16", &[("M", 5), ("N", 1000)]),
+        ("layer_norm_fwd_bf16", &[("M", 5), ("N", 1000)]),
         ("linear3d_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
         ("rms_norm_bf16", &[("M", 3), ("N", 2056)]),
         // Two column chunks of 16384, the second ragged (W read as chunk vectors).
@@ -248,7 +249,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "layer_norm_fwd_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }
 
 /// Indices below 0 read as zeros, as the interpreter has them: a row-wise RMSNorm reading its
@@ -291,5 +292,52 @@ fn indices_below_zero_read_as_zeros_like_the_interpreter() {
         let cmp = tilegen::golden::compare(&got[out], &expected[out], 1e-2);
         eprintln!("{rel} shifted {dims:?}: rel {:.2e}, unwritten {}", cmp.rel, cmp.non_finite);
         assert!(cmp.pass, "{rel}: the emulated kernel disagrees with the interpreter: {cmp:?}");
+    }
+}
+
+/// Row values to and from 1-D tensors: each row scaled by its own factor `S[row]` (loaded per
+/// row), and each row's maximum stored (by the row's first thread), at a ragged M and an N
+/// shorter than the tile, against the interpreter.
+#[test]
+fn row_values_load_and_store_like_the_interpreter() {
+    let text = r#"kernel: row_scale
+tensors:
+  X: {dtype: bf16, shape: [M, N]}
+  S: {dtype: f32, shape: [M]}
+  Y: {dtype: bf16, shape: [M, N], output: true}
+  R: {dtype: bf16, shape: [M], output: true}
+constants: {block_M: 8, block_N: 256}
+grid:
+  bx: ceildiv(M, block_M)
+threads: 256
+buffers:
+  xs: {scope: fragment, dtype: f32, shape: [block_M, block_N]}
+  s: {scope: fragment, dtype: f32, shape: [block_M]}
+  m: {scope: fragment, dtype: f32, shape: [block_M]}
+body:
+  - copy(X[bx*block_M, 0], xs)
+  - copy(S[bx*block_M], s)
+  - parallel(i, j):
+      - xs[i, j] = select(j < N, xs[i, j] * s[i], -inf)
+  - reduce_max(xs, m)
+  - copy(xs, Y[bx*block_M, 0])
+  - copy(m, R[bx*block_M])
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("row_scale.yaml");
+    std::fs::write(&spec, text).unwrap();
+    let spec = spec.to_string_lossy().to_string();
+    let c = tilegen::compile(SourceFile::new(&spec, text.to_string()), Target::Gfx942).map_err(|_| "compile").unwrap();
+    let dims = [("M", 13), ("N", 200)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let (inputs, expected) = interpreted(&c, &dims, 0x0bad_cafe_f00d_1234);
+    let (c, exe) = build(&spec, Target::Gfx942, dir.path(), |s| {
+        assert!(s.contains("if (row_lane == 0) {") && s.contains("s[rr] = (row < M) ? ck::type_convert<float>(S[row]) : 0.0f;"), "{s}");
+        s
+    });
+    let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, dir.path()).unwrap();
+    for out in ["Y", "R"] {
+        let cmp = tilegen::golden::compare(&got[out], &expected[out], 1e-2);
+        eprintln!("row_scale {out}: rel {:.2e}, unwritten {}", cmp.rel, cmp.non_finite);
+        assert!(cmp.pass, "`{out}`: the emulated kernel disagrees with the interpreter: {cmp:?}");
     }
 }

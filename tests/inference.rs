@@ -1395,3 +1395,23 @@ fn indices_that_may_be_negative_are_checked_against_zero_or_refused() {
     let e = compile(gemm.replace("copy(acc, C[by*block_M, bx*block_N])", "copy(acc, C[(0 - 1)*block_M, bx*block_N])")).unwrap_err().join("\n");
     assert!(e.contains("this tile index may be negative"), "{e}");
 }
+
+#[test]
+fn row_values_copy_to_and_from_one_d_tensors() {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs/layer_norm_fwd_bf16.yaml")).unwrap();
+    let c = compile(text.clone()).unwrap();
+    let p = c.plan.rows.as_ref().unwrap();
+    assert_eq!(p.copies.iter().map(|cp| (cp.load, cp.row_values)).collect::<Vec<_>>(), vec![(true, false), (false, false), (false, true), (false, true)]);
+    // Scalar stores: no alignment asked of Mean and Rstd; the row tile's vector width is X's.
+    assert!(c.plan.alignment.iter().all(|a| !["Mean", "Rstd"].contains(&c.spec.tensors[a.tensor].name.name.as_str())));
+    assert_eq!(p.vector, 8);
+    let cu = rendered_cu(&c);
+    assert!(cu.contains("  if (row_lane == 0) {\n    CUTE_UNROLL\n    for (int rr = 0; rr < kRowsPerThread; ++rr) {\n      int64_t const row = int64_t(bx * block_M) + row_group + kRowGroups * rr;\n      if (row < M) {\n        Rstd[row] = static_cast<ElementRstd>(rstd(rr));"), "{cu}");
+    // A load of row values, at a first row that may be negative: checked against 0.
+    let load = compile(text.replace("  - copy(X[bx*block_M, 0], xs)\n", "  - copy(X[bx*block_M, 0], xs)\n  - copy(Mean[bx*block_M - 1], mean)\n")).unwrap();
+    assert!(rendered_cu(&load).contains("mean(rr) = (0 <= row && row < M) ? static_cast<ElementMean>(Mean[row]) : ElementMean(0);"));
+    // Row values go to 1-D tensors only.
+    let e = compile(text.replace("Mean:  {dtype: f32, shape: [M], output: true}", "Mean:  {dtype: f32, shape: [M, 1], output: true}")
+        .replace("copy(mean, Mean[bx*block_M])", "copy(mean, Mean[bx*block_M:, 0])")).unwrap_err().join("\n");
+    assert!(e.contains("a fragment of row values copies to or from a 1-D tensor at the tile's first row; `Mean` has 2 dimension(s)"), "{e}");
+}

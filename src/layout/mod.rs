@@ -505,7 +505,7 @@ impl<'a> Infer<'a> {
     /// Takes a row-wise plan: the launcher's alignment checks (whole vectors of every tensor
     /// copied) and the shared scratch of cross-warp reductions.
     fn adopt_rows(&mut self, p: rows::RowsPlan) {
-        for cp in &p.copies {
+        for cp in p.copies.iter().filter(|cp| !cp.row_values) {
             let bytes = p.vector * self.spec.tensors[cp.tensor].dtype.0.bytes() as i64;
             self.require_alignment(cp.tensor, p.vector, format!("the row tile moves {}-byte vectors of `{}`", bytes, self.spec.tensors[cp.tensor].name.name));
         }

@@ -36,8 +36,11 @@ pub struct RowsCopy {
     pub buffer: usize,
     /// Global → registers (a load), or registers → global (a store).
     pub load: bool,
-    /// The tile's origin in the tensor: its first row and first column.
+    /// The tile's origin in the tensor: its first row and first column (0 for row values).
     pub origin: [Expr; 2],
+    /// A 1-D fragment of row values to or from a 1-D tensor (one element per row), rather
+    /// than the row tile to or from a 2-D tensor.
+    pub row_values: bool,
 }
 
 /// A 1-D tensor read by one parallel block at a chunk's columns: `T[offset + j]`, `offset`
@@ -204,12 +207,34 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                         continue;
                     }
                 };
+                let ten = &spec.tensors[t];
+                // Row values: a 1-D fragment to or from a 1-D tensor, one value per row
+                // (LayerNorm's saved mean and rstd, softmax's log-sum-exp).
+                if let Some(b) = b.filter(|b| stats.contains(b)) {
+                    let origin = match (&op.origin, &op.tile_dims) {
+                        (Some(o), None) if o.len() == 1 && ten.shape.len() == 1 => o[0].clone(),
+                        _ => {
+                            errors.push(Diagnostic::error(op.span, format!("a fragment of row values copies to or from a 1-D tensor at the tile's first row; `{}` has {} dimension(s)", ten.name.name, ten.shape.len()))
+                                .label(ten.span, "declared here")
+                                .hint("declare the tensor [M] and write e.g. `copy(rstd, R[bx*block_M])`"));
+                            continue;
+                        }
+                    };
+                    if !ten.dtype.0.is_float() {
+                        errors.push(Diagnostic::error(op.span, format!("the row-wise lowering copies floating-point tensors; `{}` is {}", ten.name.name, ten.dtype.0))
+                            .label(ten.dtype.1, "declared here")
+                            .hint("store the row values as f32, f16 or bf16"));
+                        continue;
+                    }
+                    let zero = Expr { kind: ExprKind::Int(0), span: origin.span };
+                    copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin: [origin, zero], row_values: true });
+                    continue;
+                }
                 let Some(b) = b.filter(|b| tiles.contains(b)) else {
-                    errors.push(Diagnostic::error(s.span, "the row-wise lowering copies whole row tiles: the fragment side must be 2-D")
-                        .hint("copy into or out of the [rows, columns] fragment"));
+                    errors.push(Diagnostic::error(s.span, "the row-wise lowering copies whole row tiles, or row values to and from a 1-D tensor: this fragment is neither")
+                        .hint("copy into or out of the [rows, columns] fragment, or a [rows] fragment"));
                     continue;
                 };
-                let ten = &spec.tensors[t];
                 if ten.shape.len() != 2 || ten.order.0 != Order::RowMajor {
                     errors.push(Diagnostic::error(op.span, format!("the row-wise lowering reads and writes 2-D row-major tensors; `{}` is not one", ten.name.name))
                         .label(ten.span, "declared here")
@@ -231,7 +256,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                     continue;
                 }
                 widest = widest.max(ten.dtype.0.bytes() as i64);
-                copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin });
+                copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin, row_values: false });
             }
             StmtKind::If { .. } | StmtKind::Assign { .. } | StmtKind::Gemm { .. } | StmtKind::Dequant { .. } => {
                 errors.push(Diagnostic::error(s.span, "the row-wise lowering (programs without gemms) takes copies, `clear`, `fill`, `parallel` blocks, row reductions and `serial` / `unroll` loops of them")
@@ -258,7 +283,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         ExprKind::Binary(BinOp::Mul, x, y) => [x, y].iter().any(|f| eval_int(f, &info.symbols).is_some_and(|v| v % vector == 0)),
         _ => false,
     };
-    for cp in &copies {
+    for cp in copies.iter().filter(|cp| !cp.row_values) {
         let e = &cp.origin[1];
         if !aligned(e) {
             errors.push(Diagnostic::error(e.span, format!("the tile's first column must be a multiple of {vector} (the row tile's vectors)"))

@@ -432,6 +432,9 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate
     // `int64_t(origin) + ` before the thread's offset, or nothing for an origin of 0.
     let start = |e: &Expr| if matches!(e.kind, ExprKind::Int(0)) { String::new() } else { format!("int64_t({}) + ", conv.expr(e, &PlainEnv)) };
     let (r0, c0) = (start(&cp.origin[0]), start(&cp.origin[1]));
+    if cp.row_values {
+        return row_values_code(c, flavor, cp, &r0);
+    }
     let (linear, inside) = offset(t, &["row".to_string(), "col".to_string()]);
     let inside = with_lower_bounds(["row", "col"].into_iter().zip(&cp.origin).filter(|(_, o)| !crate::check::non_negative(o, &c.info.symbols)).map(|(v, _)| v), inside);
     let vec_t = flavor.vector(&te);
@@ -473,6 +476,46 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate
     };
     code.extend(["  }".to_string(), "}".to_string()]);
     (why, code)
+}
+
+/// A copy of row values (a 1-D fragment) to or from a 1-D tensor, `r0` the tile's first row
+/// as C++ (`int64_t(...) + `, or empty): each thread loads the values of its rows (zeros past
+/// the tensor); the row's first thread stores them (every thread of a row holds the same).
+fn row_values_code(c: &Compiled, flavor: Flavor, cp: &crate::layout::rows::RowsCopy, r0: &str) -> (String, Vec<String>) {
+    let t = &c.spec.tensors[cp.tensor];
+    let b = &c.spec.buffers[cp.buffer];
+    let (tn, bn) = (&t.name.name, &b.name.name);
+    let (te, be) = (element_alias(tn), element_alias(bn));
+    let u = flavor.unroll();
+    let (linear, inside) = offset(t, &["row".to_string()]);
+    let inside = with_lower_bounds((!crate::check::non_negative(&cp.origin[0], &c.info.symbols)).then_some("row").into_iter(), inside);
+    let stat = flavor.stat(bn);
+    let row = format!("int64_t const row = {r0}{ROW};");
+    if cp.load {
+        let value = if flavor.hip { flavor.to_float(&format!("{tn}[{linear}]")) } else { format!("static_cast<{be}>({tn}[{linear}])") };
+        let zero = if flavor.hip { "0.0f".to_string() } else { format!("{be}(0)") };
+        let code = vec![
+            u.to_string(),
+            "for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),
+            format!("  {row}"),
+            format!("  {stat} = ({inside}) ? {value} : {zero};"),
+            "}".to_string(),
+        ];
+        ("each thread loads the value of each row it holds; rows past the tensor read as zero".to_string(), code)
+    } else {
+        let code = vec![
+            "if (row_lane == 0) {".to_string(),
+            format!("  {u}"),
+            "  for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),
+            format!("    {row}"),
+            format!("    if ({inside}) {{"),
+            format!("      {tn}[{linear}] = {};", flavor.convert(&te, &stat)),
+            "    }".to_string(),
+            "  }".to_string(),
+            "}".to_string(),
+        ];
+        (format!("every thread of a row holds its value; the row's first thread stores it, converted to {}; rows past the tensor are skipped", t.dtype.0), code)
+    }
 }
 
 /// `body` (one statement per element) inside the loops over a thread's values of the row tile
