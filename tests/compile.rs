@@ -6,7 +6,7 @@
 //! `TILEGEN_COMPILE_JOBS` at a time (default 2: each takes about 2 GB), from a queue.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn toolchain() -> (PathBuf, PathBuf) {
     if let (Some(cuda), Some(cutlass)) = (std::env::var_os("TILEGEN_CUDA_HOME"), std::env::var_os("TILEGEN_CUTLASS_DIR")) {
@@ -43,6 +43,16 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], size: impl Fn(&T) -> u64, jobs: us
     results.into_inner().unwrap().into_iter().map(|r| r.expect("every item ran")).collect()
 }
 
+/// A compiler's run on `src`: it succeeded, printed nothing (no warning) and wrote `obj`; or
+/// the failure, with what it printed.
+fn quiet_object(out: &std::process::Output, src: &Path, obj: &Path) -> Result<(), String> {
+    let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
+        return Err(format!("{}:\n{text}", src.display()));
+    }
+    Ok(())
+}
+
 fn file_size(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
@@ -77,24 +87,18 @@ fn generated_sources_compile_warning_free_with_pinned_nvcc() {
     assert!(srcs.len() >= 10, "expected the bundled and golden kernels of both targets, found {}", srcs.len());
     let jobs: usize = std::env::var("TILEGEN_COMPILE_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
     let out_dir = tempfile::tempdir().unwrap();
-    let results = in_parallel(&srcs, |(src, _)| file_size(src), jobs, |(src, arch)| {
+    let results = in_parallel(&srcs, |(src, _)| file_size(src), jobs, |(src, arch)| -> Result<(), String> {
         let obj = out_dir.path().join(src.file_stem().unwrap()).with_extension("o");
         let out = Command::new(&nvcc)
             .args(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DNDEBUG", arch, "-Werror", "all-warnings"])
             .arg(format!("-I{}", cutlass.join("include").display()))
             .arg("-c").arg(src).arg("-o").arg(&obj)
             .env("PATH", format!("{}:{}", cuda.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .output()
             .expect("running nvcc");
-        let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
-            Err(format!("{}:\n{text}", src.display()))
-        } else {
-            eprintln!("compiled {} ({} bytes of object code)", src.display(), file_size(&obj));
-            Ok(())
-        }
+        quiet_object(&out, src, &obj)?;
+        eprintln!("compiled {} ({} bytes of object code)", src.display(), file_size(&obj));
+        Ok(())
     });
     let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
     assert!(failures.is_empty(), "nvcc failed or warned:\n{}", failures.join("\n"));
@@ -158,14 +162,9 @@ fn amd_sources_compile_warning_free_with_pinned_hipcc_and_use_mfma() {
         let out = Command::new(&hipcc)
             .args(["-std=c++17", "-O3", &format!("--offload-arch={arch}"), "-Wall", "-Wextra", "-Werror"])
             .arg("-c").arg(src).arg("-o").arg(&obj)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .output()
             .expect("running hipcc");
-        let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() || !text.trim().is_empty() || !obj.exists() {
-            return Err(format!("{}:\n{text}", src.display()));
-        }
+        quiet_object(&out, src, &obj)?;
         // Unbundle the device code object (written next to the object), then disassemble it.
         let unbundle = Command::new(&objdump).arg("--offloading").arg(&obj).output().expect("running llvm-objdump --offloading");
         let name = obj.file_name().unwrap().to_string_lossy().into_owned();

@@ -282,7 +282,7 @@ impl Infer<'_> {
     fn tile_coords(&mut self, op: &Operand, tensor: usize, shape: &[i64]) -> Option<TileCoords> {
         let origin = op.origin.as_ref()?;
         let dims = self.tile_dims(op, tensor);
-        let fixed = (0..origin.len()).filter(|d| !dims.contains(d)).map(|d| (d, origin[d].clone())).collect();
+        let fixed: Vec<(usize, Expr)> = (0..origin.len()).filter(|d| !dims.contains(d)).map(|d| (d, origin[d].clone())).collect();
         let mut coords = Vec::new();
         for (e, ext) in dims.iter().map(|d| &origin[*d]).zip(shape) {
             let c = match &e.kind {
@@ -314,7 +314,6 @@ impl Infer<'_> {
                 }
             }
         }
-        let fixed: Vec<(usize, Expr)> = fixed;
         for (_, e) in &fixed {
             if !crate::check::non_negative(e, &self.info.symbols) {
                 self.err(Diagnostic::error(e.span, format!("the {} target's copies check a tile against the tensor's far edges only, and this index may be negative", self.target))

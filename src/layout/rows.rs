@@ -36,8 +36,9 @@ pub struct RowsCopy {
     pub buffer: usize,
     /// Global → registers (a load), or registers → global (a store).
     pub load: bool,
-    /// The tile's origin in the tensor: its first row and first column (0 for row values).
-    pub origin: [Expr; 2],
+    /// The tile's origin in the tensor: its first row and first column, or for row values
+    /// its first row alone.
+    pub origin: Vec<Expr>,
     /// A 1-D fragment of row values to or from a 1-D tensor (one element per row), rather
     /// than the row tile to or from a 2-D tensor.
     pub row_values: bool,
@@ -220,14 +221,10 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                             continue;
                         }
                     };
-                    if !ten.dtype.0.is_float() {
-                        errors.push(Diagnostic::error(op.span, format!("the row-wise lowering copies floating-point tensors; `{}` is {}", ten.name.name, ten.dtype.0))
-                            .label(ten.dtype.1, "declared here")
-                            .hint("store the row values as f32, f16 or bf16"));
+                    if !float_tensor(ten, op, &mut errors) {
                         continue;
                     }
-                    let zero = Expr { kind: ExprKind::Int(0), span: origin.span };
-                    copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin: [origin, zero], row_values: true });
+                    copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin: vec![origin], row_values: true });
                     continue;
                 }
                 let Some(b) = b.filter(|b| tiles.contains(b)) else {
@@ -242,17 +239,14 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                     continue;
                 }
                 let origin = match (&op.origin, &op.tile_dims) {
-                    (Some(o), None) if o.len() == 2 => [o[0].clone(), o[1].clone()],
+                    (Some(o), None) if o.len() == 2 => o.clone(),
                     _ => {
                         errors.push(Diagnostic::error(op.span, "the row-wise lowering needs the tile's origin as `[row, column]`")
                             .hint("write e.g. `X[bx*block_M, 0]`"));
                         continue;
                     }
                 };
-                if !ten.dtype.0.is_float() {
-                    errors.push(Diagnostic::error(op.span, format!("the row-wise lowering copies floating-point tensors; `{}` is {}", ten.name.name, ten.dtype.0))
-                        .label(ten.dtype.1, "declared here")
-                        .hint("convert the data to f32, f16 or bf16 before this kernel"));
+                if !float_tensor(ten, op, &mut errors) {
                     continue;
                 }
                 widest = widest.max(ten.dtype.0.bytes() as i64);
@@ -397,6 +391,16 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
             .hint("use more threads, fewer rows per block, or fewer 2-D fragments (compute into one in place)"));
     }
     if errors.is_empty() { Ok(p) } else { Err(errors) }
+}
+
+/// Whether a copied tensor is floating-point; an error at the copy's operand if not.
+fn float_tensor(ten: &Tensor, op: &Operand, errors: &mut Vec<Diagnostic>) -> bool {
+    if !ten.dtype.0.is_float() {
+        errors.push(Diagnostic::error(op.span, format!("the row-wise lowering copies floating-point tensors; `{}` is {}", ten.name.name, ten.dtype.0))
+            .label(ten.dtype.1, "declared here")
+            .hint("convert the data to f32, f16 or bf16 before this kernel"));
+    }
+    ten.dtype.0.is_float()
 }
 
 /// `stmts` and the bodies of their `serial` and `unroll` loops, in program order (a loop

@@ -101,6 +101,7 @@ pub struct Context {
 /// (i)): element (i, j) of a 2-D fragment is `x(rr, vv, ee)`, row value `m[i]` is `m(rr)`.
 struct RowTileEnv<'a> {
     c: &'a Compiled,
+    conv: &'a Conv<'a>,
     plan: &'a RowsPlan,
     vars: &'a [Ident],
     flavor: Flavor,
@@ -132,8 +133,7 @@ impl Env for RowTileEnv<'_> {
             [e] if is_j(e) && self.plan.column_vectors.contains(&tensor) => format!("{}_vec[vv][ee]", t.name.name),
             [Expr { kind: ExprKind::Binary(BinOp::Add, a, b), .. }] if is_j(a) || is_j(b) => {
                 let offset = if is_j(b) { a } else { b };
-                let conv = Conv { spec: &self.c.spec, info: &self.c.info, hip: self.flavor.hip };
-                let text = conv.expr(offset, &PlainEnv);
+                let text = self.conv.expr(offset, &PlainEnv);
                 if !self.chunks.iter().any(|(ct, o)| *ct == tensor && *o == text) {
                     return None;
                 }
@@ -317,13 +317,13 @@ fn stmt_blocks(c: &Compiled, p: &RowsPlan, conv: &Conv, flavor: Flavor, body: &[
             }
             StmtKind::Copy { .. } => {
                 let Some(cp) = p.copies.iter().find(|cp| cp.stmt == s.id) else { continue };
-                copy_code(c, conv, p, flavor, cp)
+                if cp.row_values { row_values_code(c, conv, flavor, cp) } else { copy_code(c, conv, p, flavor, cp) }
             }
             StmtKind::Reduce { op, src, dst, clear, .. } => reduce_code(c, p, flavor, *op, src, dst, *clear),
             StmtKind::Parallel { vars, body } => {
                 let chunk_vectors: Vec<_> = p.chunk_vectors.iter().filter(|cv| cv.block == s.id).collect();
                 let chunks = chunk_vectors.iter().map(|cv| (cv.tensor, conv.expr(&cv.offset, &PlainEnv))).collect();
-                let env = RowTileEnv { c, plan: p, vars, flavor, chunks };
+                let env = RowTileEnv { c, conv, plan: p, vars, flavor, chunks };
                 let mut flags = vec![false; vars.len()];
                 let mut assigns: Vec<AssignCtx> = Vec::new();
                 for st in body {
@@ -429,12 +429,7 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate
     let (tn, bn) = (&t.name.name, &b.name.name);
     let (te, be) = (element_alias(tn), element_alias(bn));
     let u = flavor.unroll();
-    // `int64_t(origin) + ` before the thread's offset, or nothing for an origin of 0.
-    let start = |e: &Expr| if matches!(e.kind, ExprKind::Int(0)) { String::new() } else { format!("int64_t({}) + ", conv.expr(e, &PlainEnv)) };
-    let (r0, c0) = (start(&cp.origin[0]), start(&cp.origin[1]));
-    if cp.row_values {
-        return row_values_code(c, flavor, cp, &r0);
-    }
+    let (r0, c0) = (origin_start(conv, &cp.origin[0]), origin_start(conv, &cp.origin[1]));
     let (linear, inside) = offset(t, &["row".to_string(), "col".to_string()]);
     let inside = with_lower_bounds(["row", "col"].into_iter().zip(&cp.origin).filter(|(_, o)| !crate::check::non_negative(o, &c.info.symbols)).map(|(v, _)| v), inside);
     let vec_t = flavor.vector(&te);
@@ -478,10 +473,16 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate
     (why, code)
 }
 
-/// A copy of row values (a 1-D fragment) to or from a 1-D tensor, `r0` the tile's first row
-/// as C++ (`int64_t(...) + `, or empty): each thread loads the values of its rows (zeros past
-/// the tensor); the row's first thread stores them (every thread of a row holds the same).
-fn row_values_code(c: &Compiled, flavor: Flavor, cp: &crate::layout::rows::RowsCopy, r0: &str) -> (String, Vec<String>) {
+/// `int64_t(origin) + ` before a thread's offset, or nothing for an origin of 0.
+fn origin_start(conv: &Conv, e: &Expr) -> String {
+    if matches!(e.kind, ExprKind::Int(0)) { String::new() } else { format!("int64_t({}) + ", conv.expr(e, &PlainEnv)) }
+}
+
+/// A copy of row values (a 1-D fragment) to or from a 1-D tensor: each thread loads the
+/// values of its rows (zeros past the tensor); the row's first thread stores them (every
+/// thread of a row holds the same).
+fn row_values_code(c: &Compiled, conv: &Conv, flavor: Flavor, cp: &crate::layout::rows::RowsCopy) -> (String, Vec<String>) {
+    let r0 = origin_start(conv, &cp.origin[0]);
     let t = &c.spec.tensors[cp.tensor];
     let b = &c.spec.buffers[cp.buffer];
     let (tn, bn) = (&t.name.name, &b.name.name);
