@@ -214,6 +214,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         ("layer_norm_fwd_bf16", &[("M", 5), ("N", 1000)]),
         ("linear3d_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
         ("rms_norm_bf16", &[("M", 3), ("N", 2056)]),
+        ("rms_norm_quant_i8", &[("M", 5), ("N", 1000)]),
         // Two column chunks of 16384, the second ragged (W read as chunk vectors).
         ("rms_norm_wide_bf16", &[("M", 2), ("N", 20000)]),
         ("softmax_bf16", &[("M", 13), ("N", 1000)]),
@@ -249,7 +250,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "layer_norm_fwd_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "layer_norm_fwd_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_quant_i8", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }
 
 /// Indices below 0 read as zeros, as the interpreter has them: a row-wise RMSNorm reading its
@@ -339,5 +340,63 @@ body:
         let cmp = tilegen::golden::compare(&got[out], &expected[out], 1e-2);
         eprintln!("row_scale {out}: rel {:.2e}, unwritten {}", cmp.rel, cmp.non_finite);
         assert!(cmp.pass, "`{out}`: the emulated kernel disagrees with the interpreter: {cmp:?}");
+    }
+}
+
+/// Floats convert to integers toward zero, saturating to the type's range, NaN to 0: stores
+/// of a float row tile to i8 and i32 tensors, and `i8(...)` casts in a parallel block, at
+/// values far outside both ranges and at NaN, against the interpreter. With the helper's clamp
+/// removed (a plain conversion, undefined outside the range) the emulated kernel no longer
+/// matches.
+#[test]
+fn float_to_integer_conversions_saturate_like_the_interpreter() {
+    let text = r#"kernel: to_ints
+tensors:
+  X: {dtype: bf16, shape: [M, N]}
+  Q8: {dtype: i8, shape: [M, N], output: true}
+  Q32: {dtype: i32, shape: [M, N], output: true}
+  C: {dtype: f32, shape: [M, N], output: true}
+constants: {block_M: 4, block_N: 256, big: 1e10}
+grid:
+  bx: ceildiv(M, block_M)
+threads: 128
+buffers:
+  xs: {scope: fragment, dtype: f32, shape: [block_M, block_N]}
+  ys: {scope: fragment, dtype: f32, shape: [block_M, block_N]}
+body:
+  - copy(X[bx*block_M, 0], xs)
+  - parallel(i, j):
+      - xs[i, j] = select(j % 7 == 3, sqrt(-1.0), xs[i, j] * select(j % 3 == 0, 1000.0, big))
+      - ys[i, j] = f32(i8(xs[i, j] * 0.1)) + f32(i32(rint(xs[i, j])) % 1000)
+  - copy(xs, Q8[bx*block_M, 0])
+  - copy(xs, Q32[bx*block_M, 0])
+  - copy(ys, C[bx*block_M, 0])
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("to_ints.yaml");
+    std::fs::write(&spec, text).unwrap();
+    let spec = spec.to_string_lossy().to_string();
+    let c = tilegen::compile(SourceFile::new(&spec, text.to_string()), Target::Gfx942).map_err(|_| "compile").unwrap();
+    let dims = [("M", 9), ("N", 200)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let (inputs, expected) = interpreted(&c, &dims, 0x5eed_0f1a_7e57);
+    let saturated = |out: &str, lim: f64| expected[out].data.iter().filter(|v| v.abs() >= lim).count();
+    assert!(saturated("Q8", 127.0) > 100 && saturated("Q32", 2147483647.0) > 100, "the inputs must reach both ranges' ends");
+    for clamp in [true, false] {
+        let sub = tempfile::tempdir().unwrap();
+        let (c, exe) = build(&spec, Target::Gfx942, sub.path(), |s| {
+            let clamped = "fminf(fmaxf(x, -128.0f), 127.0f)";
+            assert!(s.contains(clamped) && s.contains("v[ee] = float_to_i8(xs[rr][vv][ee]);") && s.contains("float_to_i32(rintf("), "{s}");
+            if clamp { s } else { s.replace(clamped, "x") }
+        });
+        let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, sub.path()).unwrap();
+        let same = |out: &str| got[out].data == expected[out].data;
+        eprintln!("to_ints (clamp {clamp}): Q8 {}, Q32 {}, C {}", same("Q8"), same("Q32"), same("C"));
+        if clamp {
+            for out in ["Q8", "Q32", "C"] {
+                assert!(same(out), "`{out}`: the emulated kernel disagrees with the interpreter");
+            }
+        } else {
+            assert!(!same("Q8") && !same("C"), "without the clamp the i8 conversions should differ");
+        }
     }
 }

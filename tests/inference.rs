@@ -1290,6 +1290,67 @@ fn programs_without_gemms_take_the_row_wise_lowering() {
     }
 }
 
+/// Integer tensors in the row-wise lowering: loaded exactly into float fragments, stored
+/// through `float_to_i8` / `float_to_i32` (toward zero, saturating, as the interpreter
+/// converts); float-to-integer casts in parallel blocks take the same helpers; fragments stay
+/// floating point.
+#[test]
+fn row_wise_copies_convert_to_and_from_integer_tensors() {
+    // bf16 in, i8 out: bf16's 16-byte vectors set the width, so Y moves 8-byte vectors.
+    let text = rows_spec(1, 8192, 256, "bf16", "j").replace("Y: {dtype: bf16", "Y: {dtype: i8");
+    for target in [Target::Sm80, Target::Gfx942] {
+        let c = compile_for(text.clone(), target).unwrap();
+        let p = c.plan.rows.as_ref().unwrap();
+        assert_eq!(p.vector, 8);
+        assert!(c.plan.alignment.iter().any(|a| a.tensor == 2 && a.vector_elems == 8 && a.whole_rows));
+        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+        let code = &files.iter().find(|f| f.name.ends_with(".cu") || f.name.ends_with(".hip")).unwrap().contents;
+        assert_eq!(code.matches("int8_t float_to_i8(float x)").count(), 1, "{code}");
+        let tile = if target.is_amd() { "xs[rr][vv][ee]" } else { "xs(rr, vv, ee)" };
+        assert!(code.contains(&format!("v[ee] = float_to_i8({tile});")) && code.contains("converted to i8 (toward zero, saturating)"), "{code}");
+    }
+    // i8 in and out: 16 elements a vector; the load converts exactly.
+    let c = compile(rows_spec(1, 8192, 256, "i8", "j")).unwrap();
+    assert_eq!(c.plan.rows.as_ref().unwrap().vector, 16);
+    let cu = rendered_cu(&c);
+    assert!(cu.contains("xs(rr, vv, ee) = static_cast<ElementXs>(v[ee]);") && cu.contains("float_to_i8(xs(rr, vv, ee))"), "{cu}");
+    // No integer store, no helper; casts of floats to integers take it, of integers do not.
+    let plain = rows_spec(8, 1024, 256, "bf16", "j");
+    assert!(!rendered_cu(&compile(plain.clone()).unwrap()).contains("float_to_i"));
+    let cast = plain.replace("xs[i, j] * s[i] * f32(W[j])", "f32(i8(xs[i, j] * s[i])) + f32(i32(j))");
+    let cu = rendered_cu(&compile(cast).unwrap());
+    assert!(cu.contains("static_cast<float>(float_to_i8(xs(rr, vv, ee) * s(rr))) + static_cast<float>(static_cast<int32_t>(j))"), "{cu}");
+    assert_eq!(cu.matches("int32_t float_to_i32(float x)").count(), 1);
+    // rint rounds half to even, as rintf.
+    let rounded = plain.replace("xs[i, j] * s[i] * f32(W[j])", "rint(xs[i, j])");
+    assert!(rendered_cu(&compile(rounded).unwrap()).contains("xs(rr, vv, ee) = rintf(xs(rr, vv, ee));"));
+    // Integer fragments are refused on every target, at the dtype.
+    for target in [Target::Sm80, Target::Gfx942] {
+        let copy_only = plain.replace("xs: {scope: fragment, dtype: f32", "xs: {scope: fragment, dtype: i32")
+            .replace("  - reduce_sum(xs, s)\n  - parallel(i, j):\n      - xs[i, j] = xs[i, j] * s[i] * f32(W[j])\n", "");
+        let e = compile_for(copy_only, target).unwrap_err().join("\n");
+        assert!(e.contains("the row-wise lowering computes in floating point; `xs` is i32") && e.contains("copies convert"), "{e}");
+    }
+}
+
+/// A GEMM's f32 accumulator stored to an i8 tensor converts toward zero, saturating, as the
+/// spec does: through `float_to_i8` in sm80's CuTe lowering and the AMD tile lowering;
+/// composable_kernel's GEMM (whose epilogue would round) declines it, with its reason.
+#[test]
+fn gemm_accumulators_stored_as_integers_saturate() {
+    let text = std::fs::read_to_string(format!("{}/specs/gemm_bf16.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap()
+        .replace("C: {dtype: bf16", "C: {dtype: i8");
+    let cu = rendered_cu(&compile(text.clone()).unwrap());
+    assert!(cu.contains("acc_C(e) = float_to_i8(acc(e));") && cu.matches("int8_t float_to_i8(float x)").count() == 1, "{cu}");
+    let c = compile_for(text, Target::Gfx942).unwrap();
+    assert!(c.plan.collective.is_none() && c.plan.tile.is_some(), "the tile lowering, not CK's GEMM");
+    let why = &c.plan.tile.as_ref().unwrap().why;
+    assert!(why.contains("composable_kernel GEMM writes floating-point outputs; `C` is i8"), "{why}");
+    let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+    let hip = &files.iter().find(|f| f.name.ends_with(".hip")).unwrap().contents;
+    assert!(hip.contains("= float_to_i8(acc[bi][bj][r]);") && hip.contains("__device__ inline int8_t float_to_i8(float x)"), "{hip}");
+}
+
 /// A row-wise program over rows longer than its tile: a sum of squares over column chunks,
 /// then a second pass that scales and stores each chunk (RMSNorm over any row length).
 fn chunked_rows_spec(loop_kind: &str, first_column: &str) -> String {

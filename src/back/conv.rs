@@ -6,8 +6,9 @@ use crate::check::{ConstValue, Info, Symbol};
 /// The C functions and generated helpers the spec's intrinsics render to (`max` on floats is
 /// `fmaxf`, `exp2` is `fast_exp2` or `exp2f`, `gelu` is `gelu_erf`): a spec name spelled so
 /// would hide them.
-pub const MATH_FUNCTIONS: [&str; 13] = [
-    "fminf", "fmaxf", "fabsf", "exp2f", "fast_exp2", "expf", "log2f", "logf", "sqrtf", "rsqrtf", "tanhf", "erff", "gelu_erf",
+pub const MATH_FUNCTIONS: [&str; 16] = [
+    "fminf", "fmaxf", "fabsf", "exp2f", "fast_exp2", "expf", "log2f", "logf", "sqrtf", "rsqrtf", "tanhf", "erff", "gelu_erf", "rintf",
+    "float_to_i8", "float_to_i32",
 ];
 
 /// The CUTLASS type for a dtype.
@@ -129,6 +130,9 @@ impl Conv<'_> {
             return match d {
                 DType::F32 if any_float => a[0].clone(),
                 DType::F32 => format!("static_cast<float>({})", a[0]),
+                // Floats convert toward zero, saturating (NaN to 0); integers wrap.
+                DType::I32 if any_float => format!("float_to_i32({})", a[0]),
+                DType::I8 if any_float => format!("float_to_i8({})", a[0]),
                 DType::I32 => format!("static_cast<int32_t>({})", a[0]),
                 DType::I8 => format!("static_cast<int8_t>({})", a[0]),
                 // Rounding to a narrower float, then computing on in f32.
@@ -160,6 +164,7 @@ impl Conv<'_> {
             "gelu" => format!("gelu_erf({})", a[0]),
             "silu" => format!("silu({})", a[0]),
             "sigmoid" => format!("sigmoid({})", a[0]),
+            "rint" => format!("rintf({})", a[0]),
             other => format!("{other}({})", a.join(", ")),
         }
     }
@@ -252,10 +257,13 @@ pub fn float_literal(lit: &str) -> String {
 }
 
 /// Device helper functions an expression needs, by name, with their C++ definitions.
-pub fn helpers_used(e: &Expr, out: &mut std::collections::BTreeMap<&'static str, &'static str>) {
+pub fn helpers_used(conv: &Conv, e: &Expr, out: &mut std::collections::BTreeMap<&'static str, &'static str>) {
     e.visit(&mut |x| {
-        if let ExprKind::Call(f, _) = &x.kind {
+        if let ExprKind::Call(f, args) = &x.kind {
             match f.name.as_str() {
+                "i8" | "i32" if args.iter().any(|a| conv.is_float(&a.value)) => {
+                    out.insert("float_to_int", helper!("float_to_int.cuh"));
+                }
                 "exp2" => {
                     out.insert("fast_exp2", helper!("fast_exp2.cuh"));
                 }

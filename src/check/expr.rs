@@ -27,9 +27,9 @@ impl Ty {
 }
 
 /// Built-in functions usable in expressions (casts are the dtype names).
-pub const INTRINSICS: [&str; 16] = [
+pub const INTRINSICS: [&str; 17] = [
     "ceildiv", "min", "max", "exp2", "exp", "log2", "log", "sqrt", "rsqrt", "abs", "tanh", "select", "erf", "gelu", "silu",
-    "sigmoid",
+    "sigmoid", "rint",
 ];
 
 /// Whether an integer index expression cannot be negative: a constant expression that is not,
@@ -248,7 +248,7 @@ impl Checker<'_> {
                 }
                 Some(if tys[1] == Ty::Float || tys[2] == Ty::Float { Ty::Float } else { Ty::Int })
             }
-            "exp2" | "exp" | "log2" | "log" | "sqrt" | "rsqrt" | "abs" | "tanh" | "erf" | "gelu" | "silu" | "sigmoid" => {
+            "exp2" | "exp" | "log2" | "log" | "sqrt" | "rsqrt" | "abs" | "tanh" | "erf" | "gelu" | "silu" | "sigmoid" | "rint" => {
                 if !arity(1, self) {
                     return None;
                 }

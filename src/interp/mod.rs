@@ -66,7 +66,8 @@ impl Value {
     }
 }
 
-/// Rounds a value to what a `dtype` holds.
+/// Rounds a value to what a `dtype` holds; an integer value to a narrower integer type wraps
+/// (two's complement, as C++ converts).
 pub fn round_to(dtype: DType, v: f64) -> f64 {
     match dtype {
         DType::F32 => v as f32 as f64,
@@ -75,6 +76,23 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
         DType::I8 => (v as i64) as i8 as f64,
         DType::I32 => (v as i64) as i32 as f64,
     }
+}
+
+/// Converts a floating-point value to what a `dtype` holds: to an integer type toward zero,
+/// saturating to its range, NaN to 0 (generated code does the same with `float_to_i8` /
+/// `float_to_i32`); to a float type, as [`round_to`].
+pub fn float_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::I8 => v as i8 as f64,
+        DType::I32 => v as i32 as f64,
+        _ => round_to(dtype, v),
+    }
+}
+
+/// Converts an element of type `from` to `to`: from a float type as [`float_to`], from an
+/// integer type as [`round_to`].
+pub fn convert(from: DType, to: DType, v: f64) -> f64 {
+    if from.is_float() { float_to(to, v) } else { round_to(to, v) }
 }
 
 fn f32r(v: f64) -> f64 {
@@ -278,7 +296,11 @@ impl Machine<'_> {
             }
             StmtKind::Fill { buf, value } => {
                 let b = self.buffer_of(&buf.name);
-                let v = round_to(self.spec.buffers[b].dtype.0, self.eval(value)?.f());
+                let d = self.spec.buffers[b].dtype.0;
+                let v = match self.eval(value)? {
+                    Value::Float(x) => float_to(d, x),
+                    other => round_to(d, other.f()),
+                };
                 self.buffers[b].iter_mut().for_each(|x| *x = v);
             }
             StmtKind::Copy { src, dst } => self.copy(s, src, dst)?,
@@ -302,7 +324,7 @@ impl Machine<'_> {
                             ReduceOp::Sum => f32r(acc + v),
                         };
                     }
-                    self.buffers[id][o] = round_to(dtype, acc);
+                    self.buffers[id][o] = convert(self.spec.buffers[is].dtype.0, dtype, acc);
                 }
             }
             StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => self.gemm(a, b, c, *transpose_a, *transpose_b),
@@ -450,9 +472,9 @@ impl Machine<'_> {
                     let off = self.tensor_offset(tensor, &coord);
                     if st.is_some() {
                         let v = off.map_or(0.0, |o| self.tensors[&tensor.name.name].data[o]);
-                        self.buffers[b][linear as usize] = round_to(bdt, v);
+                        self.buffers[b][linear as usize] = convert(tensor.dtype.0, bdt, v);
                     } else if let Some(o) = off {
-                        let v = round_to(tensor.dtype.0, self.buffers[b][linear as usize]);
+                        let v = convert(bdt, tensor.dtype.0, self.buffers[b][linear as usize]);
                         if let Some(a) = self.tensors.get_mut(&tensor.name.name) {
                             a.data[o] = v;
                         }
@@ -460,8 +482,8 @@ impl Machine<'_> {
                 }
             }
             (None, Some(x), None, Some(y)) => {
-                let dtype = spec.buffers[y].dtype.0;
-                let vals: Vec<f64> = self.buffers[x].iter().map(|v| round_to(dtype, *v)).collect();
+                let (from, to) = (spec.buffers[x].dtype.0, spec.buffers[y].dtype.0);
+                let vals: Vec<f64> = self.buffers[x].iter().map(|v| convert(from, to, *v)).collect();
                 self.buffers[y] = vals;
             }
             _ => return Err(self.fail(s.span, "unsupported copy")),
@@ -572,7 +594,11 @@ impl Machine<'_> {
                 let vals: Vec<Value> = args.iter().map(|a| self.eval(&a.value)).collect::<Result<_, _>>()?;
                 if let Some(d) = DType::from_name(&f.name) {
                     let v = vals[0];
-                    return Ok(if d.is_float() { Value::Float(round_to(d, v.f())) } else { Value::Int(round_to(d, v.i() as f64) as i64) });
+                    return Ok(match v {
+                        _ if d.is_float() => Value::Float(round_to(d, v.f())),
+                        Value::Float(x) => Value::Int(float_to(d, x) as i64),
+                        _ => Value::Int(round_to(d, v.i() as f64) as i64),
+                    });
                 }
                 let float = vals.iter().any(|v| matches!(v, Value::Float(_)));
                 let un = |g: fn(f64) -> f64| Value::Float(f32r(g(vals[0].f())));
@@ -605,6 +631,8 @@ impl Machine<'_> {
                     "gelu" => un(|x| 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))),
                     "silu" => un(|x| x / (1.0 + (-x).exp())),
                     "sigmoid" => un(|x| 1.0 / (1.0 + (-x).exp())),
+                    // Round to nearest, ties to even (torch.round, C's rintf).
+                    "rint" => un(f64::round_ties_even),
                     other => return Err(self.fail(e.span, format!("unknown function `{other}`"))),
                 }
             }
@@ -632,6 +660,14 @@ mod tests {
         assert_eq!(round_to(DType::F16, 65520.0), f64::INFINITY);
         assert_eq!(round_to(DType::F16, 1e-7), 1.1920928955078125e-7);
         assert_eq!(round_to(DType::I8, 200.0), -56.0);
+        // Floats convert to integers toward zero, saturating, NaN to 0.
+        assert_eq!(float_to(DType::I8, 200.7), 127.0);
+        assert_eq!(float_to(DType::I8, -127.9), -127.0);
+        assert_eq!(float_to(DType::I8, -1e9), -128.0);
+        assert_eq!(float_to(DType::I32, 3e9), 2147483647.0);
+        assert_eq!(float_to(DType::I32, f64::NAN), 0.0);
+        assert_eq!(convert(DType::I32, DType::I8, 200.0), -56.0);
+        assert_eq!(convert(DType::F32, DType::I8, 200.0), 127.0);
     }
 
     #[test]

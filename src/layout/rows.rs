@@ -132,7 +132,10 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                 .hint("declare the tile `scope: fragment`; copies fill fragments straight from global memory"));
             continue;
         }
-        if target.is_amd() && b.dtype.0 != DType::F32 {
+        if !b.dtype.0.is_float() {
+            errors.push(Diagnostic::error(b.dtype.1, format!("the row-wise lowering computes in floating point; `{}` is {}", b.name.name, b.dtype.0))
+                .hint("declare it f32: copies convert to and from integer tensors (toward zero, saturating, on the way out), and `rint` rounds"));
+        } else if target.is_amd() && b.dtype.0 != DType::F32 {
             errors.push(Diagnostic::error(b.dtype.1, format!("the {target} row-wise lowering keeps fragments in f32; `{}` is {}", b.name.name, b.dtype.0))
                 .hint("declare it f32 (copies convert on the way in and out)"));
         }
@@ -221,9 +224,6 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                             continue;
                         }
                     };
-                    if !float_tensor(ten, op, &mut errors) {
-                        continue;
-                    }
                     copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin: vec![origin], row_values: true });
                     continue;
                 }
@@ -246,9 +246,6 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
                         continue;
                     }
                 };
-                if !float_tensor(ten, op, &mut errors) {
-                    continue;
-                }
                 widest = widest.max(ten.dtype.0.bytes() as i64);
                 copies.push(RowsCopy { stmt: s.id, tensor: t, buffer: b, load, origin, row_values: false });
             }
@@ -391,16 +388,6 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
             .hint("use more threads, fewer rows per block, or fewer 2-D fragments (compute into one in place)"));
     }
     if errors.is_empty() { Ok(p) } else { Err(errors) }
-}
-
-/// Whether a copied tensor is floating-point; an error at the copy's operand if not.
-fn float_tensor(ten: &Tensor, op: &Operand, errors: &mut Vec<Diagnostic>) -> bool {
-    if !ten.dtype.0.is_float() {
-        errors.push(Diagnostic::error(op.span, format!("the row-wise lowering copies floating-point tensors; `{}` is {}", ten.name.name, ten.dtype.0))
-            .label(ten.dtype.1, "declared here")
-            .hint("convert the data to f32, f16 or bf16 before this kernel"));
-    }
-    ten.dtype.0.is_float()
 }
 
 /// `stmts` and the bodies of their `serial` and `unroll` loops, in program order (a loop

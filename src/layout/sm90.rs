@@ -609,6 +609,12 @@ impl<'a> Infer<'a> {
                 .hint("store A row-major (K contiguous) or transpose the problem").unsupported_on_target());
             return;
         }
+        let out = &self.spec.tensors[d];
+        if !out.dtype.0.is_float() {
+            self.err(Diagnostic::error(out.dtype.1, format!("the {} target's composable_kernel GEMM writes floating-point outputs; `{}` is {}: its epilogue would round where the spec converts toward zero, saturating", self.target, out.name.name, out.dtype.0))
+                .hint("store f32, bf16 or f16 and convert in a following kernel").unsupported_on_target());
+            return;
+        }
         let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
         let (bm, bn, bk) = (128, 128, 64);
         let bytes = self.spec.tensors[a].dtype.0.bytes();

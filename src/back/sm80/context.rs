@@ -606,11 +606,15 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         return Err(errors);
     }
     let mut used = std::collections::BTreeMap::new();
+    let conv = crate::back::conv::Conv { spec, info: &c.info, hip: false };
     spec.walk(&mut |s| {
         if let StmtKind::Assign { value, .. } = &s.kind {
-            crate::back::conv::helpers_used(value, &mut used);
+            crate::back::conv::helpers_used(&conv, value, &mut used);
         }
     });
+    if body::converts_float_to_int(c) {
+        used.insert("float_to_int", helper!("float_to_int.cuh"));
+    }
     let mut helpers: Vec<String> = used.values().map(|d| d.to_string()).collect();
     let wgmma = plan.mmas.values().any(|m| m.wgmma.is_some());
     if plan.fragments.values().any(|f| matches!(f, FragmentLayout::RowStats { .. })) {

@@ -175,6 +175,24 @@ impl Flavor {
     fn convert(self, elem: &str, x: &str) -> String {
         if self.hip { format!("ck::type_convert<{elem}>({x})") } else { format!("static_cast<{elem}>({x})") }
     }
+    /// A fragment value (`float`, or on CUDA a 16-bit float of type `from`) stored to a tensor
+    /// of `to` (element type `elem`): integers convert toward zero, saturating.
+    fn store(self, to: DType, elem: &str, from: DType, x: &str) -> String {
+        let x = if from == DType::F32 { x.to_string() } else { format!("static_cast<float>({x})") };
+        match to {
+            DType::I8 => format!("float_to_i8({x})"),
+            DType::I32 => format!("float_to_i32({x})"),
+            _ => self.convert(elem, &x),
+        }
+    }
+    /// A tensor element of `from` loaded into a fragment of element type `elem` (`float` on HIP).
+    fn load(self, from: DType, elem: &str, x: &str) -> String {
+        match (self.hip, from.is_float()) {
+            (true, true) => self.to_float(x),
+            (true, false) => format!("static_cast<float>({x})"),
+            (false, _) => format!("static_cast<{elem}>({x})"),
+        }
+    }
     /// `var = zeros;` for a vector of `elem`.
     fn zero_vector(self, var: &str, elem: &str) -> String {
         if self.hip { format!("{var} = Vec<{elem}, kVector>{{}};") } else { format!("{var}.fill({elem}(0));") }
@@ -195,9 +213,12 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     let mut used = std::collections::BTreeMap::new();
     spec.walk(&mut |s| {
         if let StmtKind::Assign { value, .. } = &s.kind {
-            helpers_used(value, &mut used);
+            helpers_used(&conv, value, &mut used);
         }
     });
+    if p.copies.iter().any(|cp| !cp.load && !spec.tensors[cp.tensor].dtype.0.is_float()) {
+        used.insert("float_to_int", helper!("float_to_int.cuh"));
+    }
     // HIP computes exp2 with exp2f (no fast_exp2) and spells device functions itself.
     let mut helpers: Vec<String> = used.iter().filter(|(k, _)| !(hip && **k == "fast_exp2"))
         .map(|(_, d)| if hip { d.replace("CUTE_DEVICE", "__device__ inline") } else { d.to_string() }).collect();
@@ -452,7 +473,7 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate
             "    }".to_string(),
             format!("    {u}"),
             "    for (int ee = 0; ee < kVector; ++ee) {".to_string(),
-            format!("      {} = {};", flavor.tile(bn), if flavor.hip { flavor.to_float("v[ee]") } else { format!("static_cast<{be}>(v[ee])") }),
+            format!("      {} = {};", flavor.tile(bn), flavor.load(t.dtype.0, &be, "v[ee]")),
             "    }".to_string(),
         ]);
         format!("each thread loads its {bytes}-byte vectors of the tile; vectors past the tensor's rows or columns read as zeros")
@@ -462,12 +483,12 @@ fn copy_code(c: &Compiled, conv: &Conv, p: &RowsPlan, flavor: Flavor, cp: &crate
             format!("      {vec_t} v;"),
             format!("      {u}"),
             "      for (int ee = 0; ee < kVector; ++ee) {".to_string(),
-            format!("        v[ee] = {};", flavor.convert(&te, &flavor.tile(bn))),
+            format!("        v[ee] = {};", flavor.store(t.dtype.0, &te, b.dtype.0, &flavor.tile(bn))),
             "      }".to_string(),
             format!("      *reinterpret_cast<{vec_t}*>({tn} + {linear}) = v;"),
             "    }".to_string(),
         ]);
-        format!("each thread stores its {bytes}-byte vectors, converted to {}; vectors past the tensor's rows or columns are skipped", t.dtype.0)
+        format!("each thread stores its {bytes}-byte vectors, converted to {}{}; vectors past the tensor's rows or columns are skipped", t.dtype.0, if t.dtype.0.is_float() { "" } else { " (toward zero, saturating)" })
     };
     code.extend(["  }".to_string(), "}".to_string()]);
     (why, code)
@@ -493,7 +514,7 @@ fn row_values_code(c: &Compiled, conv: &Conv, flavor: Flavor, cp: &crate::layout
     let stat = flavor.stat(bn);
     let row = format!("int64_t const row = {r0}{ROW};");
     if cp.load {
-        let value = if flavor.hip { flavor.to_float(&format!("{tn}[{linear}]")) } else { format!("static_cast<{be}>({tn}[{linear}])") };
+        let value = flavor.load(t.dtype.0, &be, &format!("{tn}[{linear}]"));
         let zero = if flavor.hip { "0.0f".to_string() } else { format!("{be}(0)") };
         let code = vec![
             u.to_string(),
@@ -510,12 +531,12 @@ fn row_values_code(c: &Compiled, conv: &Conv, flavor: Flavor, cp: &crate::layout
             "  for (int rr = 0; rr < kRowsPerThread; ++rr) {".to_string(),
             format!("    {row}"),
             format!("    if ({inside}) {{"),
-            format!("      {tn}[{linear}] = {};", flavor.convert(&te, &stat)),
+            format!("      {tn}[{linear}] = {};", flavor.store(t.dtype.0, &te, b.dtype.0, &stat)),
             "    }".to_string(),
             "  }".to_string(),
             "}".to_string(),
         ];
-        (format!("every thread of a row holds its value; the row's first thread stores it, converted to {}; rows past the tensor are skipped", t.dtype.0), code)
+        (format!("every thread of a row holds its value; the row's first thread stores it, converted to {}{}; rows past the tensor are skipped", t.dtype.0, if t.dtype.0.is_float() { "" } else { " (toward zero, saturating)" }), code)
     }
 }
 

@@ -130,12 +130,14 @@ fn to_float(d: DType, x: &str) -> String {
     }
 }
 
-/// An f32 value stored as `d`.
+/// An f32 value stored as `d`: to integers toward zero, saturating (as the spec converts; a
+/// plain cast is undefined outside the range).
 fn from_float(d: DType, x: &str) -> String {
     match d {
         DType::BF16 | DType::F16 => format!("ck::type_convert<{}>({x})", element(d)),
         DType::F32 => x.to_string(),
-        DType::I8 | DType::I32 => format!("static_cast<{}>({x})", element(d)),
+        DType::I8 => format!("float_to_i8({x})"),
+        DType::I32 => format!("float_to_i32({x})"),
     }
 }
 
@@ -585,10 +587,13 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
     spec.walk(&mut |s| if let StmtKind::Parallel { body, .. } = &s.kind {
         for st in body {
             if let StmtKind::Assign { value, .. } = &st.kind {
-                crate::back::conv::helpers_used(value, &mut helpers);
+                crate::back::conv::helpers_used(&conv, value, &mut helpers);
             }
         }
     });
+    if body.iter().any(|l| mentions(l, "float_to_i8") || mentions(l, "float_to_i32")) {
+        helpers.insert("float_to_int", helper!("float_to_int.cuh"));
+    }
     let helpers = helpers.into_iter().filter(|(k, _)| *k != "fast_exp2").map(|(_, v)| v.replace("CUTE_DEVICE", "__device__ inline")).collect();
     let mut mfmas: Vec<(String, String)> = Vec::new();
     for id in plan.gemms.keys() {

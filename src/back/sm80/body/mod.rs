@@ -61,7 +61,7 @@ pub enum BodyItem {
     Reduce { pad: String, line: usize, text: String, why: String, view: String, src: String, dst: String, init: String, fold: String, shuffles: Vec<String>, combine: String },
     Store(Box<StoreItem>),
     /// `copy(acc, shared)`: each thread writes its converted accumulator values in place.
-    AccToShared { pad: String, line: usize, text: String, why: String, acc: String, converted: String, elem: String, atom: String, tiled_mma: String, copy: String, thr: String, smem: String },
+    AccToShared { pad: String, line: usize, text: String, why: String, acc: String, converted: String, value: String, elem: String, atom: String, tiled_mma: String, copy: String, thr: String, smem: String },
 }
 
 #[derive(Serialize)]
@@ -223,6 +223,8 @@ pub struct StoreItem {
     pub key: String,
     pub acc: String,
     pub acc_converted: String,
+    /// Element `e` of the accumulator, converted to the tensor's type.
+    pub value: String,
     pub elem: String,
     pub tiled_mma: String,
     pub view: String,
@@ -312,6 +314,28 @@ fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) 
 }
 
 /// One assignment of a parallel block, writing through `at` (the target element's C++).
+/// An accumulator element `x` of type `from` converted to `to` (element type `elem`): floats
+/// to integers toward zero, saturating (`float_to_i8`, `float_to_i32`, as the spec converts;
+/// a plain cast is undefined outside the range), anything else by `static_cast`.
+pub(super) fn converted_element(x: &str, from: DType, to: DType, elem: &str) -> String {
+    let wide = if from == DType::F32 { x.to_string() } else { format!("static_cast<float>({x})") };
+    match (from.is_float(), to) {
+        (true, DType::I8) => format!("float_to_i8({wide})"),
+        (true, DType::I32) => format!("float_to_i32({wide})"),
+        _ => format!("static_cast<{elem}>({x})"),
+    }
+}
+
+/// Whether a copy converts a floating-point fragment to integers (the generated file then
+/// needs `float_to_int.cuh`).
+pub(super) fn converts_float_to_int(c: &Compiled) -> bool {
+    c.plan.copies.values().any(|cp| {
+        let to = cp.tensor.map(|t| c.spec.tensors[t].dtype.0).or(cp.shared_dst.map(|b| c.spec.buffers[b].dtype.0));
+        c.spec.buffers.get(cp.buffer).is_some_and(|b| b.dtype.0.is_float() && matches!(c.plan.fragments.get(&cp.buffer), Some(FragmentLayout::MmaAccumulator { .. })))
+            && to.is_some_and(|d| !d.is_float())
+    })
+}
+
 pub(super) fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String, errors: &mut Vec<Diagnostic>) -> Option<AssignCtx> {
     let StmtKind::Assign { target, op, value, .. } = &st.kind else { return None };
     unreadable(c, value, env, errors);
@@ -613,6 +637,7 @@ impl Lower<'_> {
             text: self.text(s),
             why: cp.why.clone(),
             converted: format!("{acc}_{d}"),
+            value: converted_element(&format!("{acc}(e)"), c.spec.buffers[cp.buffer].dtype.0, c.spec.buffers[dst].dtype.0, &element_alias(&d)),
             acc,
             elem: element_alias(&d),
             atom: cp.atom.clone(),
@@ -643,6 +668,7 @@ impl Lower<'_> {
             key: t.name.name.clone(),
             acc: acc.clone(),
             acc_converted: format!("{acc}_{}", t.name.name),
+            value: converted_element(&format!("{acc}(e)"), c.spec.buffers[cp.buffer].dtype.0, t.dtype.0, &element_alias(&t.name.name)),
             elem: element_alias(&t.name.name),
             tiled_mma: format!("tiled_mma{sfx}"),
             view,
