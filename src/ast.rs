@@ -624,6 +624,27 @@ impl Spec {
         found
     }
 
+    /// Whether the body reads tensor `name`: a copy from it, or an element read in an
+    /// expression. An output it reads is updated in place (its initial contents are an input).
+    pub fn reads_tensor(&self, name: &str) -> bool {
+        let mut found = false;
+        self.walk(&mut |s| {
+            found |= match &s.kind {
+                StmtKind::Copy { src, .. } => src.name.name == name,
+                StmtKind::Assign { value, .. } => {
+                    let mut read = false;
+                    value.visit(&mut |x| {
+                        read |= matches!(&x.kind, ExprKind::Index(n, _) if n.name == name);
+                        !read
+                    });
+                    read
+                }
+                _ => false,
+            };
+        });
+        found
+    }
+
     /// Whether any expression of the body (indices, origins, loop counts, conditions, values)
     /// names `name`.
     pub fn body_mentions(&self, name: &str) -> bool {

@@ -55,7 +55,7 @@ enum Command {
         target: Target,
     },
     /// Run a spec on the CPU reference interpreter (small shapes).
-    #[command(after_help = "Reads <tensor>.npy for every input tensor from --inputs (bf16 as uint16 bits, arrays in\nlogical C order), infers the runtime sizes from their shapes, and writes <tensor>.npy for\nevery output to --out.\n\nExample:\n  tilegen run specs/gemm_bf16.yaml --inputs tests/golden/gemm_bf16/ragged_77x136x264 --out /tmp/out")]
+    #[command(after_help = "Reads <tensor>.npy from --inputs for every input tensor and every output the spec also\nreads (updated in place) (bf16 as uint16 bits, arrays in logical C order), infers the\nruntime sizes from their shapes, and writes <tensor>.npy for every output to --out.\n\nExample:\n  tilegen run specs/gemm_bf16.yaml --inputs tests/golden/gemm_bf16/ragged_77x136x264 --out /tmp/out")]
     Run {
         /// The spec file.
         spec: PathBuf,
@@ -271,7 +271,8 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
         }
     };
     let mut tensors = std::collections::BTreeMap::new();
-    for t in c.spec.tensors.iter().filter(|t| !t.output) {
+    // Inputs, and outputs the spec also reads (updated in place: their initial contents).
+    for t in c.spec.tensors.iter().filter(|t| !t.output || tilegen::validate::is_in_place(&c.spec, t)) {
         let path = inputs.join(format!("{}.npy", t.name.name));
         match Array::read(&path, t.dtype.0) {
             Ok(a) => {

@@ -22,6 +22,9 @@ struct TensorArg {
     name: String,
     elems: String,
     width: usize,
+    /// An output the kernel also reads (updated in place): its initial contents are uploaded
+    /// rather than poisoned.
+    in_place: bool,
 }
 
 #[derive(Serialize)]
@@ -44,8 +47,8 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
             None => format!("size_t({})", d.text()),
         }).collect::<Vec<_>>().join(" * ")
     };
-    let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0) };
-    let inputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| !t.output).map(arg).collect();
+    let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0), in_place: is_in_place(spec, t) };
+    let inputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| !t.output || is_in_place(spec, t)).map(arg).collect();
     let outputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| t.output).map(arg).collect();
     let mut call_args: Vec<String> = spec.tensors.iter().map(|t| format!("dev_{}", t.name.name)).collect();
     call_args.extend(c.info.runtime_dims.iter().cloned());
@@ -53,7 +56,7 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
         kernel: spec.kernel.name.clone(),
         launcher: format!("tilegen_{}", spec.kernel.name),
         sizes: c.info.runtime_dims.clone(),
-        argc: 1 + c.info.runtime_dims.len() + spec.tensors.len(),
+        argc: 1 + c.info.runtime_dims.len() + inputs.len() + outputs.len(),
         inputs,
         outputs,
         call_args,
@@ -63,6 +66,12 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
     tera.add_raw_template("harness.cu", HARNESS_TEMPLATE).map_err(|e| e.to_string())?;
     let context = tera::Context::from_serialize(&ctx).map_err(|e| e.to_string())?;
     tera.render("harness.cu", &context).map_err(|e| e.to_string())
+}
+
+/// Whether an output tensor is also read, and so updated in place: the harness uploads its
+/// initial contents (from the inputs) instead of poisoning it.
+pub fn is_in_place(spec: &crate::ast::Spec, t: &crate::ast::Tensor) -> bool {
+    t.output && spec.reads_tensor(&t.name.name)
 }
 
 /// Transposes a row-major `rows` x `cols` array.
@@ -160,8 +169,8 @@ pub fn run_harness(c: &Compiled, exe: &Path, wrap: &[String], inputs: &BTreeMap<
         cmd.arg(sizes.get(d).ok_or_else(|| format!("no size for `{d}`"))?.to_string());
     }
     let mut outs: Vec<(&crate::ast::Tensor, PathBuf, Vec<usize>)> = Vec::new();
-    for t in spec.tensors.iter().filter(|t| !t.output) {
-        let a = inputs.get(&t.name.name).ok_or_else(|| format!("no input `{}`", t.name.name))?;
+    for t in spec.tensors.iter().filter(|t| !t.output || is_in_place(spec, t)) {
+        let a = inputs.get(&t.name.name).ok_or_else(|| format!("no input `{}`{}", t.name.name, if t.output { " (an output the kernel also reads, updated in place)" } else { "" }))?;
         let path = scratch.join(format!("{}.bin", t.name.name));
         let device = if is_col_major(t) { transpose(a.shape[0], a.shape[1], &a.data) } else { a.data.clone() };
         std::fs::write(&path, npy::encode(t.dtype.0, &device)).map_err(|e| e.to_string())?;
@@ -208,4 +217,27 @@ pub fn print_table(rows: &[Row]) -> bool {
     let failed = rows.iter().filter(|r| !matches!(&r.result, Ok(c) if c.pass)).count();
     println!("{} passed, {} failed", rows.len() - failed, failed);
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An output the spec also reads is uploaded from its `.bin` (its initial contents), not
+    /// poisoned, and still written back; the usage line and argument count include it twice.
+    #[test]
+    fn outputs_read_in_place_start_from_their_inputs() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/fused_add_rms_norm_bf16.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let c = crate::compile(crate::diag::SourceFile::new(path, text), crate::target::Target::Sm80).map_err(|_| "compiles").unwrap();
+        let r = c.spec.tensors.iter().find(|t| t.name.name == "R").unwrap();
+        let y = c.spec.tensors.iter().find(|t| t.name.name == "Y").unwrap();
+        assert!(is_in_place(&c.spec, r) && !is_in_place(&c.spec, y));
+        let src = harness_source(&c).unwrap();
+        assert!(src.contains("// Usage: fused_add_rms_norm_bf16_harness M N X.bin W.bin R.bin R.out Y.out"), "{src}");
+        assert!(src.contains("if (argc != 8)"));
+        assert!(src.contains("CHECK(cudaMemcpy(dev_R, host_R.data(), bytes_R, cudaMemcpyHostToDevice));"));
+        assert!(!src.contains("cudaMemset(dev_R") && src.contains("CHECK(cudaMemset(dev_Y, 0xFF, bytes_Y));"));
+        assert!(src.contains("host_R.assign(bytes_R, 0);") && src.contains("CHECK(cudaMemcpy(host_R.data(), dev_R, bytes_R, cudaMemcpyDeviceToHost));"));
+    }
 }

@@ -90,7 +90,12 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         null_checks.push(format!("{n} == nullptr"));
         let dims: Vec<String> = t.shape.iter().map(dim_text).collect();
         let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
-        doc_tensors.push(format!("{n:<6} [{}] {}{order} ({})", dims.join(", "), t.dtype.0, if t.output { "output" } else { "input" }));
+        let role = match (t.output, spec.reads_tensor(n)) {
+            (true, true) => "input and output: read, then updated in place",
+            (true, false) => "output",
+            (false, _) => "input",
+        };
+        doc_tensors.push(format!("{n:<6} [{}] {}{order} ({role})", dims.join(", "), t.dtype.0));
     }
     for d in &c.info.runtime_dims {
         c_params.push(format!("int {d}"));
