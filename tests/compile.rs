@@ -139,9 +139,22 @@ fn hip_sources() -> Vec<(PathBuf, &'static str)> {
     v
 }
 
+/// The vector widths, in bytes, that a row-wise program's comments give its copies of the row
+/// tile (`Each thread loads its 16-byte vectors`), each once.
+fn vector_bytes(text: &str, verb: &str) -> Vec<usize> {
+    let key = format!("Each thread {verb}s its ");
+    let mut widths: Vec<usize> = text.match_indices(&key)
+        .filter_map(|(at, _)| text[at + key.len()..].split("-byte").next()?.parse().ok())
+        .collect();
+    widths.sort_unstable();
+    widths.dedup();
+    widths
+}
+
 /// Every generated `.hip` builds with the pinned hipcc for its architecture, warning-free,
 /// and its device code runs on the matrix cores: the code object holds MFMA instructions; a
-/// row-wise program (no gemm) instead moves its rows as 16-byte global loads and stores.
+/// row-wise program (no gemm) instead moves its rows as vector global loads and stores as wide
+/// as its comments say (16 bytes; 8 for an i8 row beside a bf16 one).
 /// Nothing here runs on an AMD GPU (there is none); this is what the AMD targets promise.
 #[test]
 fn amd_sources_compile_warning_free_with_pinned_hipcc_and_use_mfma() {
@@ -176,12 +189,30 @@ fn amd_sources_compile_warning_free_with_pinned_hipcc_and_use_mfma() {
         let dis = Command::new(&objdump).arg("-d").arg(&device).output().expect("running llvm-objdump -d");
         let count = |op: &str| String::from_utf8_lossy(&dis.stdout).lines().filter(|l| l.contains(op)).count();
         let mfma = count("v_mfma");
-        if std::fs::read_to_string(src).unwrap_or_default().contains("the row-wise lowering") {
-            let (loads, stores) = (count("global_load_dwordx4"), count("global_store_dwordx4"));
-            if loads == 0 || stores == 0 {
-                return Err(format!("{}: the {arch} code object of a row-wise program has {loads} 16-byte global loads and {stores} stores", src.display()));
+        let text = std::fs::read_to_string(src).unwrap_or_default();
+        if text.contains("the row-wise lowering") {
+            // Each copy of the row tile moves the vectors its comment names (16 bytes, or 8
+            // for an i8 row beside a bf16 one): the code object holds global accesses of
+            // each of those widths.
+            let mut seen = Vec::new();
+            for verb in ["load", "store"] {
+                for bytes in vector_bytes(&text, verb) {
+                    let op = match bytes {
+                        16 => format!("global_{verb}_dwordx4"),
+                        8 => format!("global_{verb}_dwordx2"),
+                        n => return Err(format!("{}: a row-wise {verb} of {n}-byte vectors", src.display())),
+                    };
+                    let n = count(&op);
+                    if n == 0 {
+                        return Err(format!("{}: the {arch} code object of a row-wise program has no {bytes}-byte global {verb}s ({op})", src.display()));
+                    }
+                    seen.push(format!("{n} {bytes}-byte {verb}s"));
+                }
             }
-            eprintln!("compiled {} for {arch}: {loads} 16-byte loads, {stores} 16-byte stores", src.display());
+            if seen.is_empty() {
+                return Err(format!("{}: a row-wise program that names no vector loads or stores", src.display()));
+            }
+            eprintln!("compiled {} for {arch}: {}", src.display(), seen.join(", "));
         } else if mfma == 0 {
             return Err(format!("{}: the {arch} code object has no v_mfma instruction", src.display()));
         } else {
