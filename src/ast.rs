@@ -25,6 +25,9 @@ pub enum DType {
     F16,
     /// bfloat16.
     BF16,
+    /// 8-bit float E4M3 (OCP "e4m3fn": 4 exponent bits, 3 mantissa bits, no infinities,
+    /// largest finite 448; torch.float8_e4m3fn).
+    F8E4M3,
     /// Signed 8-bit integer.
     I8,
     /// Signed 32-bit integer.
@@ -33,7 +36,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in the order messages list them.
-    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I8, DType::I32];
+    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::I8, DType::I32];
 
     /// The spelling in specs.
     pub fn name(self) -> &'static str {
@@ -41,6 +44,7 @@ impl DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::F8E4M3 => "f8e4m3",
             DType::I8 => "i8",
             DType::I32 => "i32",
         }
@@ -56,13 +60,13 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::I8 => 1,
+            DType::I8 | DType::F8E4M3 => 1,
         }
     }
 
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3)
     }
 }
 

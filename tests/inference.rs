@@ -1351,6 +1351,38 @@ fn gemm_accumulators_stored_as_integers_saturate() {
     assert!(hip.contains("= float_to_i8(acc[bi][bj][r]);") && hip.contains("__device__ inline int8_t float_to_i8(float x)"), "{hip}");
 }
 
+/// f8e4m3 (OCP E4M3) tensors: the row-wise lowering stores them on sm80 with integer
+/// arithmetic (`float_to_e4m3`: no fp8 conversion instruction in sm_80 code) and on sm90a with
+/// CUTLASS's (the hardware's `cvt.rn.satfinite`); fragments stay f32/bf16/f16; other programs
+/// and the AMD targets refuse the dtype, at its declaration.
+#[test]
+fn f8e4m3_tensors_in_the_row_wise_lowering() {
+    let text = std::fs::read_to_string(format!("{}/tests/golden/specs/quant_fp8_per_token.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let cu = rendered_cu(&compile_for(text.clone(), Target::Sm80).unwrap());
+    assert!(cu.contains("using ElementQ = cute::float_e4m3_t;") && cu.contains("v[ee] = float_to_e4m3(xs(rr, vv, ee));"), "{cu}");
+    assert_eq!(cu.matches("cutlass::float_e4m3_t float_to_e4m3(float x)").count(), 1);
+    let c = compile_for(text.clone(), Target::Sm90a).unwrap();
+    assert_eq!(c.plan.rows.as_ref().unwrap().vector, 8, "bf16's 16 bytes set the vector; Q moves 8-byte pieces");
+    let cu = rendered_cu(&c);
+    assert!(cu.contains("v[ee] = static_cast<ElementQ>(xs(rr, vv, ee));") && !cu.contains("float_to_e4m3"), "{cu}");
+    for (target, why) in [(Target::Gfx942, "its fp8 is the FNUZ variant"), (Target::Gfx90a, "it has no fp8 type")] {
+        let e = compile_for(text.clone(), target).unwrap_err().join("\n");
+        assert!(e.contains(&format!("the {target} target has no f8e4m3 (OCP E4M3) support: {why}")) && e.contains("t.yaml:5:"), "{e}");
+    }
+    // Fragments are not f8e4m3.
+    let e = compile(text.replace("xs: {scope: fragment, dtype: f32", "xs: {scope: fragment, dtype: f8e4m3")).unwrap_err().join("\n");
+    assert!(e.contains("the row-wise lowering computes in f32, bf16 or f16; fragment `xs` is f8e4m3"), "{e}");
+    // Casts round through the type.
+    let cast = text.replace("xs[i, j] = xs[i, j] * inv[i]", "xs[i, j] = f8e4m3(xs[i, j] * inv[i])");
+    assert!(rendered_cu(&compile(cast).unwrap()).contains("xs(rr, vv, ee) = static_cast<float>(cute::float_e4m3_t(static_cast<float>(xs(rr, vv, ee) * inv(rr))));"));
+    // A GEMM over f8e4m3 operands is not lowered yet, on any target.
+    let gemm = std::fs::read_to_string(format!("{}/specs/gemm_bf16.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap().replace("dtype: bf16", "dtype: f8e4m3");
+    for target in [Target::Sm80, Target::Sm90a] {
+        let e = compile_for(gemm.clone(), target).unwrap_err().join("\n");
+        assert!(e.contains(&format!("the {target} target takes f8e4m3 tensors in row-wise programs (programs without gemms) only so far")), "{e}");
+    }
+}
+
 /// A row-wise program over rows longer than its tile: a sum of squares over column chunks,
 /// then a second pass that scales and stores each chunk (RMSNorm over any row length).
 fn chunked_rows_spec(loop_kind: &str, first_column: &str) -> String {

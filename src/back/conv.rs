@@ -6,9 +6,9 @@ use crate::check::{ConstValue, Info, Symbol};
 /// The C functions and generated helpers the spec's intrinsics render to (`max` on floats is
 /// `fmaxf`, `exp2` is `fast_exp2` or `exp2f`, `gelu` is `gelu_erf`): a spec name spelled so
 /// would hide them.
-pub const MATH_FUNCTIONS: [&str; 16] = [
+pub const MATH_FUNCTIONS: [&str; 17] = [
     "fminf", "fmaxf", "fabsf", "exp2f", "fast_exp2", "expf", "log2f", "logf", "sqrtf", "rsqrtf", "tanhf", "erff", "gelu_erf", "rintf",
-    "float_to_i8", "float_to_i32",
+    "float_to_i8", "float_to_i32", "float_to_e4m3",
 ];
 
 /// The CUTLASS type for a dtype.
@@ -17,6 +17,7 @@ pub fn cpp_type(d: DType) -> &'static str {
         DType::F32 => "float",
         DType::F16 => "cute::half_t",
         DType::BF16 => "cute::bfloat16_t",
+        DType::F8E4M3 => "cute::float_e4m3_t",
         DType::I8 => "int8_t",
         DType::I32 => "int32_t",
     }
@@ -136,8 +137,8 @@ impl Conv<'_> {
                 DType::I32 => format!("static_cast<int32_t>({})", a[0]),
                 DType::I8 => format!("static_cast<int8_t>({})", a[0]),
                 // Rounding to a narrower float, then computing on in f32.
-                DType::BF16 | DType::F16 if self.hip => format!("ck::type_convert<float>(ck::type_convert<{}>(static_cast<float>({})))", if d == DType::BF16 { "ck::bhalf_t" } else { "ck::half_t" }, a[0]),
-                DType::BF16 | DType::F16 => format!("static_cast<float>({}(static_cast<float>({})))", cpp_type(d), a[0]),
+                DType::BF16 | DType::F16 | DType::F8E4M3 if self.hip => format!("ck::type_convert<float>(ck::type_convert<{}>(static_cast<float>({})))", if d == DType::BF16 { "ck::bhalf_t" } else { "ck::half_t" }, a[0]),
+                DType::BF16 | DType::F16 | DType::F8E4M3 => format!("static_cast<float>({}(static_cast<float>({})))", cpp_type(d), a[0]),
             };
         }
         match f.name.as_str() {

@@ -350,7 +350,7 @@ impl Checker<'_> {
             DType::BF16 => bc.dtype.0 == DType::F32,
             DType::F16 => matches!(bc.dtype.0, DType::F32 | DType::F16),
             DType::I8 => bc.dtype.0 == DType::I32,
-            DType::F32 => bc.dtype.0 == DType::F32,
+            DType::F32 | DType::F8E4M3 => bc.dtype.0 == DType::F32,
             DType::I32 => false,
         };
         if !acc_ok {

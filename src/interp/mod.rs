@@ -73,9 +73,47 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
         DType::F32 => v as f32 as f64,
         DType::F16 => half::f16::from_f64(v).to_f64(),
         DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::F8E4M3 => e4m3_value(e4m3_bits(v)),
         DType::I8 => (v as i64) as i8 as f64,
         DType::I32 => (v as i64) as i32 as f64,
     }
+}
+
+/// The E4M3 (e4m3fn) bits of `v`: rounded to nearest, ties to even, saturating to ±448 (the
+/// hardware's `cvt.rn.satfinite`); NaN stays NaN (0x7f).
+pub fn e4m3_bits(v: f64) -> u8 {
+    if v.is_nan() {
+        return 0x7f;
+    }
+    let sign = if v.is_sign_negative() { 0x80 } else { 0 };
+    let a = v.abs();
+    if a >= 448.0 {
+        return sign | 0x7e;
+    }
+    // Normal numbers have exponents -6 to 8 (bias 7); below 2^-6 the step is 2^-9.
+    let e = if a >= 2f64.powi(-6) { a.log2().floor() as i32 } else { -6 };
+    let step = 2f64.powi(e - 3);
+    let q = (a / step).round_ties_even() * step;
+    if q >= 448.0 {
+        return sign | 0x7e;
+    }
+    // q may have rounded up into the next binade; re-derive its fields.
+    if q < 2f64.powi(-6) {
+        return sign | (q / 2f64.powi(-9)) as u8;
+    }
+    let e = q.log2().floor() as i32;
+    let m = (q / 2f64.powi(e - 3)) as u32 - 8;
+    sign | (((e + 7) as u8) << 3) | m as u8
+}
+
+/// The value of E4M3 (e4m3fn) bits.
+pub fn e4m3_value(bits: u8) -> f64 {
+    let sign = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (e, m) = (((bits >> 3) & 0xf) as i32, (bits & 7) as f64);
+    if e == 15 && m == 7.0 {
+        return f64::NAN;
+    }
+    sign * if e == 0 { m * 2f64.powi(-9) } else { (1.0 + m / 8.0) * 2f64.powi(e - 7) }
 }
 
 /// Converts a floating-point value to what a `dtype` holds: to an integer type toward zero,
@@ -660,6 +698,23 @@ mod tests {
         assert_eq!(round_to(DType::F16, 65520.0), f64::INFINITY);
         assert_eq!(round_to(DType::F16, 1e-7), 1.1920928955078125e-7);
         assert_eq!(round_to(DType::I8, 200.0), -56.0);
+        // E4M3: 3 mantissa bits, ties to even, saturating at 448, subnormals down to 2^-9.
+        assert_eq!(round_to(DType::F8E4M3, 1.0625), 1.0);
+        assert_eq!(round_to(DType::F8E4M3, 1.1875), 1.25);
+        assert_eq!(round_to(DType::F8E4M3, 1000.0), 448.0);
+        assert_eq!(round_to(DType::F8E4M3, -460.0), -448.0);
+        assert_eq!(round_to(DType::F8E4M3, f64::INFINITY), 448.0);
+        // Subnormals step by 2^-9: 1.5 and 2.5 steps both round to 2.
+        assert_eq!(round_to(DType::F8E4M3, 1.5 * 0.001953125), 2.0 * 0.001953125);
+        assert_eq!(round_to(DType::F8E4M3, 2.5 * 0.001953125), 2.0 * 0.001953125);
+        assert_eq!(round_to(DType::F8E4M3, 15.9), 16.0);
+        assert!(round_to(DType::F8E4M3, f64::NAN).is_nan());
+        for bits in 0..=255u8 {
+            let v = e4m3_value(bits);
+            if !v.is_nan() {
+                assert_eq!(e4m3_bits(v), bits, "{v}");
+            }
+        }
         // Floats convert to integers toward zero, saturating, NaN to 0.
         assert_eq!(float_to(DType::I8, 200.7), 127.0);
         assert_eq!(float_to(DType::I8, -127.9), -127.0);

@@ -1,7 +1,8 @@
 //! Reading and writing NumPy `.npy` files (format version 1.0, C order, little endian).
 //!
 //! The golden cases are stored as `.npy` so that numpy writes them and anyone can inspect
-//! them. bf16 has no NumPy dtype: bf16 arrays are stored as `<u2` bit patterns.
+//! them. bf16 has no NumPy dtype: bf16 arrays are stored as `<u2` bit patterns, and
+//! f8e4m3 ones as `|u1` bit patterns.
 
 use crate::ast::DType;
 use std::io::Write as _;
@@ -34,6 +35,7 @@ fn descr(dtype: DType) -> &'static str {
         DType::F16 => "<f2",
         DType::BF16 => "<u2",
         DType::I8 => "|i1",
+        DType::F8E4M3 => "|u1",
         DType::I32 => "<i4",
     }
 }
@@ -52,6 +54,7 @@ pub fn encode(dtype: DType, data: &[f64]) -> Vec<u8> {
             DType::F16 => out.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes()),
             DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_bits().to_le_bytes()),
             DType::I8 => out.push(v as i8 as u8),
+            DType::F8E4M3 => out.push(crate::interp::e4m3_bits(v)),
             DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
         }
     }
@@ -66,6 +69,7 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
         DType::F16 => half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64(),
         DType::BF16 => half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64(),
         DType::I8 => c[0] as i8 as f64,
+        DType::F8E4M3 => crate::interp::e4m3_value(c[0]),
     }).collect()
 }
 
@@ -145,7 +149,7 @@ mod tests {
         for dtype in DType::ALL {
             let a = Array { shape: vec![2, 3], dtype, data: vec![1.0, -2.0, 3.0, 0.5, 0.0, 7.0] };
             let bytes = a.to_npy();
-            assert_eq!((bytes.len() - a.data.len() * match dtype { DType::F32 | DType::I32 => 4, DType::I8 => 1, _ => 2 }) % 64, 0);
+            assert_eq!((bytes.len() - a.data.len() * match dtype { DType::F32 | DType::I32 => 4, DType::I8 | DType::F8E4M3 => 1, _ => 2 }) % 64, 0);
             let b = Array::from_npy(&bytes, dtype).unwrap();
             let want: Vec<f64> = if dtype.is_float() { a.data.clone() } else { vec![1.0, -2.0, 3.0, 0.0, 0.0, 7.0] };
             assert_eq!(b.data, want, "{dtype}");

@@ -305,6 +305,9 @@ pub(crate) struct Infer<'a> {
 /// Runs inference and planning for `target`.
 pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
     let mut cx = Infer::new(spec, info, target);
+    if let Some(d) = fp8_refused(spec, target) {
+        return Err(vec![d]);
+    }
     // A program without gemms (softmax, a norm) loads rows into registers, computes on them and
     // reduces along them: the row-wise lowering, on every target.
     if rows::is_candidate(spec) {
@@ -576,6 +579,25 @@ impl<'a> Infer<'a> {
 /// The most accumulator registers per thread the CuTe-level lowering of a GEMM-shaped spec
 /// on sm90a takes: CUTLASS's widest warpgroup tile, 64x256 in f32, holds 128.
 const MAX_ACCUMULATOR_REGS: u64 = 128;
+
+/// f8e4m3 tensors are taken by the row-wise lowering on the NVIDIA targets (loads, and stores
+/// rounded to nearest even, saturating); anything else that names the dtype is refused, at
+/// its first use: as a fragment's type, in any other program, and on the AMD targets, whose
+/// gfx942 fp8 is the FNUZ variant (another bias and range) and gfx90a has none.
+fn fp8_refused(spec: &Spec, target: Target) -> Option<Diagnostic> {
+    let span = spec.tensors.iter().map(|t| t.dtype).chain(spec.buffers.iter().map(|b| b.dtype)).find(|d| d.0 == DType::F8E4M3)?.1;
+    let why = if target.is_amd() {
+        format!("the {target} target has no f8e4m3 (OCP E4M3) support: {}", if target == Target::Gfx942 { "its fp8 is the FNUZ variant, with another bias and range" } else { "it has no fp8 type" })
+    } else if !rows::is_candidate(spec) {
+        format!("the {target} target takes f8e4m3 tensors in row-wise programs (programs without gemms) only so far")
+    } else if let Some(b) = spec.buffers.iter().find(|b| b.dtype.0 == DType::F8E4M3) {
+        return Some(Diagnostic::error(b.dtype.1, format!("the row-wise lowering computes in f32, bf16 or f16; fragment `{}` is f8e4m3", b.name.name))
+            .hint("declare it f32: copies convert to and from f8e4m3 tensors (rounded to nearest even, saturating at ±448)"));
+    } else {
+        return None;
+    };
+    Some(Diagnostic::error(span, why).hint("convert to or from bf16 in a row-wise program (a quantization kernel) around this one").unsupported_on_target())
+}
 
 /// A spec's `cluster` on a program that does not take a CUTLASS collective, which is the only
 /// lowering that launches the spec's cluster shape.

@@ -115,6 +115,8 @@ pub(super) fn element(d: DType) -> &'static str {
         DType::F32 => "float",
         DType::I8 => "int8_t",
         DType::I32 => "int32_t",
+        // Not reached: the AMD targets refuse f8e4m3 (gfx942's fp8 is the FNUZ variant).
+        DType::F8E4M3 => "ck::f8_t",
     }
 }
 

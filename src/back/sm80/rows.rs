@@ -152,6 +152,9 @@ const COL: &str = "(row_lane + kThreadsPerRow * vv) * kVector";
 #[derive(Clone, Copy)]
 struct Flavor {
     hip: bool,
+    /// Stores to f8e4m3 round in integer arithmetic (`float_to_e4m3`): code built for sm_80
+    /// has no fp8 conversion instruction (sm90a's has, through CUTLASS's conversion).
+    fp8_in_software: bool,
 }
 
 impl Flavor {
@@ -180,6 +183,7 @@ impl Flavor {
     fn store(self, to: DType, elem: &str, from: DType, x: &str) -> String {
         let x = if from == DType::F32 { x.to_string() } else { format!("static_cast<float>({x})") };
         match to {
+            DType::F8E4M3 if self.fp8_in_software => format!("float_to_e4m3({x})"),
             DType::I8 => format!("float_to_i8({x})"),
             DType::I32 => format!("float_to_i32({x})"),
             _ => self.convert(elem, &x),
@@ -203,7 +207,7 @@ impl Flavor {
 pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
     let hip = c.plan.target.is_amd();
-    let flavor = Flavor { hip };
+    let flavor = Flavor { hip, fp8_in_software: c.plan.target == Target::Sm80 };
     let conv = Conv { spec, info: &c.info, hip };
     let mut errors = Vec::new();
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
@@ -218,6 +222,9 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     });
     if p.copies.iter().any(|cp| !cp.load && !spec.tensors[cp.tensor].dtype.0.is_float()) {
         used.insert("float_to_int", helper!("float_to_int.cuh"));
+    }
+    if flavor.fp8_in_software && p.copies.iter().any(|cp| !cp.load && spec.tensors[cp.tensor].dtype.0 == DType::F8E4M3) {
+        used.insert("float_to_e4m3", helper!("float_to_e4m3.cuh"));
     }
     // HIP computes exp2 with exp2f (no fast_exp2) and spells device functions itself.
     let mut helpers: Vec<String> = used.iter().filter(|(k, _)| !(hip && **k == "fast_exp2"))

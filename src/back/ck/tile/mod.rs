@@ -124,7 +124,7 @@ impl Env for PlainEnv {
 /// A stored element as f32 (CK's bf16 is a bit pattern: it must be converted).
 fn to_float(d: DType, x: &str) -> String {
     match d {
-        DType::BF16 | DType::F16 => format!("ck::type_convert<float>({x})"),
+        DType::BF16 | DType::F16 | DType::F8E4M3 => format!("ck::type_convert<float>({x})"),
         DType::F32 => x.to_string(),
         DType::I8 | DType::I32 => format!("static_cast<float>({x})"),
     }
@@ -134,7 +134,7 @@ fn to_float(d: DType, x: &str) -> String {
 /// plain cast is undefined outside the range).
 fn from_float(d: DType, x: &str) -> String {
     match d {
-        DType::BF16 | DType::F16 => format!("ck::type_convert<{}>({x})", element(d)),
+        DType::BF16 | DType::F16 | DType::F8E4M3 => format!("ck::type_convert<{}>({x})", element(d)),
         DType::F32 => x.to_string(),
         DType::I8 => format!("float_to_i8({x})"),
         DType::I32 => format!("float_to_i32({x})"),

@@ -1,0 +1,51 @@
+//! Device helpers of the generated code, compiled for the host with g++ and checked against
+//! the interpreter's definition of the same conversion.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// float_to_e4m3 (templates/helpers/float_to_e4m3.cuh, the sm80 target's f8e4m3 stores) gives
+/// the interpreter's E4M3 bits (round to nearest even, saturating at ±448) for every E4M3
+/// value, the midpoints between neighbours (ties), their neighbouring floats, values past the
+/// range, infinities, zeros, NaN and a sweep of f32 bit patterns over the whole range.
+#[test]
+fn float_to_e4m3_matches_the_interpreter() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("float_to_e4m3");
+    let out = Command::new("g++")
+        .args(["-std=c++17", "-O2", "-Wall", "-Werror"])
+        .arg("-I").arg(root().join("templates/helpers"))
+        .arg(root().join("tests/host_emu/float_to_e4m3_main.cpp"))
+        .arg("-o").arg(&exe)
+        .output().expect("running g++");
+    assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
+    let mut values: Vec<f32> = vec![0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 448.0, 449.0, 463.9, 464.0, 1e30, -1e-30, f32::MIN_POSITIVE];
+    let finite: Vec<f64> = (0..=126u8).map(tilegen::interp::e4m3_value).collect();
+    for w in finite.windows(2) {
+        let mid = ((w[0] + w[1]) / 2.0) as f32;
+        values.extend([w[0] as f32, mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits() - 1)]);
+    }
+    values.extend((0..200_000u32).map(|i| f32::from_bits(i.wrapping_mul(21_475) ^ (i << 16))));
+    let all: Vec<f32> = values.iter().flat_map(|v| [*v, -*v]).collect();
+    let input = dir.path().join("values.txt");
+    std::fs::write(&input, all.iter().map(|v| format!("{:x}\n", v.to_bits())).collect::<String>()).unwrap();
+    let out = Command::new(&exe).stdin(Stdio::from(std::fs::File::open(&input).unwrap())).output().unwrap();
+    assert!(out.status.success());
+    let got: Vec<u8> = String::from_utf8(out.stdout).unwrap().lines().map(|l| u8::from_str_radix(l, 16).unwrap()).collect();
+    assert_eq!(got.len(), all.len());
+    let mut checked = 0;
+    for (v, g) in all.iter().zip(&got) {
+        let want = tilegen::interp::e4m3_bits(*v as f64);
+        if v.is_nan() {
+            assert_eq!(g & 0x7f, 0x7f, "NaN -> {g:02x}");
+        } else {
+            assert_eq!(*g, want, "{v:e} ({:08x}): helper {g:02x}, interpreter {want:02x}", v.to_bits());
+        }
+        checked += 1;
+    }
+    assert!(checked > 400_000);
+}
