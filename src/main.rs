@@ -55,7 +55,7 @@ enum Command {
         target: Target,
     },
     /// Run a spec on the CPU reference interpreter (small shapes).
-    #[command(after_help = "Reads <tensor>.npy from --inputs for every input tensor and every output the spec also\nreads (updated in place) (bf16 as uint16 bits, f8e4m3 as uint8 bits, arrays in logical C\norder), infers the\nruntime sizes from their shapes, and writes <tensor>.npy for every output to --out.\n\nExample:\n  tilegen run specs/gemm_bf16.yaml --inputs tests/golden/gemm_bf16/ragged_77x136x264 --out /tmp/out")]
+    #[command(after_help = "Reads <tensor>.npy from --inputs for every input tensor and every output the spec also\nreads (updated in place) (bf16 as uint16 bits, f8e4m3 as uint8 bits, arrays in logical C\norder), infers the runtime sizes from their shapes, and writes <tensor>.npy for every\noutput to --out.\n\nExample:\n  tilegen run specs/gemm_bf16.yaml --inputs tests/golden/gemm_bf16/ragged_77x136x264 --out /tmp/out")]
     Run {
         /// The spec file.
         spec: PathBuf,

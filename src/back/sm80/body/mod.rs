@@ -313,7 +313,6 @@ fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) 
     });
 }
 
-/// One assignment of a parallel block, writing through `at` (the target element's C++).
 /// An accumulator element `x` of type `from` converted to `to` (element type `elem`): floats
 /// to integers toward zero, saturating (`float_to_i8`, `float_to_i32`, as the spec converts;
 /// a plain cast is undefined outside the range), anything else by `static_cast`.
@@ -336,6 +335,7 @@ pub(super) fn converts_float_to_int(c: &Compiled) -> bool {
     })
 }
 
+/// One assignment of a parallel block, writing through `at` (the target element's C++).
 pub(super) fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String, errors: &mut Vec<Diagnostic>) -> Option<AssignCtx> {
     let StmtKind::Assign { target, op, value, .. } = &st.kind else { return None };
     unreadable(c, value, env, errors);
