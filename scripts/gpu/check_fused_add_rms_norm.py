@@ -12,11 +12,11 @@ median time (CUDA-graph replays, three input sets rotated; scripts/gpu/bench.py)
 torch eager (`R.add_(X)`, then `F.rms_norm`) and the same function compiled by torch.compile
 (static shapes, compiled afresh per shape), in the same process. Exits 1 if any check fails.
 """
-import ctypes, os, sys
+import os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import time_ms  # the same timing for every peer
+from rows_check import launchers, pointer as p, stream, time_against_torch, timed_shapes
 
 F = torch.nn.functional
 
@@ -30,16 +30,10 @@ def main():
     fails = 0
     g = torch.Generator(device="cuda")
     g.manual_seed(5)
-    p = lambda t: ctypes.c_void_p(t.data_ptr())
-    stream = lambda: ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-    timed = "--check-only" not in os.environ.get("MODE", "")
-    timed_shapes = [tuple(int(d) for d in x.split("x")) for x in os.environ.get("SHAPES", "4096x8192,16384x8192").split(",")]
-    for spec in sys.argv[1:]:
-        target, libdir = spec.split("=", 1)
-        fn = ctypes.CDLL(os.path.join(libdir, "libfused_add_rms_norm_bf16.so")).tilegen_fused_add_rms_norm_bf16
-        fn.restype = ctypes.c_int
+    timed = timed_shapes("4096x8192,16384x8192")
+    for target, fn in launchers(sys.argv[1:], "fused_add_rms_norm_bf16"):
         run = lambda X, W, R, Y: fn(p(X), p(W), p(R), p(Y), X.shape[0], X.shape[1], stream())
-        for (M, N) in [(1, 8), (5, 1000), (13, 4096), (77, 8192), (300, 2056)] + (timed_shapes if timed else []):
+        for (M, N) in [(1, 8), (5, 1000), (13, 4096), (77, 8192), (300, 2056)] + timed:
             X = (torch.randn(M, N, device="cuda", generator=g) * 3 + 1).to(torch.bfloat16)
             R = torch.randn(M, N, device="cuda", generator=g).to(torch.bfloat16)
             W = (1 + 0.1 * torch.randn(N, device="cuda", generator=g)).to(torch.bfloat16)
@@ -56,14 +50,7 @@ def main():
             print(f"{target} {M}x{N}: {'PASS' if ok else 'FAIL'} rc {rc} R == bf16(X + R): {r_exact}; Y rel err {err:.1e}; unwritten {unwritten}")
             if M >= 4096:
                 sets = [(X.clone(), W, R.clone(), torch.empty_like(Y)) for _ in range(3)]
-                torch._dynamo.reset()
-                compiled = torch.compile(fused_add_rms_norm, dynamic=False)
-                ours = min(time_ms(lambda s: run(*s), sets, 200) for _ in range(2))
-                eager = min(time_ms(lambda s: fused_add_rms_norm(s[0], s[2], s[1]), sets, 200) for _ in range(2))
-                comp = min(time_ms(lambda s: compiled(s[0], s[2], s[1]), sets, 200) for _ in range(2))
-                tbs = (8 * M * N + 2 * N) / (ours * 1e-3) / 1e12
-                print(f"time {target} {M}x{N}: {ours * 1e3:.1f} us ({tbs:.2f} TB/s) vs torch {eager * 1e3:.1f} us -> {eager / ours:.2f}x, "
-                      f"vs torch.compile {comp * 1e3:.1f} us -> {comp / ours:.2f}x")
+                time_against_torch(target, (M, N), lambda s: run(*s), lambda s: fused_add_rms_norm(s[0], s[2], s[1]), sets, 8 * M * N + 2 * N)
         X = torch.zeros(2, 1001, device="cuda", dtype=torch.bfloat16)
         rc = run(X, torch.ones(1001, device="cuda", dtype=torch.bfloat16), torch.zeros_like(X), torch.empty_like(X))
         ok = rc != 0

@@ -14,11 +14,11 @@ median time (CUDA-graph replays, three input sets rotated; scripts/gpu/bench.py)
 the same function in torch eager and compiled by torch.compile (static shapes, compiled
 afresh per shape), in the same process. Exits 1 if any check fails.
 """
-import ctypes, os, sys
+import os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import time_ms  # the same timing for every peer
+from rows_check import launchers, pointer as p, stream, time_against_torch, timed_shapes
 
 
 def quant(X):
@@ -34,16 +34,10 @@ def main():
     fails = 0
     g = torch.Generator(device="cuda")
     g.manual_seed(3)
-    p = lambda t: ctypes.c_void_p(t.data_ptr())
-    stream = lambda: ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-    timed = "--check-only" not in os.environ.get("MODE", "")
-    timed_shapes = [tuple(int(d) for d in x.split("x")) for x in os.environ.get("SHAPES", "4096x8192,16384x8192,16384x4096").split(",")]
-    for spec in sys.argv[1:]:
-        target, libdir = spec.split("=", 1)
-        fn = ctypes.CDLL(os.path.join(libdir, "libquant_fp8_per_token.so")).tilegen_quant_fp8_per_token
-        fn.restype = ctypes.c_int
+    timed = timed_shapes("4096x8192,16384x8192,16384x4096")
+    for target, fn in launchers(sys.argv[1:], "quant_fp8_per_token"):
         run = lambda X, Q, S: fn(p(X), p(Q), p(S), X.shape[0], X.shape[1], stream())
-        for (M, N) in [(1, 8), (5, 1000), (13, 4096), (77, 8192), (300, 2056), (3, 8)] + (timed_shapes if timed else []):
+        for (M, N) in [(1, 8), (5, 1000), (13, 4096), (77, 8192), (300, 2056), (3, 8)] + timed:
             # Magnitudes over several binades, so that subnormal outputs occur too.
             X = (torch.randn(M, N, device="cuda", generator=g) * torch.exp2(torch.randint(-12, 4, (M, N), device="cuda", generator=g).float())).to(torch.bfloat16)
             if M == 3:
@@ -64,14 +58,7 @@ def main():
                   f"Scale exact: {s_same}; unwritten {unwritten}")
             if M >= 4096:
                 sets = [(X.clone(), torch.empty_like(Q), torch.empty_like(S)) for _ in range(3)]
-                torch._dynamo.reset()
-                compiled = torch.compile(quant, dynamic=False)
-                ours = min(time_ms(lambda s: run(*s), sets, 200) for _ in range(2))
-                eager = min(time_ms(lambda s: quant(s[0]), sets, 200) for _ in range(2))
-                comp = min(time_ms(lambda s: compiled(s[0]), sets, 200) for _ in range(2))
-                tbs = (3 * M * N + 4 * M) / (ours * 1e-3) / 1e12
-                print(f"time {target} {M}x{N}: {ours * 1e3:.1f} us ({tbs:.2f} TB/s) vs torch {eager * 1e3:.1f} us -> {eager / ours:.2f}x, "
-                      f"vs torch.compile {comp * 1e3:.1f} us -> {comp / ours:.2f}x")
+                time_against_torch(target, (M, N), lambda s: run(*s), lambda s: quant(s[0]), sets, 3 * M * N + 4 * M)
         X = torch.zeros(2, 1001, device="cuda", dtype=torch.bfloat16)
         rc = run(X, torch.empty(2, 1001, device="cuda", dtype=torch.float8_e4m3fn), torch.empty(2, device="cuda"))
         ok = rc != 0

@@ -15,11 +15,11 @@ Then the median time (CUDA-graph replays, three input sets rotated; scripts/gpu/
 against the same function in torch eager and compiled by torch.compile (Triton; compiled
 afresh for each shape, static shapes), in the same process. Exits 1 if any check fails.
 """
-import ctypes, os, sys
+import os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import time_ms  # the same timing for every peer
+from rows_check import launchers, pointer as p, stream, time_against_torch, timed_shapes
 
 F = torch.nn.functional
 
@@ -35,17 +35,11 @@ def main():
     fails = 0
     g = torch.Generator(device="cuda")
     g.manual_seed(7)
-    p = lambda t: ctypes.c_void_p(t.data_ptr())
-    stream = lambda: ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-    timed = "--check-only" not in os.environ.get("MODE", "")
-    timed_shapes = [tuple(int(d) for d in x.split("x")) for x in os.environ.get("SHAPES", "4096x8192,16384x8192").split(",")]
-    for spec in sys.argv[1:]:
-        target, libdir = spec.split("=", 1)
-        fn = ctypes.CDLL(os.path.join(libdir, "librms_norm_quant_i8.so")).tilegen_rms_norm_quant_i8
-        fn.restype = ctypes.c_int
+    timed = timed_shapes("4096x8192,16384x8192")
+    for target, fn in launchers(sys.argv[1:], "rms_norm_quant_i8"):
         run = lambda X, W, Q, S: fn(p(X), p(W), p(Q), p(S), X.shape[0], X.shape[1], stream())
         shapes = [(1, 8), (5, 1000), (13, 4096), (77, 8192), (300, 2056), (3, 8)]
-        for (M, N) in shapes + (timed_shapes if timed else []):
+        for (M, N) in shapes + timed:
             X = (torch.randn(M, N, device="cuda", generator=g) * 3 + 1).to(torch.bfloat16)
             if M == 3:
                 X[1] = 0  # an all-zero row quantizes to zeros
@@ -67,14 +61,7 @@ def main():
                   f"Scale rel err {s_err:.1e}; dequantized rel err {deq:.1e}; unwritten {unwritten}")
             if M >= 4096:
                 sets = [(X.clone(), W, torch.empty_like(Q), torch.empty_like(S)) for _ in range(3)]
-                torch._dynamo.reset()
-                compiled = torch.compile(quant, dynamic=False)
-                ours = min(time_ms(lambda s: run(*s), sets, 200) for _ in range(2))
-                eager = min(time_ms(lambda s: quant(s[0], s[1]), sets, 200) for _ in range(2))
-                comp = min(time_ms(lambda s: compiled(s[0], s[1]), sets, 200) for _ in range(2))
-                gbs = (3 * M * N + 2 * N + 4 * M) / (ours * 1e-3) / 1e12
-                print(f"time {target} {M}x{N}: {ours * 1e3:.1f} us ({gbs:.2f} TB/s) vs torch {eager * 1e3:.1f} us -> {eager / ours:.2f}x, "
-                      f"vs torch.compile {comp * 1e3:.1f} us -> {comp / ours:.2f}x")
+                time_against_torch(target, (M, N), lambda s: run(*s), lambda s: quant(s[0], s[1]), sets, 3 * M * N + 2 * N + 4 * M)
         # A row that is not whole 16-byte vectors of X is refused.
         X = torch.zeros(2, 1001, device="cuda", dtype=torch.bfloat16)
         rc = run(X, torch.ones(1001, device="cuda", dtype=torch.bfloat16), torch.empty(2, 1001, device="cuda", dtype=torch.int8), torch.empty(2, device="cuda"))
