@@ -1375,12 +1375,19 @@ fn f8e4m3_tensors_in_the_row_wise_lowering() {
     // Casts round through the type.
     let cast = text.replace("xs[i, j] = xs[i, j] * inv[i]", "xs[i, j] = f8e4m3(xs[i, j] * inv[i])");
     assert!(rendered_cu(&compile(cast).unwrap()).contains("xs(rr, vv, ee) = static_cast<float>(cute::float_e4m3_t(static_cast<float>(xs(rr, vv, ee) * inv(rr))));"));
-    // A GEMM over f8e4m3 operands is not lowered yet, on any target.
-    let gemm = std::fs::read_to_string(format!("{}/specs/gemm_bf16.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap().replace("dtype: bf16", "dtype: f8e4m3");
-    for target in [Target::Sm80, Target::Sm90a] {
-        let e = compile_for(gemm.clone(), target).unwrap_err().join("\n");
-        assert!(e.contains(&format!("the {target} target takes f8e4m3 tensors in row-wise programs (programs without gemms) only so far")), "{e}");
-    }
+    // GEMMs over f8e4m3 operands: sm90a's CUTLASS collective (both operands K-major, as
+    // 8-bit warpgroup MMAs read them), and nothing else: not sm80's mma.sync, and no fallback
+    // to the CuTe-level lowering when the collective declines.
+    let fp8 = std::fs::read_to_string(format!("{}/tests/golden/specs/gemm_fp8_bf16.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let c = compile_for(fp8.clone(), Target::Sm90a).unwrap();
+    let p = c.plan.collective.as_ref().expect("the CUTLASS collective");
+    assert_eq!((p.tile, p.accumulator), ((128, 128, 128), tilegen::ast::DType::F32));
+    assert!(rendered_cu(&c).contains("using ElementA = cute::float_e4m3_t;"));
+    let e = compile_for(fp8.clone(), Target::Sm80).unwrap_err().join("\n");
+    assert!(e.contains("the sm80 target takes f8e4m3 tensors in row-wise programs (programs without gemms) only: mma.sync in sm_80 code has no fp8"), "{e}");
+    let mn_major = std::fs::read_to_string(format!("{}/specs/gemm_bf16.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap().replace("dtype: bf16", "dtype: f8e4m3");
+    let e = compile_for(mn_major, Target::Sm90a).unwrap_err().join("\n");
+    assert!(e.contains("the sm90a target multiplies f8e4m3 operands only in a CUTLASS collective, which cannot take this spec") && e.contains("8-bit warpgroup MMAs read both operands K-major"), "{e}");
 }
 
 /// A row-wise program over rows longer than its tile: a sum of squares over column chunks,

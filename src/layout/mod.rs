@@ -382,7 +382,14 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         }
         // A spec the collective cannot take (its grid, a 3-D operand, an epilogue EVT cannot
         // spell, ...) runs tilegen's own CuTe-level lowering, as fused programs do, when that
-        // takes it and its accumulators fit in a thread's registers.
+        // takes it and its accumulators fit in a thread's registers; one with f8e4m3 tensors
+        // has no other lowering.
+        if uses_fp8(spec) {
+            let mut errors = vec![Diagnostic::error(spec.kernel.span, format!("the sm90a target multiplies f8e4m3 operands only in a CUTLASS collective, which cannot take this spec ({})", reasons(cx.errors.len())))
+                .hint("the reasons follow; tilegen's CuTe-level lowering has no f8e4m3 operands")];
+            errors.append(&mut cx.errors);
+            return Err(errors);
+        }
         let collective = std::mem::take(&mut cx.errors);
         let mut general = Infer::new(spec, info, target);
         general.plan_general();
@@ -581,15 +588,23 @@ impl<'a> Infer<'a> {
 const MAX_ACCUMULATOR_REGS: u64 = 128;
 
 /// f8e4m3 tensors are taken by the row-wise lowering on the NVIDIA targets (loads, and stores
-/// rounded to nearest even, saturating); anything else that names the dtype is refused, at
-/// its first use: as a fragment's type, in any other program, and on the AMD targets, whose
-/// gfx942 fp8 is the FNUZ variant (another bias and range) and gfx90a has none.
+/// rounded to nearest even, saturating) and, as GEMM operands, by sm90a's CUTLASS collective;
+/// anything else that names the dtype is refused, at its first use: as a row-wise fragment's
+/// type, in other sm80 programs, and on the AMD targets, whose gfx942 fp8 is the FNUZ variant
+/// (another bias and range) and gfx90a has none.
+fn uses_fp8(spec: &Spec) -> bool {
+    spec.tensors.iter().map(|t| t.dtype.0).chain(spec.buffers.iter().map(|b| b.dtype.0)).any(|d| d == DType::F8E4M3)
+}
+
 fn fp8_refused(spec: &Spec, target: Target) -> Option<Diagnostic> {
     let span = spec.tensors.iter().map(|t| t.dtype).chain(spec.buffers.iter().map(|b| b.dtype)).find(|d| d.0 == DType::F8E4M3)?.1;
     let why = if target.is_amd() {
         format!("the {target} target has no f8e4m3 (OCP E4M3) support: {}", if target == Target::Gfx942 { "its fp8 is the FNUZ variant, with another bias and range" } else { "it has no fp8 type" })
+    } else if !rows::is_candidate(spec) && target == Target::Sm80 {
+        format!("the {target} target takes f8e4m3 tensors in row-wise programs (programs without gemms) only: mma.sync in sm_80 code has no fp8 (sm90a's CUTLASS collective multiplies f8e4m3 operands)")
     } else if !rows::is_candidate(spec) {
-        format!("the {target} target takes f8e4m3 tensors in row-wise programs (programs without gemms) only so far")
+        // sm90a: GEMMs over f8e4m3 operands take the CUTLASS collective (checked there).
+        return None;
     } else if let Some(b) = spec.buffers.iter().find(|b| b.dtype.0 == DType::F8E4M3) {
         return Some(Diagnostic::error(b.dtype.1, format!("the row-wise lowering computes in f32, bf16 or f16; fragment `{}` is f8e4m3", b.name.name))
             .hint("declare it f32: copies convert to and from f8e4m3 tensors (rounded to nearest even, saturating at ±448)"));

@@ -356,11 +356,13 @@ impl<'a> Infer<'a> {
         }
         let (da, db, dc) = (spec.tensors[ta_idx].dtype.0, spec.tensors[tb_idx].dtype.0, spec.buffers[ic].dtype.0);
         let int8 = (da, db, dc) == (DType::I8, DType::I8, DType::I32) && !self.target.is_amd();
-        if !int8 && !matches!((da, db, dc), (DType::BF16, DType::BF16, DType::F32) | (DType::F16, DType::F16, DType::F32) | (DType::F16, DType::F16, DType::F16)) {
+        let fp8 = (da, db, dc) == (DType::F8E4M3, DType::F8E4M3, DType::F32) && self.target == crate::target::Target::Sm90a;
+        let eight_bit = int8 || fp8;
+        if !eight_bit && !matches!((da, db, dc), (DType::BF16, DType::BF16, DType::F32) | (DType::F16, DType::F16, DType::F32) | (DType::F16, DType::F16, DType::F16)) {
             let (mma, hint) = if self.target.is_amd() {
                 ("MFMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16)")
             } else {
-                ("WGMMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16), or i8 operands with an i32 accumulator")
+                ("WGMMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16), f8e4m3 with f32, or i8 operands with an i32 accumulator")
             };
             self.err(Diagnostic::error(shape.gemm.span, format!("the {} target has no {mma} for {da} × {db} accumulating in {dc}", self.target)).hint(hint));
             return;
@@ -378,17 +380,17 @@ impl<'a> Infer<'a> {
             return;
         }
         // 8-bit WGMMA reads both operands K-major from shared memory.
-        if int8 && (layouts.0 != "RowMajor" || layouts.1 != "ColumnMajor") {
+        if eight_bit && (layouts.0 != "RowMajor" || layouts.1 != "ColumnMajor") {
             let (t, what) = if layouts.0 != "RowMajor" { (ta_idx, "A as [M, K] with K contiguous") } else { (tb_idx, "B as [N, K] with K contiguous (`transpose_b=true`, or [K, N] with `order: col_major`)") };
             self.off_path(spec.tensors[t].name.span, &format!("8-bit warpgroup MMAs read both operands K-major; store {what}"));
             return;
         }
         // Tile limits of the cooperative WGMMA kernel: two consumer warpgroups split M.
         // One WGMMA step is 32 bytes deep: 16 elements of 16 bits, 32 of 8.
-        let k_step = if int8 { 32 } else { 16 };
+        let k_step = if eight_bit { 32 } else { 16 };
         if bm % 128 != 0 || bm > 256 || bn % 16 != 0 || bn > 256 || bk % k_step != 0 || bk * da.bytes() as i64 > 256 {
             let span = self.spec.buffers[ic].shape_span;
-            let k_hint = if int8 { "block_K 128 for 8-bit operands" } else { "block_K 64" };
+            let k_hint = if eight_bit { "block_K 128 for 8-bit operands" } else { "block_K 64" };
             self.err(Diagnostic::error(span, format!("tile {bm}x{bn}x{bk} does not fit the sm90a cooperative WGMMA kernel"))
                 .hint(format!("use block_M 128 or 256, block_N a multiple of 16 up to 256, {k_hint} (override per target under `targets: sm90a: constants:`)")));
             return;
