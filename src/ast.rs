@@ -649,6 +649,17 @@ impl Spec {
         found
     }
 
+    /// Whether output `t` is also read, and so updated in place.
+    pub fn is_in_place(&self, t: &Tensor) -> bool {
+        t.output && self.reads_tensor(&t.name.name)
+    }
+
+    /// Whether a run needs `t`'s contents before it starts: an input, or an output updated in
+    /// place (the harness uploads it rather than poisoning it; `tilegen run` reads its .npy).
+    pub fn starts_from(&self, t: &Tensor) -> bool {
+        !t.output || self.is_in_place(t)
+    }
+
     /// Whether any expression of the body (indices, origins, loop counts, conditions, values)
     /// names `name`.
     pub fn body_mentions(&self, name: &str) -> bool {

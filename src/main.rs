@@ -272,7 +272,7 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
     };
     let mut tensors = std::collections::BTreeMap::new();
     // Inputs, and outputs the spec also reads (updated in place: their initial contents).
-    for t in c.spec.tensors.iter().filter(|t| !t.output || tilegen::validate::is_in_place(&c.spec, t)) {
+    for t in c.spec.tensors.iter().filter(|t| c.spec.starts_from(t)) {
         let path = inputs.join(format!("{}.npy", t.name.name));
         match Array::read(&path, t.dtype.0) {
             Ok(a) => {

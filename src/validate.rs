@@ -47,8 +47,8 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
             None => format!("size_t({})", d.text()),
         }).collect::<Vec<_>>().join(" * ")
     };
-    let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0), in_place: is_in_place(spec, t) };
-    let inputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| !t.output || is_in_place(spec, t)).map(arg).collect();
+    let arg = |t: &crate::ast::Tensor| TensorArg { name: t.name.name.clone(), elems: elems(t), width: npy::width(t.dtype.0), in_place: spec.is_in_place(t) };
+    let inputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| spec.starts_from(t)).map(arg).collect();
     let outputs: Vec<TensorArg> = spec.tensors.iter().filter(|t| t.output).map(arg).collect();
     let mut call_args: Vec<String> = spec.tensors.iter().map(|t| format!("dev_{}", t.name.name)).collect();
     call_args.extend(c.info.runtime_dims.iter().cloned());
@@ -66,12 +66,6 @@ pub fn harness_source(c: &Compiled) -> Result<String, String> {
     tera.add_raw_template("harness.cu", HARNESS_TEMPLATE).map_err(|e| e.to_string())?;
     let context = tera::Context::from_serialize(&ctx).map_err(|e| e.to_string())?;
     tera.render("harness.cu", &context).map_err(|e| e.to_string())
-}
-
-/// Whether an output tensor is also read, and so updated in place: the harness uploads its
-/// initial contents (from the inputs) instead of poisoning it.
-pub fn is_in_place(spec: &crate::ast::Spec, t: &crate::ast::Tensor) -> bool {
-    t.output && spec.reads_tensor(&t.name.name)
 }
 
 /// Transposes a row-major `rows` x `cols` array.
@@ -169,7 +163,7 @@ pub fn run_harness(c: &Compiled, exe: &Path, wrap: &[String], inputs: &BTreeMap<
         cmd.arg(sizes.get(d).ok_or_else(|| format!("no size for `{d}`"))?.to_string());
     }
     let mut outs: Vec<(&crate::ast::Tensor, PathBuf, Vec<usize>)> = Vec::new();
-    for t in spec.tensors.iter().filter(|t| !t.output || is_in_place(spec, t)) {
+    for t in spec.tensors.iter().filter(|t| spec.starts_from(t)) {
         let a = inputs.get(&t.name.name).ok_or_else(|| format!("no input `{}`{}", t.name.name, if t.output { " (an output the kernel also reads, updated in place)" } else { "" }))?;
         let path = scratch.join(format!("{}.bin", t.name.name));
         let device = if is_col_major(t) { transpose(a.shape[0], a.shape[1], &a.data) } else { a.data.clone() };
@@ -232,7 +226,7 @@ mod tests {
         let c = crate::compile(crate::diag::SourceFile::new(path, text), crate::target::Target::Sm80).map_err(|_| "compiles").unwrap();
         let r = c.spec.tensors.iter().find(|t| t.name.name == "R").unwrap();
         let y = c.spec.tensors.iter().find(|t| t.name.name == "Y").unwrap();
-        assert!(is_in_place(&c.spec, r) && !is_in_place(&c.spec, y));
+        assert!(c.spec.is_in_place(r) && !c.spec.is_in_place(y));
         let src = harness_source(&c).unwrap();
         assert!(src.contains("// Usage: fused_add_rms_norm_bf16_harness M N X.bin W.bin R.bin R.out Y.out"), "{src}");
         assert!(src.contains("if (argc != 8)"));

@@ -184,7 +184,7 @@ type Arrays = std::collections::BTreeMap<String, tilegen::interp::npy::Array>;
 fn interpreted(c: &tilegen::Compiled, dims: &std::collections::BTreeMap<String, i64>, seed: u64) -> (Arrays, Arrays) {
     let mut values = Values(seed);
     let mut inputs = Arrays::new();
-    for t in c.spec.tensors.iter().filter(|t| !t.output || tilegen::validate::is_in_place(&c.spec, t)) {
+    for t in c.spec.tensors.iter().filter(|t| c.spec.starts_from(t)) {
         let shape = t.shape.iter().map(|d| d.eval(|n| c.info.const_int(n).or_else(|| dims.get(n).copied())).unwrap() as usize).collect();
         let mut a = values.array(t.dtype.0, shape);
         if t.name.name == "zeros" {

@@ -11,6 +11,17 @@ pub const MATH_FUNCTIONS: [&str; 17] = [
     "float_to_i8", "float_to_i32", "float_to_e4m3",
 ];
 
+/// A float expression `x` converted to integer type `to` as the spec converts (toward zero,
+/// saturating, NaN to 0; `float_to_int.cuh`, since a plain cast is undefined outside the
+/// range), or `None` for a float type.
+pub fn float_to_int(to: DType, x: &str) -> Option<String> {
+    match to {
+        DType::I8 => Some(format!("float_to_i8({x})")),
+        DType::I32 => Some(format!("float_to_i32({x})")),
+        _ => None,
+    }
+}
+
 /// The CUTLASS type for a dtype.
 pub fn cpp_type(d: DType) -> &'static str {
     match d {
@@ -132,12 +143,10 @@ impl Conv<'_> {
                 DType::F32 if any_float => a[0].clone(),
                 DType::F32 => format!("static_cast<float>({})", a[0]),
                 // Floats convert toward zero, saturating (NaN to 0); integers wrap.
-                DType::I32 if any_float => format!("float_to_i32({})", a[0]),
-                DType::I8 if any_float => format!("float_to_i8({})", a[0]),
-                DType::I32 => format!("static_cast<int32_t>({})", a[0]),
-                DType::I8 => format!("static_cast<int8_t>({})", a[0]),
+                DType::I32 | DType::I8 if any_float => float_to_int(d, &a[0]).unwrap_or_default(),
+                DType::I32 | DType::I8 => format!("static_cast<{}>({})", cpp_type(d), a[0]),
                 // Rounding to a narrower float, then computing on in f32.
-                DType::BF16 | DType::F16 | DType::F8E4M3 if self.hip => format!("ck::type_convert<float>(ck::type_convert<{}>(static_cast<float>({})))", if d == DType::BF16 { "ck::bhalf_t" } else { "ck::half_t" }, a[0]),
+                DType::BF16 | DType::F16 | DType::F8E4M3 if self.hip => format!("ck::type_convert<float>(ck::type_convert<{}>(static_cast<float>({})))", crate::back::ck::element(d), a[0]),
                 DType::BF16 | DType::F16 | DType::F8E4M3 => format!("static_cast<float>({}(static_cast<float>({})))", cpp_type(d), a[0]),
             };
         }

@@ -90,7 +90,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         null_checks.push(format!("{n} == nullptr"));
         let dims: Vec<String> = t.shape.iter().map(dim_text).collect();
         let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
-        let role = match (t.output, spec.reads_tensor(n)) {
+        let role = match (t.output, spec.is_in_place(t)) {
             (true, true) => "input and output: read, then updated in place",
             (true, false) => "output",
             (false, _) => "input",

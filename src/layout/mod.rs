@@ -384,7 +384,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         // spell, ...) runs tilegen's own CuTe-level lowering, as fused programs do, when that
         // takes it and its accumulators fit in a thread's registers; one with f8e4m3 tensors
         // has no other lowering.
-        if uses_fp8(spec) {
+        if fp8_declared(spec).is_some() {
             let mut errors = vec![Diagnostic::error(spec.kernel.span, format!("the sm90a target multiplies f8e4m3 operands only in a CUTLASS collective, which cannot take this spec ({})", reasons(cx.errors.len())))
                 .hint("the reasons follow; tilegen's CuTe-level lowering has no f8e4m3 operands")];
             errors.append(&mut cx.errors);
@@ -592,12 +592,13 @@ const MAX_ACCUMULATOR_REGS: u64 = 128;
 /// anything else that names the dtype is refused, at its first use: as a row-wise fragment's
 /// type, in other sm80 programs, and on the AMD targets, whose gfx942 fp8 is the FNUZ variant
 /// (another bias and range) and gfx90a has none.
-fn uses_fp8(spec: &Spec) -> bool {
-    spec.tensors.iter().map(|t| t.dtype.0).chain(spec.buffers.iter().map(|b| b.dtype.0)).any(|d| d == DType::F8E4M3)
+/// The first f8e4m3 in the spec's tensors and buffers, by its dtype's span.
+fn fp8_declared(spec: &Spec) -> Option<crate::diag::Span> {
+    spec.tensors.iter().map(|t| t.dtype).chain(spec.buffers.iter().map(|b| b.dtype)).find(|d| d.0 == DType::F8E4M3).map(|d| d.1)
 }
 
 fn fp8_refused(spec: &Spec, target: Target) -> Option<Diagnostic> {
-    let span = spec.tensors.iter().map(|t| t.dtype).chain(spec.buffers.iter().map(|b| b.dtype)).find(|d| d.0 == DType::F8E4M3)?.1;
+    let span = fp8_declared(spec)?;
     let why = if target.is_amd() {
         format!("the {target} target has no f8e4m3 (OCP E4M3) support: {}", if target == Target::Gfx942 { "its fp8 is the FNUZ variant, with another bias and range" } else { "it has no fp8 type" })
     } else if !rows::is_candidate(spec) && target == Target::Sm80 {

@@ -184,9 +184,7 @@ impl Flavor {
         let x = if from == DType::F32 { x.to_string() } else { format!("static_cast<float>({x})") };
         match to {
             DType::F8E4M3 if self.fp8_in_software => format!("float_to_e4m3({x})"),
-            DType::I8 => format!("float_to_i8({x})"),
-            DType::I32 => format!("float_to_i32({x})"),
-            _ => self.convert(elem, &x),
+            _ => crate::back::conv::float_to_int(to, &x).unwrap_or_else(|| self.convert(elem, &x)),
         }
     }
     /// A tensor element of `from` loaded into a fragment of element type `elem` (`float` on HIP).

@@ -136,8 +136,7 @@ fn from_float(d: DType, x: &str) -> String {
     match d {
         DType::BF16 | DType::F16 | DType::F8E4M3 => format!("ck::type_convert<{}>({x})", element(d)),
         DType::F32 => x.to_string(),
-        DType::I8 => format!("float_to_i8({x})"),
-        DType::I32 => format!("float_to_i32({x})"),
+        DType::I8 | DType::I32 => crate::back::conv::float_to_int(d, x).unwrap_or_default(),
     }
 }
 

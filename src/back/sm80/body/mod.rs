@@ -318,11 +318,7 @@ fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) 
 /// a plain cast is undefined outside the range), anything else by `static_cast`.
 pub(super) fn converted_element(x: &str, from: DType, to: DType, elem: &str) -> String {
     let wide = if from == DType::F32 { x.to_string() } else { format!("static_cast<float>({x})") };
-    match (from.is_float(), to) {
-        (true, DType::I8) => format!("float_to_i8({wide})"),
-        (true, DType::I32) => format!("float_to_i32({wide})"),
-        _ => format!("static_cast<{elem}>({x})"),
-    }
+    from.is_float().then(|| crate::back::conv::float_to_int(to, &wide)).flatten().unwrap_or_else(|| format!("static_cast<{elem}>({x})"))
 }
 
 /// Whether a copy converts a floating-point fragment to integers (the generated file then
