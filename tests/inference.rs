@@ -323,6 +323,47 @@ fn sm90a_int8_gemm_takes_the_collective_with_an_f32_epilogue_fragment() {
     assert!(why.contains("a read of `out`, which is not the accumulator or computed from it"), "{why}");
 }
 
+#[test]
+fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
+    let w8a8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_w8a8_bf16.yaml")).unwrap();
+    let hip = |c: &tilegen::Compiled| tilegen::back::render(c).unwrap_or_else(|_| panic!("renders")).into_iter().find(|f| f.name.ends_with(".hip")).expect("a .hip file").contents;
+    for (target, mfma) in [(Target::Gfx942, "32x32x16 i8 MFMA"), (Target::Gfx90a, "32x32x8 i8 MFMA")] {
+        let c = compile_for(w8a8.clone(), target).unwrap();
+        let p = c.plan.collective.as_ref().expect("CK takes the int8 GEMM");
+        // 128 bytes of K per tile, as for 16-bit operands; the epilogue computes in f32.
+        assert_eq!((p.accumulator, p.tile, p.epilogue_compute), (tilegen::ast::DType::I32, (128, 128, 128), tilegen::ast::DType::F32));
+        let src = hip(&c);
+        for want in ["DeviceGemmMultiD_Xdl_CShuffle_V3<", "using ElementA = int8_t;", "using ElementAccumulator = int32_t;  // i8 MFMAs accumulate in i32, exactly",
+            "ElementAccumulator,             // CShuffleDataType: the epilogue sees the i32 accumulator", "16, 16,                         // AK1, BK1", mfma,
+            "2, 16, 16, false,               // B: source vector dim (K)", "float const acc = ck::type_convert<float>(c);", "K % 16 != 0"] {
+            assert!(src.contains(want), "{target}: no `{want}` in\n{src}");
+        }
+    }
+    // The i32 accumulator stored as is (torch._int_mm) is exact: CK's plain GEMM with i32 C.
+    let as_i32 = w8a8.replace("  C: {dtype: bf16,", "  C: {dtype: i32,")
+        .replace("  - parallel(i, j):\n      - out[i, j] = f32(acc[i, j]) * a_scale[by*block_M + i] * b_scale[bx*block_N + j]\n  - copy(out, C", "  - copy(acc, C");
+    assert!(as_i32.contains("  - copy(acc, C"));
+    let c = compile_for(as_i32, Target::Gfx942).unwrap();
+    assert_eq!(c.plan.collective.as_ref().map(|p| p.epilogue_compute), Some(tilegen::ast::DType::I32));
+    let src = hip(&c);
+    assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && src.contains("using ElementC = int32_t;") && src.contains("ElementC,                       // CShuffleDataType"), "{src}");
+    // Any other integer output would be rounded from f32 where the spec truncates.
+    for out in ["i8", "i32"] {
+        let scaled = w8a8.replace("  C: {dtype: bf16,", &format!("  C: {{dtype: {out},"));
+        let errs = compile_for(scaled, Target::Gfx942).unwrap_err().join("\n");
+        assert!(errs.contains(&format!("the gfx942 target's composable_kernel GEMM writes floating-point outputs (or an i32 accumulator stored as is); `C` is {out}")), "{errs}");
+    }
+    // CK's int8 instances read B K-major, as 8-bit WGMMA and ldmatrix do.
+    let mn_major = w8a8.replace("B: {dtype: i8, shape: [N, K]}", "B: {dtype: i8, shape: [K, N]}")
+        .replace("B_s: {scope: shared,   dtype: i8,  shape: [block_N, block_K]}", "B_s: {scope: shared,   dtype: i8,  shape: [block_K, block_N]}")
+        .replace("copy(B[bx*block_N, k*block_K], B_s)", "copy(B[k*block_K, bx*block_N], B_s)").replace(", transpose_b=true", "");
+    let errs = compile_for(mn_major, Target::Gfx90a).unwrap_err().join("\n");
+    assert!(errs.contains("t.yaml:5:3: error: the gfx90a target's int8 GEMM reads B as [N, K] with K contiguous"), "{errs}");
+    // FP8 stays sm90a's: the AMD targets refuse it.
+    let fp8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_fp8_bf16.yaml")).unwrap();
+    assert!(compile_for(fp8, Target::Gfx942).is_err());
+}
+
 fn attention() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_bf16.yaml")).unwrap()
 }
@@ -1345,7 +1386,7 @@ fn gemm_accumulators_stored_as_integers_saturate() {
     let c = compile_for(text, Target::Gfx942).unwrap();
     assert!(c.plan.collective.is_none() && c.plan.tile.is_some(), "the tile lowering, not CK's GEMM");
     let why = &c.plan.tile.as_ref().unwrap().why;
-    assert!(why.contains("composable_kernel GEMM writes floating-point outputs; `C` is i8"), "{why}");
+    assert!(why.contains("composable_kernel GEMM writes floating-point outputs (or an i32 accumulator stored as is); `C` is i8"), "{why}");
     let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
     let hip = &files.iter().find(|f| f.name.ends_with(".hip")).unwrap().contents;
     assert!(hip.contains("= float_to_i8(acc[bi][bj][r]);") && hip.contains("__device__ inline int8_t float_to_i8(float x)"), "{hip}");

@@ -355,12 +355,12 @@ impl<'a> Infer<'a> {
             return;
         }
         let (da, db, dc) = (spec.tensors[ta_idx].dtype.0, spec.tensors[tb_idx].dtype.0, spec.buffers[ic].dtype.0);
-        let int8 = (da, db, dc) == (DType::I8, DType::I8, DType::I32) && !self.target.is_amd();
+        let int8 = (da, db, dc) == (DType::I8, DType::I8, DType::I32);
         let fp8 = (da, db, dc) == (DType::F8E4M3, DType::F8E4M3, DType::F32) && self.target == crate::target::Target::Sm90a;
         let eight_bit = int8 || fp8;
         if !eight_bit && !matches!((da, db, dc), (DType::BF16, DType::BF16, DType::F32) | (DType::F16, DType::F16, DType::F32) | (DType::F16, DType::F16, DType::F16)) {
             let (mma, hint) = if self.target.is_amd() {
-                ("MFMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16)")
+                ("MFMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16), or i8 operands with an i32 accumulator")
             } else {
                 ("WGMMA", "use bf16 or f16 operands with an f32 accumulator (or f16 with f16), f8e4m3 with f32, or i8 operands with an i32 accumulator")
             };
@@ -611,14 +611,25 @@ impl<'a> Infer<'a> {
                 .hint("store A row-major (K contiguous) or transpose the problem").unsupported_on_target());
             return;
         }
-        let out = &self.spec.tensors[d];
-        if !out.dtype.0.is_float() {
-            self.err(Diagnostic::error(out.dtype.1, format!("the {} target's composable_kernel GEMM writes floating-point outputs; `{}` is {}: its epilogue would round where the spec converts toward zero, saturating", self.target, out.name.name, out.dtype.0))
-                .hint("store f32, bf16 or f16 and convert in a following kernel").unsupported_on_target());
+        let int8 = acc == DType::I32;
+        // CK's int8 instances read both operands K-major (16 bytes of K per vector).
+        if int8 && layouts.1 != "ColumnMajor" {
+            self.err(Diagnostic::error(self.spec.tensors[b].name.span, format!("the {} target's int8 GEMM reads B as [N, K] with K contiguous", self.target))
+                .hint("store B as [N, K] and use `transpose_b=true` (or declare [K, N] with `order: col_major`)").unsupported_on_target());
             return;
         }
         let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
-        let (bm, bn, bk) = (128, 128, 64);
+        // An integer output is exact only as the i32 accumulator stored as is: any epilogue
+        // computes in f32, and CK's conversion rounds where the spec converts toward zero.
+        let out = &self.spec.tensors[d];
+        let integer_store = out.dtype.0 == DType::I32 && acc == DType::I32 && tree == EvtNode::Acc;
+        if !out.dtype.0.is_float() && !integer_store {
+            self.err(Diagnostic::error(out.dtype.1, format!("the {} target's composable_kernel GEMM writes floating-point outputs (or an i32 accumulator stored as is); `{}` is {}: its epilogue would round where the spec converts toward zero, saturating", self.target, out.name.name, out.dtype.0))
+                .hint("store f32, bf16 or f16 and convert in a following kernel").unsupported_on_target());
+            return;
+        }
+        // 128 bytes of K per tile: 64 elements of 16 bits, 128 of 8.
+        let (bm, bn, bk) = if int8 { (128, 128, 128) } else { (128, 128, 64) };
         let bytes = self.spec.tensors[a].dtype.0.bytes();
         let lds = (bm * bk + bn * bk) as u64 * bytes;
         self.plan.smem = super::SmemUse { buffers: lds, staging: 0, staging_reuses_buffers: false, barriers: 0, total: lds, budget: self.target.smem_budget() };
@@ -647,8 +658,13 @@ impl<'a> Infer<'a> {
             }
         }
         self.plan.alignment.sort_by_key(|x| x.tensor);
+        let mfma = match (int8, self.target) {
+            (false, _) => "32x32x8 MFMAs",
+            (true, crate::target::Target::Gfx90a) => "32x32x8 i8 MFMAs (exact i32 accumulators)",
+            (true, _) => "32x32x16 i8 MFMAs (exact i32 accumulators)",
+        };
         let why = format!(
-            "a plain GEMM body: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, 32x32x8 MFMAs 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
+            "a plain GEMM body: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, {mfma} 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
             if matches!(tree, EvtNode::Acc) { "DeviceGemm_Xdl_CShuffleV3" } else { "DeviceGemmMultiD_Xdl_CShuffle_V3 (the epilogue as its CDE operator)" },
             self.spec.tensors[a].dtype.0);
         self.plan.collective = Some(CollectivePlan {
@@ -662,7 +678,7 @@ impl<'a> Infer<'a> {
             layouts,
             accumulator: acc,
             epilogue: tree,
-            epilogue_compute: DType::F32,
+            epilogue_compute: if integer_store { DType::I32 } else { DType::F32 },
             smem_bytes: lds,
             batch: None,
             why,

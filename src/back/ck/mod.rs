@@ -39,8 +39,18 @@ struct Context {
     epilogue_expr: String,
     helpers: Vec<String>,
     constants: Vec<String>,
-    /// BK1 and the B block-transfer lines of the instance: they follow B's majorness.
-    bk1: i64,
+    /// The accumulator's element type, with a note, and what the C shuffle holds.
+    acc_type: String,
+    int8: bool,
+    acc_note: String,
+    cshuffle_note: String,
+    /// The instance's tile (MPerBlock, NPerBlock, KPerBlock) and MFMA shape note.
+    tile: String,
+    mfma_note: String,
+    /// "AK1, BK1," (padded) and the A and B block-transfer lines of the instance: 16 bytes of K per
+    /// vector; B's follow its majorness.
+    k1s: String,
+    a_transfer: Vec<String>,
     b_transfer: Vec<String>,
     /// The block-GEMM pipeline version and scheduler of the plan.
     pipeline: String,
@@ -211,6 +221,18 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let dims = |t: &crate::ast::Tensor| -> Vec<String> { t.shape.iter().map(crate::ast::Dim::text).collect() };
     let (da, db, dd) = (dims(ta), dims(tb), dims(td));
     let b_k_contiguous = p.layouts.1 == "ColumnMajor";
+    // 8-bit operands (int8, K-major both) move 16 elements per vector, 16-bit ones 8.
+    let int8 = p.accumulator == DType::I32;
+    let k1 = if int8 { 16 } else { 8 };
+    let k_major_transfer = |op: &str| vec![
+        format!("S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // {op}: thread cluster K0_{}_K1, arrange order, source access order", if op == "A" { "M" } else { "N" }),
+        format!("{:<32}// {op}: source vector dim (K), source / LDS vector widths, no extra LDS row", format!("2, {k1}, {k1}, false,")),
+    ];
+    let mfma_k = match (int8, c.plan.target) {
+        (false, _) => 8,
+        (true, crate::target::Target::Gfx90a) => 8,
+        (true, _) => 16,
+    };
     let gemm_line = c.spec.body.iter().find_map(|s| match &s.kind {
         crate::ast::StmtKind::Loop { body, .. } => body.iter().find(|x| matches!(x.kind, crate::ast::StmtKind::Gemm { .. })).map(|g| c.line(g.span)),
         _ => None,
@@ -233,14 +255,18 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         epilogue_expr,
         helpers,
         constants,
-        bk1: if b_k_contiguous { 8 } else { 4 },
+        acc_type: if int8 { "int32_t".into() } else { "float".into() },
+        int8,
+        acc_note: if int8 { "i8 MFMAs accumulate in i32, exactly".into() } else { "MFMA accumulates in f32".into() },
+        cshuffle_note: if int8 { "the epilogue sees the i32 accumulator".into() } else { "the epilogue sees the f32 accumulator".into() },
+        tile: format!("{:<32}", format!("{}, {}, {},", p.tile.0, p.tile.1, p.tile.2)),
+        mfma_note: format!("32x32x{mfma_k}{} MFMA", if int8 { " i8" } else { "" }),
+        k1s: format!("{:<32}", format!("{k1}, {},", if b_k_contiguous { k1 } else { 4 })),
+        a_transfer: k_major_transfer("A"),
         pipeline: match p.schedule { GemmSchedule::Ck { pipeline, .. } => pipeline.into(), GemmSchedule::Cutlass { .. } => String::new() },
         scheduler: match p.schedule { GemmSchedule::Ck { scheduler, .. } => scheduler.into(), GemmSchedule::Cutlass { .. } => String::new() },
         b_transfer: if b_k_contiguous {
-            vec![
-                "S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // B: thread cluster K0_N_K1, arrange order, source access order".into(),
-                "2, 8, 8, false,                 // B: source vector dim (K), source / LDS vector widths, no extra LDS row".into(),
-            ]
+            k_major_transfer("B")
         } else {
             vec![
                 "S<16, 16, 1>, S<0, 2, 1>, S<0, 2, 1>, // B: thread cluster K0_N_K1, arrange order, source access order".into(),
