@@ -564,8 +564,31 @@ pub struct GridDim {
     pub descending: bool,
 }
 
+/// The kernel schedule of a CUTLASS 3.x collective on sm90a (`schedule:` under `targets:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelSchedule {
+    /// Two consumer warpgroups split each tile's rows (the default).
+    Cooperative,
+    /// Two consumer warpgroups take whole tiles in turn: one's MMAs run while the other
+    /// stores its tile.
+    Pingpong,
+}
+
+impl KernelSchedule {
+    /// Every schedule, by its spelling in a spec.
+    pub const ALL: [(&'static str, KernelSchedule); 2] = [("cooperative", KernelSchedule::Cooperative), ("pingpong", KernelSchedule::Pingpong)];
+
+    /// The spelling in a spec.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelSchedule::Cooperative => "cooperative",
+            KernelSchedule::Pingpong => "pingpong",
+        }
+    }
+}
+
 /// Per-target settings: constants that take other values for one target (tile sizes
-/// tuned for it) and, on sm90a, the thread-block cluster shape.
+/// tuned for it) and, on sm90a, the thread-block cluster shape and kernel schedule.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TargetOverride {
     /// The target's name as written.
@@ -576,6 +599,8 @@ pub struct TargetOverride {
     pub threads: Option<(i64, crate::diag::Span)>,
     /// `cluster: [x, y]` (sm90a).
     pub cluster: Option<(Vec<i64>, crate::diag::Span)>,
+    /// `schedule: pingpong` (sm90a).
+    pub schedule: Option<(KernelSchedule, crate::diag::Span)>,
 }
 
 /// A whole spec.
@@ -603,6 +628,8 @@ pub struct Spec {
     pub targets: Vec<TargetOverride>,
     /// The cluster shape in effect for the target compiled for (set by `apply_target`).
     pub cluster: Option<(Vec<i64>, crate::diag::Span)>,
+    /// The kernel schedule asked for the target compiled for (set by `apply_target`).
+    pub schedule: Option<(KernelSchedule, crate::diag::Span)>,
 }
 
 impl Spec {

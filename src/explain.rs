@@ -649,7 +649,7 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     let _ = writeln!(o, "\nCUTLASS 3.x collective (GemmUniversal + CollectiveBuilder, explicit choices)");
     let _ = writeln!(o, "  why: {}", p.why);
     let (kernel, epilogue) = match p.schedule {
-        crate::layout::GemmSchedule::Cutlass { kernel, epilogue } => (kernel, epilogue),
+        crate::layout::GemmSchedule::Cutlass { kernel, epilogue, .. } => (kernel, epilogue),
         crate::layout::GemmSchedule::Ck { pipeline, scheduler } => (pipeline, scheduler),
     };
     let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {kernel}, epilogue schedule {epilogue}", p.cluster.0, p.cluster.1, p.stages);

@@ -114,7 +114,7 @@ fn sm90a_plans_an_explicit_collective_with_an_evt_epilogue() {
     // The spec's per-target constants and cluster apply.
     assert_eq!((p.tile, p.cluster, p.stages), ((128, 256, 64), (2, 1), 4));
     assert_eq!(p.layouts, ("RowMajor", "RowMajor", "RowMajor"));
-    let GemmSchedule::Cutlass { kernel, epilogue } = p.schedule else { panic!("{:?}", p.schedule) };
+    let GemmSchedule::Cutlass { kernel, epilogue, .. } = p.schedule else { panic!("{:?}", p.schedule) };
     assert!(!kernel.contains("Auto") && !epilogue.contains("Auto"));
     // relu(acc + bias[col]) as a tree: maximum(plus(acc, row_broadcast(bias)), 0).
     let EvtNode::Compute { op: EpilogueOp::Max, children } = &p.epilogue else { panic!("{:?}", p.epilogue) };
@@ -362,6 +362,35 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
     // FP8 stays sm90a's: the AMD targets refuse it.
     let fp8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_fp8_bf16.yaml")).unwrap();
     assert!(compile_for(fp8, Target::Gfx942).is_err());
+}
+
+#[test]
+fn sm90a_kernel_schedule_is_a_target_setting_of_the_collective() {
+    let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap();
+    let sm90a = "sm90a: {constants: {block_N: 256, block_K: 64, stages: 4}, cluster: [2, 1]}";
+    assert!(gemm.contains(sm90a));
+    let with = |entry: &str| gemm.replace(sm90a, entry);
+    // The default stays cooperative: two consumer warpgroups split the tile's rows.
+    let c = compile_for(gemm.clone(), Target::Sm90a).unwrap();
+    let p = c.plan.collective.as_ref().unwrap();
+    assert_eq!(p.schedule, GemmSchedule::Cutlass { kernel: "cutlass::gemm::KernelTmaWarpSpecializedCooperative", epilogue: "cutlass::epilogue::TmaWarpSpecializedCooperative", epilogue_tile: (128, 32) });
+    // Ping-pong: each consumer warpgroup holds a whole tile; the epilogue works in 64-row subtiles.
+    let c = compile_for(with("sm90a: {constants: {block_M: 64, block_N: 256, block_K: 64, stages: 5}, schedule: pingpong}"), Target::Sm90a).unwrap();
+    let p = c.plan.collective.as_ref().unwrap();
+    assert_eq!(p.schedule, GemmSchedule::Cutlass { kernel: "cutlass::gemm::KernelTmaWarpSpecializedPingpong", epilogue: "cutlass::epilogue::TmaWarpSpecialized", epilogue_tile: (64, 32) });
+    let cu = rendered_cu(&c);
+    assert!(cu.contains("using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;") && cu.contains("using EpilogueTile = Shape<Int<64>, Int<32>>;"), "{cu}");
+    assert!(tilegen::explain::explain(&c).contains("ping-pong warp-specialised kernel (`schedule: pingpong`"));
+    // A tile a warpgroup cannot hold is refused with the rule.
+    let errs = compile_for(with("sm90a: {constants: {block_N: 256, block_K: 64}, schedule: pingpong}"), Target::Sm90a).map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
+    assert!(errs.contains("tile 128x256x64 does not fit the sm90a pingpong WGMMA kernel"), "{errs}");
+    // Spelling, targets, and lowerings without a kernel schedule.
+    let errs = compile_for(with("sm90a: {schedule: ping_pong}"), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("error: unknown kernel schedule `ping_pong`") && errs.contains("did you mean `pingpong`?"), "{errs}");
+    let errs = compile_for(gemm.replace("  sm90a: {", "  sm80: {schedule: pingpong}\n  sm90a: {"), Target::Sm80).unwrap_err().join("\n");
+    assert!(errs.contains("error: the sm80 target has no kernel schedules"), "{errs}");
+    let errs = compile_for(attention().replace("sm90a: {threads: 256,", "sm90a: {schedule: cooperative, threads: 256,"), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("error: schedule `cooperative` is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
 }
 
 fn attention() -> String {

@@ -13,7 +13,7 @@ pub const STATEMENTS: [&str; 7] = ["copy", "gemm", "clear", "fill", "reduce_max"
 /// The block keywords, for suggestions.
 pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
 const TOP_KEYS: [&str; 9] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body", "targets"];
-const TARGET_KEYS: [&str; 3] = ["constants", "threads", "cluster"];
+const TARGET_KEYS: [&str; 4] = ["constants", "threads", "cluster", "schedule"];
 const TENSOR_KEYS: [&str; 4] = ["dtype", "shape", "order", "output"];
 const BUFFER_KEYS: [&str; 3] = ["scope", "dtype", "shape"];
 
@@ -177,6 +177,7 @@ impl Cx {
             stmt_count: self.next_id,
             targets,
             cluster: None,
+            schedule: None,
         })
     }
 
@@ -315,10 +316,12 @@ impl Cx {
             let mut constants = Vec::new();
             let mut cluster = None;
             let mut threads = None;
+            let mut schedule = None;
             for (key, _, value) in fields {
                 match key {
                     "constants" => constants = self.constants(value),
                     "threads" => threads = self.threads(value),
+                    "schedule" => schedule = self.schedule(value),
                     _ => {
                         let items = self.list(value, "a cluster shape");
                         let dims: Vec<i64> = items.unwrap_or_default().iter().filter_map(|i| i.as_str()?.parse().ok()).collect();
@@ -330,9 +333,22 @@ impl Cx {
                     }
                 }
             }
-            out.push(TargetOverride { target, constants, threads, cluster });
+            out.push(TargetOverride { target, constants, threads, cluster, schedule });
         }
         out
+    }
+
+    fn schedule(&mut self, node: &Node) -> Option<(KernelSchedule, Span)> {
+        let name = self.ident(node, "a kernel schedule")?;
+        let names = KernelSchedule::ALL.map(|(n, _)| n);
+        match KernelSchedule::ALL.iter().find(|(n, _)| *n == name.name) {
+            Some((_, s)) => Some((*s, name.span)),
+            None => {
+                let hint = did_you_mean(&name.name, names.iter().copied()).unwrap_or_else(|| format!("schedules are {}", names.join(", ")));
+                self.err(Diagnostic::error(name.span, format!("unknown kernel schedule `{}`", name.name)).hint(hint));
+                None
+            }
+        }
     }
 
     fn grid(&mut self, node: &Node) -> Vec<GridDim> {
@@ -729,7 +745,7 @@ pub fn is_identifier(s: &str) -> bool {
 }
 
 /// Applies the `targets:` settings for `target`: replaces the constants and the thread
-/// count it overrides and sets the cluster shape. Reports unknown targets and constants.
+/// count it overrides and sets the cluster shape and kernel schedule. Reports unknown targets and constants.
 pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     let names: Vec<&str> = crate::target::Target::ALL.iter().map(|t| t.name()).collect();
@@ -763,6 +779,13 @@ pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagn
                 errors.push(Diagnostic::error(*span, format!("the {target} target has no thread-block clusters")).hint("clusters are an sm90a setting"));
             } else {
                 spec.cluster = Some((dims.clone(), *span));
+            }
+        }
+        if let Some((schedule, span)) = o.schedule {
+            if target != crate::target::Target::Sm90a {
+                errors.push(Diagnostic::error(span, format!("the {target} target has no kernel schedules")).hint("`schedule` picks the sm90a CUTLASS collective's kernel schedule"));
+            } else {
+                spec.schedule = Some((schedule, span));
             }
         }
     }

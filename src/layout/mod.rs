@@ -311,8 +311,9 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     // A program without gemms (softmax, a norm) loads rows into registers, computes on them and
     // reduces along them: the row-wise lowering, on every target.
     if rows::is_candidate(spec) {
-        if let Some(d) = cluster_ignored(spec).filter(|_| !target.is_amd()) {
-            return Err(vec![d]);
+        let ignored = collective_settings_ignored(spec);
+        if !ignored.is_empty() && !target.is_amd() {
+            return Err(ignored);
         }
         let p = rows::plan(spec, info, target)?;
         cx.adopt_rows(p);
@@ -393,7 +394,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         let collective = std::mem::take(&mut cx.errors);
         let mut general = Infer::new(spec, info, target);
         general.plan_general();
-        general.errors.extend(cluster_ignored(spec));
+        general.errors.extend(collective_settings_ignored(spec));
         let acc_regs = general.accumulator_registers();
         if general.errors.is_empty() && acc_regs <= MAX_ACCUMULATOR_REGS {
             // The causes, without the preface that says what the collective lowering takes.
@@ -415,8 +416,9 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
         cx.errors.extend(refusals);
         return Err(cx.errors);
     }
-    if let Some(d) = cluster_ignored(spec) {
-        return Err(vec![d]);
+    let ignored = collective_settings_ignored(spec);
+    if !ignored.is_empty() {
+        return Err(ignored);
     }
     // A dequant GEMM has lowerings of its own, with the weights as the MMA's A operand: thin
     // tiles (decode shapes) on mma.sync, each thread unpacking whole packed words; on sm90a,
@@ -615,12 +617,19 @@ fn fp8_refused(spec: &Spec, target: Target) -> Option<Diagnostic> {
     Some(Diagnostic::error(span, why).hint("convert to or from bf16 in a row-wise program (a quantization kernel) around this one").unsupported_on_target())
 }
 
-/// A spec's `cluster` on a program that does not take a CUTLASS collective, which is the only
-/// lowering that launches the spec's cluster shape.
-fn cluster_ignored(spec: &Spec) -> Option<Diagnostic> {
-    let (d, span) = spec.cluster.as_ref()?;
-    Some(Diagnostic::error(*span, format!("cluster {d:?} is taken only by the CUTLASS collective of a GEMM-shaped spec; this spec takes tilegen's CuTe-level lowering, which chooses its own clusters"))
-        .hint("remove `cluster` from this target's entry"))
+/// A spec's `cluster` or `schedule` on a program that does not take a CUTLASS collective, the
+/// only lowering that launches the spec's cluster shape and runs a kernel schedule.
+fn collective_settings_ignored(spec: &Spec) -> Vec<Diagnostic> {
+    let mut errors = Vec::new();
+    if let Some((d, span)) = &spec.cluster {
+        errors.push(Diagnostic::error(*span, format!("cluster {d:?} is taken only by the CUTLASS collective of a GEMM-shaped spec; this spec takes tilegen's CuTe-level lowering, which chooses its own clusters"))
+            .hint("remove `cluster` from this target's entry"));
+    }
+    if let Some((s, span)) = spec.schedule {
+        errors.push(Diagnostic::error(span, format!("schedule `{}` is taken only by the CUTLASS collective of a GEMM-shaped spec; this spec takes tilegen's CuTe-level lowering, which plans its own warp roles", s.name()))
+            .hint("remove `schedule` from this target's entry"));
+    }
+    errors
 }
 
 /// "one reason" or "N reasons", for diagnostics that announce the ones after them.

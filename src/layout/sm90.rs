@@ -101,6 +101,8 @@ pub enum GemmSchedule {
         kernel: &'static str,
         /// e.g. `cutlass::epilogue::TmaWarpSpecializedCooperative`.
         epilogue: &'static str,
+        /// The epilogue's subtile (M, N), as CUTLASS's builder would pick it for the schedule.
+        epilogue_tile: (i64, i64),
     },
     /// composable_kernel: the block-GEMM pipeline version and scheduler.
     Ck {
@@ -385,14 +387,24 @@ impl<'a> Infer<'a> {
             self.off_path(spec.tensors[t].name.span, &format!("8-bit warpgroup MMAs read both operands K-major; store {what}"));
             return;
         }
-        // Tile limits of the cooperative WGMMA kernel: two consumer warpgroups split M.
-        // One WGMMA step is 32 bytes deep: 16 elements of 16 bits, 32 of 8.
+        // Tile limits of the WGMMA kernels. Cooperative: two consumer warpgroups split M.
+        // Ping-pong: each consumer warpgroup holds a whole tile, at most 128 f32 accumulators
+        // per thread. One WGMMA step is 32 bytes deep: 16 elements of 16 bits, 32 of 8.
+        let schedule = spec.schedule.map_or(KernelSchedule::Cooperative, |(s, _)| s);
         let k_step = if eight_bit { 32 } else { 16 };
-        if bm % 128 != 0 || bm > 256 || bn % 16 != 0 || bn > 256 || bk % k_step != 0 || bk * da.bytes() as i64 > 256 {
+        let m_fits = match schedule {
+            KernelSchedule::Cooperative => bm % 128 == 0 && bm <= 256,
+            KernelSchedule::Pingpong => bm % 64 == 0 && bm <= 128 && bm * bn <= 128 * 128,
+        };
+        if !m_fits || bn % 16 != 0 || bn > 256 || bk % k_step != 0 || bk * da.bytes() as i64 > 256 {
             let span = self.spec.buffers[ic].shape_span;
             let k_hint = if eight_bit { "block_K 128 for 8-bit operands" } else { "block_K 64" };
-            self.err(Diagnostic::error(span, format!("tile {bm}x{bn}x{bk} does not fit the sm90a cooperative WGMMA kernel"))
-                .hint(format!("use block_M 128 or 256, block_N a multiple of 16 up to 256, {k_hint} (override per target under `targets: sm90a: constants:`)")));
+            let m_hint = match schedule {
+                KernelSchedule::Cooperative => "use block_M 128 or 256, block_N a multiple of 16 up to 256",
+                KernelSchedule::Pingpong => "use block_M 64 or 128 and block_N a multiple of 16, with block_M x block_N at most 16384 (a warpgroup holds the whole tile)",
+            };
+            self.err(Diagnostic::error(span, format!("tile {bm}x{bn}x{bk} does not fit the sm90a {} WGMMA kernel", schedule.name()))
+                .hint(format!("{m_hint}, {k_hint} (override per target under `targets: sm90a: constants:`)")));
             return;
         }
         let stages = self.info.stages.get(&shape.pipeline.id).copied().unwrap_or(1);
@@ -472,16 +484,29 @@ impl<'a> Infer<'a> {
                 }
             },
         };
+        let kernel = match schedule {
+            KernelSchedule::Cooperative => format!("cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on {}x{bn} of the {bm}x{bn} tile)", bm / 2),
+            KernelSchedule::Pingpong => format!("ping-pong warp-specialised kernel (`schedule: pingpong`: one producer warpgroup issuing TMA, two consumer warpgroups taking whole {bm}x{bn} tiles in turn, one's WGMMAs running while the other stores)"),
+        };
         let why = format!(
-            "a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on {}x{} of the {bm}x{bn} tile), {stages} TMA stages, persistent tile scheduler with swizzled rasterization{batched}; the epilogue is an EVT fused into the TMA store",
-            bm / 2, bn);
+            "a plain GEMM body: CUTLASS 3.x collective, {kernel}, {stages} TMA stages, persistent tile scheduler with swizzled rasterization{batched}; the epilogue is an EVT fused into the TMA store");
         self.plan.collective = Some(CollectivePlan {
             tile: (bm, bn, bk),
             cluster,
             stages,
-            schedule: GemmSchedule::Cutlass {
-                kernel: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
-                epilogue: "cutlass::epilogue::TmaWarpSpecializedCooperative",
+            // The epilogue subtiles CUTLASS's builder picks for these schedules (written out so
+            // the output never changes meaning with its defaults).
+            schedule: match schedule {
+                KernelSchedule::Cooperative => GemmSchedule::Cutlass {
+                    kernel: "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+                    epilogue: "cutlass::epilogue::TmaWarpSpecializedCooperative",
+                    epilogue_tile: (bm.min(128), bn.min(32)),
+                },
+                KernelSchedule::Pingpong => GemmSchedule::Cutlass {
+                    kernel: "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
+                    epilogue: "cutlass::epilogue::TmaWarpSpecialized",
+                    epilogue_tile: (bm.min(64), bn.min(32)),
+                },
             },
             a: ta_idx,
             b: tb_idx,

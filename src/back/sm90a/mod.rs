@@ -26,6 +26,8 @@ struct Context {
     why: String,
     gemm_line: usize,
     epilogue_lines: String,
+    /// The line of the store (`copy(acc, C[...])`).
+    store_line: usize,
     constants: Vec<Triple>,
     elements: Vec<Triple>,
     layout_a: String,
@@ -187,9 +189,12 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let line = |span: crate::diag::Span| c.line(span);
     let mut gemm_line = 0;
     let mut epilogue_lines = Vec::new();
+    let mut store_line = 0;
     spec.walk(&mut |s| match &s.kind {
         crate::ast::StmtKind::Gemm { .. } => gemm_line = line(s.span),
         crate::ast::StmtKind::Assign { .. } => epilogue_lines.push(line(s.span).to_string()),
+        // The last copy is the store.
+        crate::ast::StmtKind::Copy { .. } => store_line = line(s.span),
         _ => {}
     });
     let constants = spec.constants.iter().map(|k| {
@@ -287,6 +292,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         why: p.why.clone(),
         gemm_line,
         epilogue_lines: epilogue_lines.join(", "),
+        store_line,
         constants,
         elements,
         layout_a,
@@ -305,7 +311,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         }).into(),
         tile: format!("{}, {}, {}", ext(t.0, "block_M"), ext(t.1, "block_N"), ext(t.2, "block_K")),
         cluster: format!("Int<{}>, Int<{}>, _1", p.cluster.0, p.cluster.1),
-        epilogue_tile: format!("Int<{}>, Int<{}>", t.0.min(128), t.1.min(32)),
+        epilogue_tile: match p.schedule { GemmSchedule::Cutlass { epilogue_tile: (m, n), .. } => format!("Int<{m}>, Int<{n}>"), GemmSchedule::Ck { .. } => String::new() },
         stages: stages_name,
         kernel_schedule: match p.schedule { GemmSchedule::Cutlass { kernel, .. } => kernel.into(), GemmSchedule::Ck { .. } => String::new() },
         epilogue_schedule: match p.schedule { GemmSchedule::Cutlass { epilogue, .. } => epilogue.into(), GemmSchedule::Ck { .. } => String::new() },
