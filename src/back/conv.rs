@@ -266,33 +266,6 @@ pub fn float_literal(lit: &str) -> String {
     format!("{s}f")
 }
 
-/// Device helper functions an expression needs, by name, with their C++ definitions.
-pub fn helpers_used(conv: &Conv, e: &Expr, out: &mut std::collections::BTreeMap<&'static str, &'static str>) {
-    e.visit(&mut |x| {
-        if let ExprKind::Call(f, args) = &x.kind {
-            match f.name.as_str() {
-                "i8" | "i32" if args.iter().any(|a| conv.is_float(&a.value)) => {
-                    out.insert("float_to_int", helper!("float_to_int.cuh"));
-                }
-                "exp2" => {
-                    out.insert("fast_exp2", helper!("fast_exp2.cuh"));
-                }
-                "gelu" => {
-                    out.insert("gelu_erf", helper!("gelu_erf.cuh"));
-                }
-                "silu" => {
-                    out.insert("silu", helper!("silu.cuh"));
-                }
-                "sigmoid" => {
-                    out.insert("sigmoid", helper!("sigmoid.cuh"));
-                }
-                _ => {}
-            }
-        }
-        true
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

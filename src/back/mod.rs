@@ -294,6 +294,27 @@ pub(crate) const HEADER_TEMPLATE: &str = include_str!("../../templates/launcher.
 /// Tera components the sm80 kernel template calls (a tile's TMA view, stages and issue).
 const TMA_COMPONENTS: &str = include_str!("../../templates/sm80/tma.cu.tera");
 
+/// The device helpers generated code calls by name, in key order: each defines the functions
+/// listed, as `<name>(float x)`, written for CuTe (`CUTE_DEVICE`).
+const CALLED_HELPERS: [(&[&str], &str); 6] = [
+    (&["fast_exp2"], helper!("fast_exp2.cuh")),
+    (&["float_to_e4m3"], helper!("float_to_e4m3.cuh")),
+    (&["float_to_i8", "float_to_i32"], helper!("float_to_int.cuh")),
+    (&["gelu_erf"], helper!("gelu_erf.cuh")),
+    (&["sigmoid"], helper!("sigmoid.cuh")),
+    (&["silu"], helper!("silu.cuh")),
+];
+
+/// The helpers of [`CALLED_HELPERS`] that `code` calls (outside comments) and does not define:
+/// one scan of the rendered kernel decides every inclusion, so a call and its definition
+/// cannot disagree.
+fn called_helpers(code: &str) -> Vec<&'static str> {
+    let code: String = code.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    CALLED_HELPERS.iter().filter(|(names, _)| {
+        names.iter().any(|n| conv::mentions(&code, n)) && !names.iter().any(|n| code.contains(&format!("{n}(float x)")))
+    }).map(|(_, text)| *text).collect()
+}
+
 /// Renders a kernel template and the shared header template with one context into
 /// `<kernel>.cu` and `<kernel>.h`.
 pub(crate) fn render_pair(c: &Compiled, kernel_template: &str, ctx: &impl serde::Serialize) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
@@ -311,8 +332,18 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     }
     tera.add_raw_template("kernel.cu", kernel_template).map_err(|e| template_error(c, &e))?;
     tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
-    let context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
-    let cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
+    let mut context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
+    let mut cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
+    // The helpers the code calls by name go first among the context's helpers, then render again.
+    let called = called_helpers(&cu);
+    if !called.is_empty() {
+        let hip = c.plan.target.is_amd();
+        let mut helpers: Vec<String> = called.iter().map(|h| if hip { h.replace("CUTE_DEVICE", "__device__ inline") } else { h.to_string() }).collect();
+        let planned: Vec<tera::Value> = context.get("helpers").and_then(|v| v.as_array()).map(<[tera::Value]>::to_vec).unwrap_or_default();
+        helpers.extend(planned.iter().filter_map(|v| v.as_str().map(String::from)));
+        context.insert("helpers", &helpers);
+        cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
+    }
     let h = tera.render("launcher.h", &context).map_err(|e| template_error(c, &e))?;
     let kernel = &c.spec.kernel.name;
     Ok(vec![
@@ -379,6 +410,17 @@ fn wrap_comment(line: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn helpers_are_included_for_calls_in_code_only() {
+        let names = |code: &str| called_helpers(code).iter().map(|h| CALLED_HELPERS.iter().position(|(_, t)| t == h).unwrap()).collect::<Vec<_>>();
+        // Calls, in key order, one helper for both float_to_int functions.
+        assert_eq!(names("  y = silu(x) + float_to_i32(z);\n  q = float_to_i8(w);"), [2, 5]);
+        // A comment, a longer identifier or a definition already present include nothing.
+        assert_eq!(names("  y = x;  // silu(x) would be float_to_i8(x)"), Vec::<usize>::new());
+        assert_eq!(names("  y = my_silu(x) + fast_exp2_table[0];"), Vec::<usize>::new());
+        assert_eq!(names("__host__ __device__ inline float gelu_erf(float x) { return x; }\n  e = gelu_erf(acc);"), Vec::<usize>::new());
+    }
 
     #[test]
     fn helpers_lose_one_final_newline_only() {

@@ -605,17 +605,8 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut used = std::collections::BTreeMap::new();
-    let conv = crate::back::conv::Conv { spec, info: &c.info, hip: false };
-    spec.walk(&mut |s| {
-        if let StmtKind::Assign { value, .. } = &s.kind {
-            crate::back::conv::helpers_used(&conv, value, &mut used);
-        }
-    });
-    if body::converts_float_to_int(c) {
-        used.insert("float_to_int", helper!("float_to_int.cuh"));
-    }
-    let mut helpers: Vec<String> = used.values().map(|d| d.to_string()).collect();
+    // Helpers called by name (float_to_i8, gelu_erf, ...) are added when rendering.
+    let mut helpers: Vec<String> = Vec::new();
     let wgmma = plan.mmas.values().any(|m| m.wgmma.is_some());
     if plan.fragments.values().any(|f| matches!(f, FragmentLayout::RowStats { .. })) {
         helpers.push(if wgmma { ACC_ROWS_COLS_GMMA } else { ACC_ROWS_COLS }.into());

@@ -7,7 +7,7 @@
 use super::body::{assign_code, mark_used, AssignCtx};
 use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, elements_ctx_with, gencode, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
 use crate::ast::*;
-use crate::back::conv::{helpers_used, mentions, offset, with_lower_bounds, Conv, Env};
+use crate::back::conv::{mentions, offset, with_lower_bounds, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::check::Symbol;
 use crate::diag::Diagnostic;
@@ -212,21 +212,8 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     let (kernel_params, kernel_args) = kernel_signature(c);
     let threads = spec.threads.0;
     let tile = &spec.buffers[p.tiles[0]];
-    let mut used = std::collections::BTreeMap::new();
-    spec.walk(&mut |s| {
-        if let StmtKind::Assign { value, .. } = &s.kind {
-            helpers_used(&conv, value, &mut used);
-        }
-    });
-    if p.copies.iter().any(|cp| !cp.load && !spec.tensors[cp.tensor].dtype.0.is_float()) {
-        used.insert("float_to_int", helper!("float_to_int.cuh"));
-    }
-    if flavor.fp8_in_software && p.copies.iter().any(|cp| !cp.load && spec.tensors[cp.tensor].dtype.0 == DType::F8E4M3) {
-        used.insert("float_to_e4m3", helper!("float_to_e4m3.cuh"));
-    }
-    // HIP computes exp2 with exp2f (no fast_exp2) and spells device functions itself.
-    let mut helpers: Vec<String> = used.iter().filter(|(k, _)| !(hip && **k == "fast_exp2"))
-        .map(|(_, d)| if hip { d.replace("CUTE_DEVICE", "__device__ inline") } else { d.to_string() }).collect();
+    // Helpers called by name (float_to_i8, fast_exp2, ...) are added when rendering.
+    let mut helpers: Vec<String> = Vec::new();
     let mut reduces = false;
     spec.walk(&mut |s| reduces |= matches!(s.kind, StmtKind::Reduce { .. }));
     if reduces {

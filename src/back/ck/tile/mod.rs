@@ -582,18 +582,8 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
         .collect();
     let mut seen = BTreeSet::new();
     elements.retain(|e| seen.insert(e.alias.clone()));
-    let mut helpers = BTreeMap::new();
-    spec.walk(&mut |s| if let StmtKind::Parallel { body, .. } = &s.kind {
-        for st in body {
-            if let StmtKind::Assign { value, .. } = &st.kind {
-                crate::back::conv::helpers_used(&conv, value, &mut helpers);
-            }
-        }
-    });
-    if body.iter().any(|l| mentions(l, "float_to_i8") || mentions(l, "float_to_i32")) {
-        helpers.insert("float_to_int", helper!("float_to_int.cuh"));
-    }
-    let helpers = helpers.into_iter().filter(|(k, _)| *k != "fast_exp2").map(|(_, v)| v.replace("CUTE_DEVICE", "__device__ inline")).collect();
+    // Helpers called by name (float_to_i8, gelu_erf, ...) are added when rendering.
+    let helpers = Vec::new();
     let mut mfmas: Vec<(String, String)> = Vec::new();
     for id in plan.gemms.keys() {
         if let Some(StmtKind::Gemm { a, .. }) = spec.stmt(*id).map(|s| &s.kind) && let Some(Symbol::Buffer(b)) = c.info.symbols.get(&a.name) {

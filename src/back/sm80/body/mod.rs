@@ -321,16 +321,6 @@ pub(super) fn converted_element(x: &str, from: DType, to: DType, elem: &str) -> 
     from.is_float().then(|| crate::back::conv::float_to_int(to, &wide)).flatten().unwrap_or_else(|| format!("static_cast<{elem}>({x})"))
 }
 
-/// Whether a copy converts a floating-point fragment to integers (the generated file then
-/// needs `float_to_int.cuh`).
-pub(super) fn converts_float_to_int(c: &Compiled) -> bool {
-    c.plan.copies.values().any(|cp| {
-        let to = cp.tensor.map(|t| c.spec.tensors[t].dtype.0).or(cp.shared_dst.map(|b| c.spec.buffers[b].dtype.0));
-        c.spec.buffers.get(cp.buffer).is_some_and(|b| b.dtype.0.is_float() && matches!(c.plan.fragments.get(&cp.buffer), Some(FragmentLayout::MmaAccumulator { .. })))
-            && to.is_some_and(|d| !d.is_float())
-    })
-}
-
 /// One assignment of a parallel block, writing through `at` (the target element's C++).
 pub(super) fn assign_code(conv: &Conv<'_>, c: &Compiled, st: &Stmt, env: &dyn Env, at: &dyn Fn(&str) -> String, errors: &mut Vec<Diagnostic>) -> Option<AssignCtx> {
     let StmtKind::Assign { target, op, value, .. } = &st.kind else { return None };
