@@ -39,7 +39,8 @@ pub fn explain(c: &Compiled) -> String {
     if let (Some(p), true) = (&plan.collective, plan.target.is_amd()) {
         let _ = writeln!(o, "\ncomposable_kernel device GEMM (explicit instance, every template argument named in the source)");
         let _ = writeln!(o, "  why: {}", p.why);
-        let _ = writeln!(o, "  layouts: A (`{}`) {}, B (`{}`) {}, output (`{}`) {}; accumulator f32 (MFMA)",
+        let acc = if p.accumulator == crate::ast::DType::I32 { "i32 (i8 MFMAs, exact)" } else { "f32 (MFMA)" };
+        let _ = writeln!(o, "  layouts: A (`{}`) {}, B (`{}`) {}, output (`{}`) {}; accumulator {acc}",
             spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2);
         let _ = writeln!(o, "  epilogue: {}", if matches!(p.epilogue, crate::layout::EvtNode::Acc) { "none (PassThrough)".to_string() } else { format!("the CDE operator computes {}", evt_text(c, &p.epilogue)) });
         amd_resources(&mut o, c, &format!("{} bytes of {} allowed per workgroup", plan.smem.total, plan.smem.budget), &[]);

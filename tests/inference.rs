@@ -333,9 +333,12 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
         // 128 bytes of K per tile, as for 16-bit operands; the epilogue computes in f32.
         assert_eq!((p.accumulator, p.tile, p.epilogue_compute), (tilegen::ast::DType::I32, (128, 128, 128), tilegen::ast::DType::F32));
         let src = hip(&c);
+        assert!(tilegen::explain::explain(&c).contains("accumulator i32 (i8 MFMAs, exact)"));
         for want in ["DeviceGemmMultiD_Xdl_CShuffle_V3<", "using ElementA = int8_t;", "using ElementAccumulator = int32_t;  // i8 MFMAs accumulate in i32, exactly",
             "ElementAccumulator,             // CShuffleDataType: the epilogue sees the i32 accumulator", "16, 16,                         // AK1, BK1", mfma,
-            "2, 16, 16, false,               // B: source vector dim (K)", "float const acc = ck::type_convert<float>(c);", "K % 16 != 0"] {
+            "2, 16, 16, false,               // B: source vector dim (K)", "float const acc = ck::type_convert<float>(c);", "K % 16 != 0",
+            // The bf16 output moves 8 elements per 16-byte vector, the i8 operands 16.
+            "S<8, 1, 4>,", "if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {"] {
             assert!(src.contains(want), "{target}: no `{want}` in\n{src}");
         }
     }
@@ -347,6 +350,7 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
     assert_eq!(c.plan.collective.as_ref().map(|p| p.epilogue_compute), Some(tilegen::ast::DType::I32));
     let src = hip(&c);
     assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && src.contains("using ElementC = int32_t;") && src.contains("ElementC,                       // CShuffleDataType"), "{src}");
+    assert!(src.contains("if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 4 != 0) {"), "{src}");
     // Any other integer output would be rounded from f32 where the spec truncates.
     for out in ["i8", "i32"] {
         let scaled = w8a8.replace("  C: {dtype: bf16,", &format!("  C: {{dtype: {out},"));

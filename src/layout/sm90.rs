@@ -663,8 +663,10 @@ impl<'a> Infer<'a> {
                 "LDS over budget: the {bm}x{bn}x{bk} tiles need {lds} bytes but {} allows {} bytes per workgroup", self.target, self.target.smem_budget())));
             return;
         }
-        let v = 16 / bytes as i64;
+        // Each tensor moves in 16-byte vectors of its own type (the output's: CK's E or C
+        // vectors, as the instance's transfer widths say).
         for (t, why) in [(a, "A is read in 16-byte vectors along K"), (b, "B is read in 16-byte vectors along its contiguous dimension"), (d, "the output is written in 16-byte vectors")] {
+            let v = 16 / self.spec.tensors[t].dtype.0.bytes() as i64;
             self.plan.alignment.retain(|x| x.tensor != t);
             self.plan.alignment.push(super::Alignment { tensor: t, whole_rows: true, vector_elems: v, why: why.into() });
         }

@@ -28,7 +28,7 @@ extern "C" {
 //   contiguous dimension).
 //   b_scale must be 16-byte aligned and N a multiple of 4 (the epilogue reads the vector in 16-byte
 //   pieces).
-//   C must be 32-byte aligned and N a multiple of 16 (the output is written in 16-byte vectors).
+//   C must be 16-byte aligned and N a multiple of 8 (the output is written in 16-byte vectors).
 // Launch: one CK device GEMM on `stream` (grid and workgroup size chosen by CK).
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:

@@ -109,7 +109,7 @@ extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* 
   if (reinterpret_cast<uintptr_t>(b_scale) % 16 != 0 || N % 4 != 0) {  // the epilogue reads the vector in 16-byte pieces
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(C) % 32 != 0 || N % 16 != 0) {  // the output is written in 16-byte vectors
+  if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the output is written in 16-byte vectors
     return static_cast<int>(hipErrorInvalidValue);
   }
   try {
