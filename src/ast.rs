@@ -601,6 +601,8 @@ pub struct TargetOverride {
     pub cluster: Option<(Vec<i64>, crate::diag::Span)>,
     /// `schedule: pingpong` (sm90a).
     pub schedule: Option<(KernelSchedule, crate::diag::Span)>,
+    /// `swizzle: 4` (sm90a): CTAs per swizzle band of the persistent tile scheduler.
+    pub swizzle: Option<(i64, crate::diag::Span)>,
 }
 
 /// A whole spec.
@@ -630,6 +632,8 @@ pub struct Spec {
     pub cluster: Option<(Vec<i64>, crate::diag::Span)>,
     /// The kernel schedule asked for the target compiled for (set by `apply_target`).
     pub schedule: Option<(KernelSchedule, crate::diag::Span)>,
+    /// The swizzle band asked for the target compiled for (set by `apply_target`).
+    pub swizzle: Option<(i64, crate::diag::Span)>,
 }
 
 impl Spec {

@@ -653,7 +653,7 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
         crate::layout::GemmSchedule::Cutlass { kernel, epilogue, .. } => (kernel, epilogue),
         crate::layout::GemmSchedule::Ck { pipeline, scheduler } => (pipeline, scheduler),
     };
-    let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages; kernel schedule {kernel}, epilogue schedule {epilogue}", p.cluster.0, p.cluster.1, p.stages);
+    let _ = writeln!(o, "  tile {bm}x{bn}x{bk}, cluster {}x{}, {} stages, swizzle {}; kernel schedule {kernel}, epilogue schedule {epilogue}", p.cluster.0, p.cluster.1, p.stages, p.swizzle);
     let _ = writeln!(o, "  layouts: A ({}) {}, B ({}) {}, D ({}) {}; accumulator {}",
         spec.tensors[p.a].name.name, p.layouts.0, spec.tensors[p.b].name.name, p.layouts.1, spec.tensors[p.d].name.name, p.layouts.2, p.accumulator);
     if let Some(b) = &p.batch {

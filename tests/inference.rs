@@ -369,7 +369,7 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
 }
 
 #[test]
-fn sm90a_kernel_schedule_is_a_target_setting_of_the_collective() {
+fn sm90a_kernel_schedule_and_swizzle_are_target_settings_of_the_collective() {
     let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap();
     let sm90a = "sm90a: {constants: {block_N: 256, block_K: 64, stages: 4}, cluster: [2, 1]}";
     assert!(gemm.contains(sm90a));
@@ -395,6 +395,18 @@ fn sm90a_kernel_schedule_is_a_target_setting_of_the_collective() {
     assert!(errs.contains("error: the sm80 target has no kernel schedules"), "{errs}");
     let errs = compile_for(attention().replace("sm90a: {threads: 256,", "sm90a: {schedule: cooperative, threads: 256,"), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("error: schedule `cooperative` is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
+    // The persistent scheduler's swizzle band: 1 unless the spec sets it.
+    assert!(rendered_cu(&compile_for(gemm.clone(), Target::Sm90a).unwrap()).contains("args.scheduler.max_swizzle_size = 1;  // rasterization: CTAs per swizzle band (none)"));
+    let c = compile_for(with("sm90a: {constants: {block_N: 256, block_K: 64, stages: 4}, cluster: [2, 1], swizzle: 4}"), Target::Sm90a).unwrap();
+    assert_eq!(c.plan.collective.as_ref().unwrap().swizzle, 4);
+    assert!(rendered_cu(&c).contains("args.scheduler.max_swizzle_size = 4;  // rasterization: CTAs per swizzle band\n"));
+    assert!(tilegen::explain::explain(&c).contains("in swizzle bands of 4 CTAs"));
+    let errs = compile_for(with("sm90a: {swizzle: 3}"), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("error: swizzle is 1, 2, 4 or 8"), "{errs}");
+    let errs = compile_for(gemm.replace("  sm90a: {", "  gfx942: {swizzle: 2}\n  sm90a: {"), Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("error: the gfx942 target has no tile-scheduler swizzle"), "{errs}");
+    let errs = compile_for(attention().replace("sm90a: {threads: 256,", "sm90a: {swizzle: 2, threads: 256,"), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("error: swizzle 2 is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
 }
 
 fn attention() -> String {

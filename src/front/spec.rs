@@ -13,7 +13,7 @@ pub const STATEMENTS: [&str; 7] = ["copy", "gemm", "clear", "fill", "reduce_max"
 /// The block keywords, for suggestions.
 pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
 const TOP_KEYS: [&str; 9] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body", "targets"];
-const TARGET_KEYS: [&str; 4] = ["constants", "threads", "cluster", "schedule"];
+const TARGET_KEYS: [&str; 5] = ["constants", "threads", "cluster", "schedule", "swizzle"];
 const TENSOR_KEYS: [&str; 4] = ["dtype", "shape", "order", "output"];
 const BUFFER_KEYS: [&str; 3] = ["scope", "dtype", "shape"];
 
@@ -178,6 +178,7 @@ impl Cx {
             targets,
             cluster: None,
             schedule: None,
+            swizzle: None,
         })
     }
 
@@ -317,11 +318,13 @@ impl Cx {
             let mut cluster = None;
             let mut threads = None;
             let mut schedule = None;
+            let mut swizzle = None;
             for (key, _, value) in fields {
                 match key {
                     "constants" => constants = self.constants(value),
                     "threads" => threads = self.threads(value),
                     "schedule" => schedule = self.schedule(value),
+                    "swizzle" => swizzle = self.swizzle(value),
                     _ => {
                         let items = self.list(value, "a cluster shape");
                         let dims: Vec<i64> = items.unwrap_or_default().iter().filter_map(|i| i.as_str()?.parse().ok()).collect();
@@ -333,9 +336,21 @@ impl Cx {
                     }
                 }
             }
-            out.push(TargetOverride { target, constants, threads, cluster, schedule });
+            out.push(TargetOverride { target, constants, threads, cluster, schedule, swizzle });
         }
         out
+    }
+
+    fn swizzle(&mut self, node: &Node) -> Option<(i64, Span)> {
+        let e = self.expr(node, "swizzle")?;
+        match e.kind {
+            ExprKind::Int(v) if [1, 2, 4, 8].contains(&v) => Some((v, e.span)),
+            _ => {
+                self.err(Diagnostic::error(e.span, "swizzle is 1, 2, 4 or 8: the CTAs per band of the persistent tile scheduler")
+                    .hint("for example `swizzle: 4`; 1 walks the tiles in the scheduler's raster order"));
+                None
+            }
+        }
     }
 
     fn schedule(&mut self, node: &Node) -> Option<(KernelSchedule, Span)> {
@@ -745,7 +760,7 @@ pub fn is_identifier(s: &str) -> bool {
 }
 
 /// Applies the `targets:` settings for `target`: replaces the constants and the thread
-/// count it overrides and sets the cluster shape and kernel schedule. Reports unknown targets and constants.
+/// count it overrides and sets the cluster shape, kernel schedule and scheduler swizzle. Reports unknown targets and constants.
 pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     let names: Vec<&str> = crate::target::Target::ALL.iter().map(|t| t.name()).collect();
@@ -779,6 +794,13 @@ pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagn
                 errors.push(Diagnostic::error(*span, format!("the {target} target has no thread-block clusters")).hint("clusters are an sm90a setting"));
             } else {
                 spec.cluster = Some((dims.clone(), *span));
+            }
+        }
+        if let Some((swizzle, span)) = o.swizzle {
+            if target != crate::target::Target::Sm90a {
+                errors.push(Diagnostic::error(span, format!("the {target} target has no tile-scheduler swizzle")).hint("`swizzle` sets the sm90a CUTLASS collective's persistent tile scheduler"));
+            } else {
+                spec.swizzle = Some((swizzle, span));
             }
         }
         if let Some((schedule, span)) = o.schedule {

@@ -617,13 +617,18 @@ fn fp8_refused(spec: &Spec, target: Target) -> Option<Diagnostic> {
     Some(Diagnostic::error(span, why).hint("convert to or from bf16 in a row-wise program (a quantization kernel) around this one").unsupported_on_target())
 }
 
-/// A spec's `cluster` or `schedule` on a program that does not take a CUTLASS collective, the
-/// only lowering that launches the spec's cluster shape and runs a kernel schedule.
+/// A spec's `cluster`, `schedule` or `swizzle` on a program that does not take a CUTLASS
+/// collective, the only lowering that launches the spec's cluster shape, runs a kernel schedule
+/// and has a persistent tile scheduler.
 fn collective_settings_ignored(spec: &Spec) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     if let Some((d, span)) = &spec.cluster {
         errors.push(Diagnostic::error(*span, format!("cluster {d:?} is taken only by the CUTLASS collective of a GEMM-shaped spec; this spec takes tilegen's CuTe-level lowering, which chooses its own clusters"))
             .hint("remove `cluster` from this target's entry"));
+    }
+    if let Some((n, span)) = spec.swizzle {
+        errors.push(Diagnostic::error(span, format!("swizzle {n} is taken only by the CUTLASS collective of a GEMM-shaped spec; this spec takes tilegen's CuTe-level lowering, which orders its blocks itself"))
+            .hint("remove `swizzle` from this target's entry"));
     }
     if let Some((s, span)) = spec.schedule {
         errors.push(Diagnostic::error(span, format!("schedule `{}` is taken only by the CUTLASS collective of a GEMM-shaped spec; this spec takes tilegen's CuTe-level lowering, which plans its own warp roles", s.name()))

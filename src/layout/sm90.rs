@@ -121,6 +121,8 @@ pub struct CollectivePlan {
     pub tile: (i64, i64, i64),
     /// Thread-block cluster (M, N).
     pub cluster: (i64, i64),
+    /// CTAs per swizzle band of the persistent tile scheduler (1: its raster order as is).
+    pub swizzle: i64,
     /// Shared-memory pipeline stages of the mainloop.
     pub stages: i64,
     /// The library's schedule.
@@ -416,6 +418,7 @@ impl<'a> Infer<'a> {
             Some((d, _)) => (d[0], d[1]),
             None => (1, 1),
         };
+        let swizzle = spec.swizzle.map_or(1, |(n, _)| n);
         if let Some((d, span)) = &spec.cluster && (d[0] * d[1] > 4 || (bm / 64) % d[0].max(1) != 0) {
             self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit: at most 4 CTAs, and multicast needs the tile to split over it")));
             return;
@@ -489,10 +492,12 @@ impl<'a> Infer<'a> {
             KernelSchedule::Pingpong => format!("ping-pong warp-specialised kernel (`schedule: pingpong`: one producer warpgroup issuing TMA, two consumer warpgroups taking whole {bm}x{bn} tiles in turn, one's WGMMAs running while the other stores)"),
         };
         let why = format!(
-            "a plain GEMM body: CUTLASS 3.x collective, {kernel}, {stages} TMA stages, persistent tile scheduler with swizzled rasterization{batched}; the epilogue is an EVT fused into the TMA store");
+            "a plain GEMM body: CUTLASS 3.x collective, {kernel}, {stages} TMA stages, persistent tile scheduler ({}){batched}; the epilogue is an EVT fused into the TMA store",
+            if swizzle == 1 { "CUTLASS's heuristic raster order, no swizzle bands".to_string() } else { format!("CUTLASS's heuristic raster order in swizzle bands of {swizzle} CTAs") });
         self.plan.collective = Some(CollectivePlan {
             tile: (bm, bn, bk),
             cluster,
+            swizzle,
             stages,
             // The epilogue subtiles CUTLASS's builder picks for these schedules (written out so
             // the output never changes meaning with its defaults).
@@ -697,6 +702,7 @@ impl<'a> Infer<'a> {
         self.plan.collective = Some(CollectivePlan {
             tile: (bm, bn, bk),
             cluster: (1, 1),
+            swizzle: 1,
             stages: 1,
             schedule: GemmSchedule::Ck { pipeline: "ck::BlockGemmPipelineVersion::v3", scheduler: "ck::BlockGemmPipelineScheduler::Intrawave" },
             a,

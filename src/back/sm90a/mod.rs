@@ -26,6 +26,8 @@ struct Context {
     why: String,
     gemm_line: usize,
     epilogue_lines: String,
+    /// CTAs per swizzle band of the persistent tile scheduler.
+    swizzle: i64,
     /// The line of the store (`copy(acc, C[...])`).
     store_line: usize,
     constants: Vec<Triple>,
@@ -311,6 +313,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         }).into(),
         tile: format!("{}, {}, {}", ext(t.0, "block_M"), ext(t.1, "block_N"), ext(t.2, "block_K")),
         cluster: format!("Int<{}>, Int<{}>, _1", p.cluster.0, p.cluster.1),
+        swizzle: p.swizzle,
         epilogue_tile: match p.schedule { GemmSchedule::Cutlass { epilogue_tile: (m, n), .. } => format!("Int<{m}>, Int<{n}>"), GemmSchedule::Ck { .. } => String::new() },
         stages: stages_name,
         kernel_schedule: match p.schedule { GemmSchedule::Cutlass { kernel, .. } => kernel.into(), GemmSchedule::Ck { .. } => String::new() },

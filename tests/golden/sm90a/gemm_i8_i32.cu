@@ -12,7 +12,8 @@
 // Lowering (spec 22): a plain GEMM body: CUTLASS 3.x collective, ping-pong warp-specialised kernel
 // (`schedule: pingpong`: one producer warpgroup issuing TMA, two consumer warpgroups taking whole
 // 128x128 tiles in turn, one's WGMMAs running while the other stores), 4 TMA stages, persistent
-// tile scheduler with swizzled rasterization; the epilogue is an EVT fused into the TMA store.
+// tile scheduler (CUTLASS's heuristic raster order, no swizzle bands); the epilogue is an EVT fused
+// into the TMA store.
 
 #include "gemm_i8_i32.h"
 
@@ -163,7 +164,7 @@ extern "C" int tilegen_gemm_i8_i32(const void* A, const void* B, void* C, int M,
   }
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sm_count(device);
-  args.scheduler.max_swizzle_size = 1;  // rasterization: CTAs per swizzle band
+  args.scheduler.max_swizzle_size = 1;  // rasterization: CTAs per swizzle band (none)
   args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;
 
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) {
