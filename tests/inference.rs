@@ -387,7 +387,20 @@ fn sm90a_kernel_schedule_and_swizzle_are_target_settings_of_the_collective() {
     assert!(tilegen::explain::explain(&c).contains("ping-pong warp-specialised kernel (`schedule: pingpong`"));
     // A tile a warpgroup cannot hold is refused with the rule.
     let errs = compile_for(with("sm90a: {constants: {block_N: 256, block_K: 64}, schedule: pingpong}"), Target::Sm90a).map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
-    assert!(errs.contains("tile 128x256x64 does not fit the sm90a pingpong WGMMA kernel"), "{errs}");
+    assert!(errs.contains("the 128x256 tile needs 256 accumulator registers per consumer thread in the sm90a pingpong kernel"), "{errs}");
+    let errs = compile_for(with("sm90a: {constants: {block_M: 256, block_K: 64}, schedule: pingpong}"), Target::Sm90a).map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
+    assert!(errs.contains("tile 256x128x64 does not fit the sm90a pingpong WGMMA kernel"), "{errs}");
+    // Accumulators past 128 registers per consumer thread spill: refused, FP8's promoted
+    // second set counted.
+    let errs = compile_for(with("sm90a: {constants: {block_M: 256, block_N: 256, block_K: 64, stages: 3}}"), Target::Sm90a).map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
+    assert!(errs.contains("the 256x256 tile needs 256 accumulator registers per consumer thread in the sm90a cooperative kernel, over the 128 it holds without spilling"), "{errs}");
+    let fp8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_fp8_bf16.yaml")).unwrap();
+    assert!(fp8.contains("sm90a: {cluster: [2, 1]}"));
+    for (entry, need) in [("sm90a: {constants: {block_N: 256, stages: 4}, cluster: [2, 1]}", "the 128x256 tile needs 256 accumulator registers per consumer thread (two sets"), ("sm90a: {schedule: pingpong}", "the 128x128 tile needs 256 accumulator registers per consumer thread (two sets")] {
+        let errs = compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", entry), Target::Sm90a).unwrap_err().join("\n");
+        assert!(errs.contains(need) && errs.contains("for f8e4m3 operands use 128x128 tiles (cooperative) or 64x128 (pingpong)"), "{errs}");
+    }
+    assert!(compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", "sm90a: {constants: {block_M: 64, stages: 8}, schedule: pingpong, cluster: [1, 2]}"), Target::Sm90a).is_ok());
     // Spelling, targets, and lowerings without a kernel schedule.
     let errs = compile_for(with("sm90a: {schedule: ping_pong}"), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("error: unknown kernel schedule `ping_pong`") && errs.contains("did you mean `pingpong`?"), "{errs}");

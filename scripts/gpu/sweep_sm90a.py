@@ -7,7 +7,7 @@ SPEC's `targets:` must hold a one-line sm90a entry (`  sm90a: {...}`). Each VARI
 flow mapping that replaces it, e.g.
   '{constants: {block_M: 64, stages: 8}, schedule: pingpong, cluster: [1, 2], swizzle: 4}'
 (any of constants, threads, cluster, schedule, swizzle). Variant i is written to OUT/v<i>/,
-checked by `tilegen check` (a variant tilegen refuses is reported with its first error and
+checked by `tilegen check` (a variant tilegen refuses is reported with its errors and
 skipped), built with `tilegen build --target sm90a` (N at a time; nvcc takes about a minute
 each), then CHECK_SCRIPT runs with OUT/v<i>/sm90a as its one argument and the same
 environment (MODE=--check-only and the like pass through), one variant after another so that
@@ -60,8 +60,8 @@ def main():
         spec = os.path.join(d, name)
         checked = run([args.tilegen, "check", spec, "--target", "sm90a"])
         if checked.returncode != 0:
-            first = next((l for l in checked.stderr.splitlines() if "error:" in l), checked.stderr.strip()[:200])
-            return f"refused: {first}"
+            errors = [l.split("error: ", 1)[1] for l in checked.stderr.splitlines() if "error: " in l]
+            return "refused: " + (" / ".join(errors) or checked.stderr.strip()[:200])
         built = run([args.tilegen, "build", spec, "-o", d, "--target", "sm90a"])
         return None if built.returncode == 0 else f"build failed:\n{built.stderr[-2000:]}"
 

@@ -390,23 +390,37 @@ impl<'a> Infer<'a> {
             return;
         }
         // Tile limits of the WGMMA kernels. Cooperative: two consumer warpgroups split M.
-        // Ping-pong: each consumer warpgroup holds a whole tile, at most 128 f32 accumulators
-        // per thread. One WGMMA step is 32 bytes deep: 16 elements of 16 bits, 32 of 8.
+        // Ping-pong: each consumer warpgroup holds a whole tile. One WGMMA step is 32 bytes
+        // deep: 16 elements of 16 bits, 32 of 8.
         let schedule = spec.schedule.map_or(KernelSchedule::Cooperative, |(s, _)| s);
         let k_step = if eight_bit { 32 } else { 16 };
         let m_fits = match schedule {
             KernelSchedule::Cooperative => bm % 128 == 0 && bm <= 256,
-            KernelSchedule::Pingpong => bm % 64 == 0 && bm <= 128 && bm * bn <= 128 * 128,
+            KernelSchedule::Pingpong => bm % 64 == 0 && bm <= 128,
         };
         if !m_fits || bn % 16 != 0 || bn > 256 || bk % k_step != 0 || bk * da.bytes() as i64 > 256 {
             let span = self.spec.buffers[ic].shape_span;
             let k_hint = if eight_bit { "block_K 128 for 8-bit operands" } else { "block_K 64" };
             let m_hint = match schedule {
                 KernelSchedule::Cooperative => "use block_M 128 or 256, block_N a multiple of 16 up to 256",
-                KernelSchedule::Pingpong => "use block_M 64 or 128 and block_N a multiple of 16, with block_M x block_N at most 16384 (a warpgroup holds the whole tile)",
+                KernelSchedule::Pingpong => "use block_M 64 or 128 (a warpgroup holds the whole tile) and block_N a multiple of 16 up to 256",
             };
             self.err(Diagnostic::error(span, format!("tile {bm}x{bn}x{bk} does not fit the sm90a {} WGMMA kernel", schedule.name()))
                 .hint(format!("{m_hint}, {k_hint} (override per target under `targets: sm90a: constants:`)")));
+            return;
+        }
+        // Accumulators per consumer thread: the cooperative kernel spreads a tile over two
+        // warpgroups, the ping-pong one gives each a whole tile; CUTLASS's FP8 mainloop keeps a
+        // second f32 set (the MMAs' partial sums, added in every 4 steps). Past 128 they spill
+        // (ptxas: 900 bytes a thread at 128x256 cooperative FP8, which ran at 507 TFLOP/s on the
+        // H200 against 1170 for 128x128).
+        let sets = if fp8 { 2 } else { 1 };
+        let per_thread = bm * bn / if schedule == KernelSchedule::Pingpong { 128 } else { 256 } * sets;
+        if per_thread > 128 {
+            let span = self.spec.buffers[ic].shape_span;
+            let two = if fp8 { " (two sets: FP8 accumulation is promoted to a second f32 set)" } else { "" };
+            self.err(Diagnostic::error(span, format!("the {bm}x{bn} tile needs {per_thread} accumulator registers per consumer thread{two} in the sm90a {} kernel, over the 128 it holds without spilling", schedule.name()))
+                .hint(if fp8 { "for f8e4m3 operands use 128x128 tiles (cooperative) or 64x128 (pingpong)" } else { "use a tile of at most 128x256 (cooperative) or 128x128 (pingpong)" }));
             return;
         }
         let stages = self.info.stages.get(&shape.pipeline.id).copied().unwrap_or(1);
