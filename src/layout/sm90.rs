@@ -662,14 +662,22 @@ impl<'a> Infer<'a> {
                 .hint("store B as [N, K] and use `transpose_b=true` (or declare [K, N] with `order: col_major`)").unsupported_on_target());
             return;
         }
-        let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
         // An integer output is exact only as the i32 accumulator stored as is: any epilogue
         // computes in f32, and CK's conversion rounds where the spec converts toward zero.
         let out = &self.spec.tensors[d];
-        let integer_store = out.dtype.0 == DType::I32 && acc == DType::I32 && tree == EvtNode::Acc;
-        if !out.dtype.0.is_float() && !integer_store {
-            self.err(Diagnostic::error(out.dtype.1, format!("the {} target's composable_kernel GEMM writes floating-point outputs (or an i32 accumulator stored as is); `{}` is {}: its epilogue would round where the spec converts toward zero, saturating", self.target, out.name.name, out.dtype.0))
+        let refuse_integer_output = |this: &mut Self| {
+            this.err(Diagnostic::error(out.dtype.1, format!("the {} target's composable_kernel GEMM writes floating-point outputs (or an i32 accumulator stored as is); `{}` is {}: its epilogue would round where the spec converts toward zero, saturating", this.target, out.name.name, out.dtype.0))
                 .hint("store f32, bf16 or f16 and convert in a following kernel").unsupported_on_target());
+        };
+        let i32_store = out.dtype.0 == DType::I32 && int8;
+        if !out.dtype.0.is_float() && !i32_store {
+            refuse_integer_output(self);
+            return;
+        }
+        let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
+        let integer_store = i32_store && tree == EvtNode::Acc;
+        if !out.dtype.0.is_float() && !integer_store {
+            refuse_integer_output(self);
             return;
         }
         // 128 bytes of K per tile: 64 elements of 16 bits, 128 of 8.
