@@ -588,7 +588,8 @@ impl KernelSchedule {
 }
 
 /// Per-target settings: constants that take other values for one target (tile sizes
-/// tuned for it) and, on sm90a, the thread-block cluster shape and kernel schedule.
+/// tuned for it) and, on sm90a, the thread-block cluster shape, kernel schedule and
+/// tile-scheduler swizzle.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TargetOverride {
     /// The target's name as written.
