@@ -1471,9 +1471,13 @@ fn f8e4m3_tensors_in_the_row_wise_lowering() {
     // Fragments are not f8e4m3.
     let e = compile(text.replace("xs: {scope: fragment, dtype: f32", "xs: {scope: fragment, dtype: f8e4m3")).unwrap_err().join("\n");
     assert!(e.contains("the row-wise lowering computes in f32, bf16 or f16; fragment `xs` is f8e4m3"), "{e}");
-    // Casts round through the type.
     let cast = text.replace("xs[i, j] = xs[i, j] * inv[i]", "xs[i, j] = f8e4m3(xs[i, j] * inv[i])");
-    assert!(rendered_cu(&compile(cast).unwrap()).contains("xs(rr, vv, ee) = static_cast<float>(cute::float_e4m3_t(static_cast<float>(xs(rr, vv, ee) * inv(rr))));"));
+    // Casts round through the type: on sm80 with `float_to_e4m3`, as the stores do; on sm90a
+    // with CUTLASS's conversion (the hardware's).
+    let cu = rendered_cu(&compile(cast.clone()).unwrap());
+    assert!(cu.contains("xs(rr, vv, ee) = static_cast<float>(float_to_e4m3(static_cast<float>(xs(rr, vv, ee) * inv(rr))));"), "{cu}");
+    assert_eq!(cu.matches("cutlass::float_e4m3_t float_to_e4m3(float x)").count(), 1);
+    assert!(rendered_cu(&compile_for(cast, Target::Sm90a).unwrap()).contains("xs(rr, vv, ee) = static_cast<float>(cute::float_e4m3_t(static_cast<float>(xs(rr, vv, ee) * inv(rr))));"));
     // GEMMs over f8e4m3 operands: sm90a's CUTLASS collective (both operands K-major, as
     // 8-bit warpgroup MMAs read them), and nothing else: not sm80's mma.sync, and no fallback
     // to the CuTe-level lowering when the collective declines.

@@ -56,7 +56,7 @@ impl Env for PlainEnv {
 
 /// `Int<expr>` spellings of buffer extents, using the spec's own constant names.
 pub(super) fn static_extents(c: &Compiled, buffer: usize, dims: &[usize]) -> Vec<String> {
-    let conv = Conv { spec: &c.spec, info: &c.info, hip: false };
+    let conv = Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false };
     let b = &c.spec.buffers[buffer];
     dims.iter().map(|d| format!("Int<{}>{{}}", conv.expr(&b.shape[*d], &PlainEnv))).collect()
 }
@@ -145,7 +145,7 @@ pub(super) fn block_indices_ctx(c: &Compiled) -> Vec<BlockIndexCtx> {
 /// The launch grid: its three extents as C++, the checks against CUDA's limits, and the
 /// extents as the spec wrote them (for the header).
 pub(super) fn grid_ctx(c: &Compiled) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let conv = Conv { spec: &c.spec, info: &c.info, hip: false };
+    let conv = Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false };
     let mut grid: Vec<String> = c.spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
     while grid.len() < 3 {
         grid.push("1".into());

@@ -267,7 +267,7 @@ pub(super) struct SpecText<'c> {
 
 impl<'c> SpecText<'c> {
     pub(super) fn new(c: &'c Compiled) -> Self {
-        SpecText { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false } }
+        SpecText { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false } }
     }
 
     /// Tensor `t`'s name.

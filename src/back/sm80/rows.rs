@@ -206,7 +206,7 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
     let hip = c.plan.target.is_amd();
     let flavor = Flavor { hip, fp8_in_software: c.plan.target == Target::Sm80 };
-    let conv = Conv { spec, info: &c.info, hip };
+    let conv = Conv { spec, info: &c.info, hip, fp8_in_software: flavor.fp8_in_software };
     let mut errors = Vec::new();
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
     let (kernel_params, kernel_args) = kernel_signature(c);

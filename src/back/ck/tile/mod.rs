@@ -548,8 +548,8 @@ fn lds_declarations(c: &Compiled, plan: &TilePlan, conv: &Conv) -> Vec<String> {
 
 pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
-    let conv = Conv { spec, info: &c.info, hip: true };
-    let mut l = Lower { c, plan, conv: Conv { spec, info: &c.info, hip: true }, lines: Vec::new(), depth: 0, hazards: Hazards::default(), split: BTreeMap::new(), errors: Vec::new() };
+    let conv = Conv { spec, info: &c.info, hip: true, fp8_in_software: false };
+    let mut l = Lower { c, plan, conv: Conv { spec, info: &c.info, hip: true, fp8_in_software: false }, lines: Vec::new(), depth: 0, hazards: Hazards::default(), split: BTreeMap::new(), errors: Vec::new() };
     l.stmts(&spec.body);
     if !l.errors.is_empty() {
         return Err(l.errors);

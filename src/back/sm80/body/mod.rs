@@ -247,7 +247,7 @@ struct Lower<'a> {
 }
 
 pub fn build(c: &Compiled, errors: &mut Vec<Diagnostic>) -> Vec<BodyItem> {
-    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false }, items: Vec::new(), errors, stage: None, in_flight: false };
+    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false }, items: Vec::new(), errors, stage: None, in_flight: false };
     l.block(&c.spec.body, 1);
     l.items
 }
