@@ -400,7 +400,14 @@ fn sm90a_kernel_schedule_and_swizzle_are_target_settings_of_the_collective() {
         let errs = compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", entry), Target::Sm90a).unwrap_err().join("\n");
         assert!(errs.contains(need) && errs.contains("for f8e4m3 operands use 128x128 tiles (cooperative) or 64x128 (pingpong)"), "{errs}");
     }
-    assert!(compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", "sm90a: {constants: {block_M: 64, stages: 8}, schedule: pingpong, cluster: [1, 2]}"), Target::Sm90a).is_ok());
+    for cluster in ["[1, 2]", "[2, 1]"] {
+        assert!(compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", &format!("sm90a: {{constants: {{block_M: 64, stages: 8}}, schedule: pingpong, cluster: {cluster}}}")), Target::Sm90a).is_ok(), "{cluster}");
+    }
+    // TMA multicast shares B's tile over the cluster's CTAs along M (A's along N), in whole
+    // 8-row pieces.
+    let errs = compile_for(with("sm90a: {constants: {block_N: 16, block_K: 64}, cluster: [4, 1]}"), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains("cluster [4, 1] does not fit the 128x16 tile: at most 4 CTAs, and TMA multicast splits B's 16 rows over the cluster's 4 CTAs along M"), "{errs}");
+    assert!(compile_for(with("sm90a: {constants: {block_N: 32, block_K: 64}, cluster: [4, 1]}"), Target::Sm90a).is_ok());
     // Spelling, targets, and lowerings without a kernel schedule.
     let errs = compile_for(with("sm90a: {schedule: ping_pong}"), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("error: unknown kernel schedule `ping_pong`") && errs.contains("did you mean `pingpong`?"), "{errs}");

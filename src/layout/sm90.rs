@@ -433,8 +433,10 @@ impl<'a> Infer<'a> {
             None => (1, 1),
         };
         let swizzle = spec.swizzle.map_or(1, |(n, _)| n);
-        if let Some((d, span)) = &spec.cluster && (d[0] * d[1] > 4 || (bm / 64) % d[0].max(1) != 0) {
-            self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit: at most 4 CTAs, and multicast needs the tile to split over it")));
+        // TMA multicast: the CTAs of a cluster row share A's tile and each loads a share of its
+        // rows; those of a cluster column share B's. Each share is whole 8-row swizzle atoms.
+        if let Some((d, span)) = &spec.cluster && (d[0] * d[1] > 4 || bn % (8 * d[0]) != 0 || bm % (8 * d[1]) != 0) {
+            self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit the {bm}x{bn} tile: at most 4 CTAs, and TMA multicast splits B's {bn} rows over the cluster's {} CTAs along M and A's {bm} rows over its {} along N, in whole 8-row pieces", d[0], d[1])));
             return;
         }
         let Some(tree) = self.epilogue_tree(&shape, (ic, stored), (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
