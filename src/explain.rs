@@ -668,16 +668,24 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
     }
     let _ = writeln!(o, "\nWarp roles (384 threads)");
     let _ = writeln!(o, "  warpgroup 0: producer; one warp issues the TMA loads of A and B into the {} shared stages (setmaxnreg down to 40 registers)", p.stages);
-    let _ = writeln!(o, "  warpgroups 1-2: consumers; each runs WGMMA on {}x{} of the tile from shared memory and the fused epilogue (setmaxnreg up to 232 registers)", bm / 2, bn);
+    let (cm, cn) = p.consumer_tile;
+    if (cm, cn) == (bm, bn) {
+        let _ = writeln!(o, "  warpgroups 1-2: consumers taking whole tiles in turn (ping-pong); each runs WGMMA on its {cm}x{cn} tile from shared memory, then the fused epilogue while the other multiplies (setmaxnreg up to 232 registers)");
+    } else {
+        let _ = writeln!(o, "  warpgroups 1-2: consumers; each runs WGMMA on {cm}x{cn} of the tile from shared memory and the fused epilogue (setmaxnreg up to 232 registers)");
+    }
     let _ = writeln!(o, "\nTMA boxes");
     let _ = writeln!(o, "  A: {bm}x{bk} per stage{}", if p.cluster.1 > 1 { format!(", multicast across the {} CTAs of a cluster row", p.cluster.1) } else { String::new() });
     let _ = writeln!(o, "  B: {bn}x{bk} per stage{}", if p.cluster.0 > 1 { format!(", multicast across the {} CTAs of a cluster column", p.cluster.0) } else { String::new() });
-    let _ = writeln!(o, "  D: stored through shared memory in {}x{} subtiles", bm.min(128), bn.min(32));
+    if let crate::layout::GemmSchedule::Cutlass { epilogue_tile: (em, en), .. } = p.schedule {
+        let _ = writeln!(o, "  D: stored through shared memory in {em}x{en} subtiles");
+    }
     let _ = writeln!(o, "\nEpilogue visitor tree");
     let _ = writeln!(o, "  D = {}", evt_text(c, &p.epilogue));
     let _ = writeln!(o, "\nResources");
     let _ = writeln!(o, "  shared memory: about {} bytes ({} of mainloop stages, {} of epilogue) of {} allowed", p.smem_bytes, c.plan.smem.buffers, c.plan.smem.staging, c.plan.smem.budget);
-    let _ = writeln!(o, "  registers: accumulators {} per consumer thread ({} of the tile per warpgroup)", bm * bn / 256, bm * bn / 2);
+    let promoted = if p.accumulator_registers > cm * cn / 128 { ", in two f32 sets: FP8 accumulation is promoted" } else { "" };
+    let _ = writeln!(o, "  registers: accumulators {} per consumer thread ({} of the tile per warpgroup{promoted}; at most 128 without spilling)", p.accumulator_registers, cm * cn);
     if !c.plan.alignment.is_empty() {
         let _ = writeln!(o, "  launcher checks:");
         alignment_lines(o, c);

@@ -384,7 +384,9 @@ fn sm90a_kernel_schedule_and_swizzle_are_target_settings_of_the_collective() {
     assert_eq!(p.schedule, GemmSchedule::Cutlass { kernel: "cutlass::gemm::KernelTmaWarpSpecializedPingpong", epilogue: "cutlass::epilogue::TmaWarpSpecialized", epilogue_tile: (64, 32) });
     let cu = rendered_cu(&c);
     assert!(cu.contains("using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;") && cu.contains("using EpilogueTile = Shape<Int<64>, Int<32>>;"), "{cu}");
-    assert!(tilegen::explain::explain(&c).contains("ping-pong warp-specialised kernel (`schedule: pingpong`"));
+    let text = tilegen::explain::explain(&c);
+    assert!(text.contains("ping-pong warp-specialised kernel (`schedule: pingpong`") && text.contains("each runs WGMMA on its 64x256 tile from shared memory, then the fused epilogue while the other multiplies")
+        && text.contains("D: stored through shared memory in 64x32 subtiles") && text.contains("registers: accumulators 128 per consumer thread (16384 of the tile per warpgroup;"), "{text}");
     // A tile a warpgroup cannot hold is refused with the rule.
     let errs = compile_for(with("sm90a: {constants: {block_N: 256, block_K: 64}, schedule: pingpong}"), Target::Sm90a).map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
     assert!(errs.contains("the 128x256 tile needs 256 accumulator registers per consumer thread in the sm90a pingpong kernel"), "{errs}");
@@ -396,6 +398,8 @@ fn sm90a_kernel_schedule_and_swizzle_are_target_settings_of_the_collective() {
     assert!(errs.contains("the 256x256 tile needs 256 accumulator registers per consumer thread in the sm90a cooperative kernel, over the 128 it holds without spilling"), "{errs}");
     let fp8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_fp8_bf16.yaml")).unwrap();
     assert!(fp8.contains("sm90a: {cluster: [2, 1]}"));
+    let text = tilegen::explain::explain(&compile_for(fp8.clone(), Target::Sm90a).unwrap());
+    assert!(text.contains("registers: accumulators 128 per consumer thread (8192 of the tile per warpgroup, in two f32 sets: FP8 accumulation is promoted;"), "{text}");
     for (entry, need) in [("sm90a: {constants: {block_N: 256, stages: 4}, cluster: [2, 1]}", "the 128x256 tile needs 256 accumulator registers per consumer thread (two sets"), ("sm90a: {schedule: pingpong}", "the 128x128 tile needs 256 accumulator registers per consumer thread (two sets")] {
         let errs = compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", entry), Target::Sm90a).unwrap_err().join("\n");
         assert!(errs.contains(need) && errs.contains("for f8e4m3 operands use 128x128 tiles (cooperative) or 64x128 (pingpong)"), "{errs}");

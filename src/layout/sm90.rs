@@ -123,6 +123,11 @@ pub struct CollectivePlan {
     pub cluster: (i64, i64),
     /// CTAs per swizzle band of the persistent tile scheduler (1: its raster order as is).
     pub swizzle: i64,
+    /// sm90a: the part of the tile one consumer warpgroup's WGMMAs compute (cooperative: half
+    /// the rows; ping-pong: all of it).
+    pub consumer_tile: (i64, i64),
+    /// sm90a: accumulator registers per consumer thread, FP8's second (promoted) set included.
+    pub accumulator_registers: i64,
     /// Shared-memory pipeline stages of the mainloop.
     pub stages: i64,
     /// The library's schedule.
@@ -415,7 +420,8 @@ impl<'a> Infer<'a> {
         // (ptxas: 900 bytes a thread at 128x256 cooperative FP8, which ran at 507 TFLOP/s on the
         // H200 against 1170 for 128x128).
         let sets = if fp8 { 2 } else { 1 };
-        let per_thread = bm * bn / if schedule == KernelSchedule::Pingpong { 128 } else { 256 } * sets;
+        let consumer_tile = if schedule == KernelSchedule::Pingpong { (bm, bn) } else { (bm / 2, bn) };
+        let per_thread = consumer_tile.0 * consumer_tile.1 / 128 * sets;
         if per_thread > 128 {
             let span = self.spec.buffers[ic].shape_span;
             let two = if fp8 { " (two sets: FP8 accumulation is promoted to a second f32 set)" } else { "" };
@@ -514,6 +520,8 @@ impl<'a> Infer<'a> {
             tile: (bm, bn, bk),
             cluster,
             swizzle,
+            consumer_tile,
+            accumulator_registers: per_thread,
             stages,
             // The epilogue subtiles CUTLASS's builder picks for these schedules (written out so
             // the output never changes meaning with its defaults).
@@ -727,6 +735,8 @@ impl<'a> Infer<'a> {
             tile: (bm, bn, bk),
             cluster: (1, 1),
             swizzle: 1,
+            consumer_tile: (bm, bn),
+            accumulator_registers: 0,
             stages: 1,
             schedule: GemmSchedule::Ck { pipeline: "ck::BlockGemmPipelineVersion::v3", scheduler: "ck::BlockGemmPipelineScheduler::Intrawave" },
             a,
