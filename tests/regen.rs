@@ -130,6 +130,10 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
         assert!(out.join(f).is_file(), "{f} was not written:\n{text}");
     }
     assert!(!out.join("gfx942/w4_thin_f16.hip").exists());
+    // `check` without --target agrees: a note for the AMD targets, ok for the others.
+    let (code, text) = tilegen(dir.path(), &["check", "specs/w4_thin_f16.yaml"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("specs/w4_thin_f16.yaml: ok for sm80, sm90a") && text.contains("note: specs/w4_thin_f16.yaml: skipped for gfx942: the gfx942 target has no lowering for this fused program"), "{text}");
     // Asked for explicitly, the same pair is an error that says why.
     let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/w4_thin_f16.yaml"]);
     assert_eq!(code, 1, "{text}");
