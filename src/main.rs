@@ -92,9 +92,10 @@ enum Command {
     Explain {
         /// The spec file.
         spec: PathBuf,
-        /// Target to plan for.
-        #[arg(long, default_value = "sm80", value_parser = parse_target)]
-        target: Target,
+        /// Target to plan for (default: sm80, or the first target that lowers the spec when
+        /// sm80 has no lowering for it).
+        #[arg(long, value_parser = parse_target)]
+        target: Option<Target>,
     },
 }
 
@@ -254,12 +255,23 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
     code
 }
 
-fn explain(spec: &Path, target: Target) -> u8 {
+fn explain(spec: &Path, target: Option<Target>) -> u8 {
     let file = match output::read_spec(spec) {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    match tilegen::compile(file, target) {
+    let first = target.unwrap_or(Target::Sm80);
+    let mut result = tilegen::compile(file.clone(), first);
+    // Not asked for a target, and sm80 has no lowering (an sm90a-only FP8 GEMM, say): the
+    // first target that has one, with a note, as `gen` would render it.
+    if target.is_none() && matches!(&result, Err((_, d)) if !d.is_empty() && d.iter().all(|x| x.unsupported)) {
+        let why = match &result { Err((_, d)) => d[0].message.clone(), Ok(_) => String::new() };
+        if let Some(c) = Target::ALL.iter().skip(1).find_map(|&t| tilegen::compile(file.clone(), t).ok()) {
+            eprintln!("note: explaining {} ({}: {why}; `--target` picks another)", c.plan.target, first);
+            result = Ok(c);
+        }
+    }
+    match result {
         Ok(c) => {
             print!("{}", tilegen::explain::explain(&c));
             exit::OK

@@ -72,6 +72,12 @@ fn check_and_explain_work_on_the_bundled_specs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (code, text) = tilegen(root, &["check", "specs/gemm_bf16.yaml", "specs/gemm_f16.yaml"]);
     assert_eq!(code, 0, "{text}");
+    // A spec sm80 has no lowering for is explained for the first target that has one.
+    let (code, text) = tilegen(root, &["explain", "tests/golden/specs/gemm_fp8_bf16.yaml"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("note: explaining sm90a (sm80: the sm80 target takes f8e4m3 tensors") && text.contains("kernel gemm_fp8_bf16 (tests/golden/specs/gemm_fp8_bf16.yaml), target sm90a"), "{text}");
+    let (code, text) = tilegen(root, &["explain", "--target", "sm80", "tests/golden/specs/gemm_fp8_bf16.yaml"]);
+    assert_eq!(code, 1, "{text}");
     let (code, text) = tilegen(root, &["explain", "specs/gemm_bf16.yaml"]);
     assert_eq!(code, 0, "{text}");
     for needle in ["SM80_16x8x16_F32BF16BF16F32_TN", "Swizzle<", "SM80_CP_ASYNC_CACHEGLOBAL", "Multistage, 4 stage(s)", "warps 2x2", "shared memory:", "registers: about"] {
