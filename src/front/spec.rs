@@ -760,7 +760,8 @@ pub fn is_identifier(s: &str) -> bool {
 }
 
 /// Applies the `targets:` settings for `target`: replaces the constants and the thread
-/// count it overrides and sets the cluster shape, kernel schedule and scheduler swizzle. Reports unknown targets and constants.
+/// count it overrides and sets the cluster shape, kernel schedule and scheduler swizzle.
+/// Reports unknown targets and constants.
 pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     let names: Vec<&str> = crate::target::Target::ALL.iter().map(|t| t.name()).collect();
