@@ -230,7 +230,7 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
                     break;
                 }
             };
-            let diags = match tilegen::compile(file, target) {
+            let (file, d) = match tilegen::compile(file, target) {
                 Ok(c) => match tilegen::back::render(&c) {
                     Ok(_) => {
                         ok.push(target.name());
@@ -240,7 +240,6 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
                 },
                 Err(e) => e,
             };
-            let (file, d) = diags;
             if lenient && !d.is_empty() && d.iter().all(|x| x.unsupported) {
                 eprintln!("note: {}: skipped for {target}: {} (`--target {target}` gives every reason)", file.path, d[0].message);
             } else {
@@ -264,12 +263,10 @@ fn explain(spec: &Path, target: Option<Target>) -> u8 {
     let mut result = tilegen::compile(file.clone(), first);
     // Not asked for a target, and sm80 has no lowering (an sm90a-only FP8 GEMM, say): the
     // first target that has one, with a note, as `gen` would render it.
-    if target.is_none() && matches!(&result, Err((_, d)) if !d.is_empty() && d.iter().all(|x| x.unsupported)) {
-        let why = match &result { Err((_, d)) => d[0].message.clone(), Ok(_) => String::new() };
-        if let Some(c) = Target::ALL.iter().skip(1).find_map(|&t| tilegen::compile(file.clone(), t).ok()) {
-            eprintln!("note: explaining {} ({}: {why}; `--target` picks another)", c.plan.target, first);
-            result = Ok(c);
-        }
+    if let (None, Err((_, d))) = (target, &result) && !d.is_empty() && d.iter().all(|x| x.unsupported)
+        && let Some(c) = Target::ALL.iter().skip(1).find_map(|&t| tilegen::compile(file.clone(), t).ok()) {
+        eprintln!("note: explaining {} ({first}: {}; `--target` picks another)", c.plan.target, d[0].message);
+        result = Ok(c);
     }
     match result {
         Ok(c) => {

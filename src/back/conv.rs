@@ -22,6 +22,13 @@ pub fn float_to_int(to: DType, x: &str) -> Option<String> {
     }
 }
 
+/// A float expression `x` rounded to f8e4m3 in integer arithmetic (`float_to_e4m3.cuh`: nearest
+/// even, saturating at ±448, NaN kept), for code built for sm_80, which has no fp8 conversion
+/// instruction (CUTLASS's portable conversion branches per value).
+pub fn float_to_e4m3(x: &str) -> String {
+    format!("float_to_e4m3({x})")
+}
+
 /// The CUTLASS type for a dtype.
 pub fn cpp_type(d: DType) -> &'static str {
     match d {
@@ -58,9 +65,9 @@ pub struct Conv<'a> {
     /// HIP code on composable_kernel's types (`ck::bhalf_t` is a bit pattern, converted with
     /// `ck::type_convert`) instead of CUTLASS's.
     pub hip: bool,
-    /// Code built for sm_80, which has no fp8 conversion instruction: casts to f8e4m3 round
-    /// with `float_to_e4m3` (integer arithmetic) rather than CUTLASS's portable conversion,
-    /// which branches per value (3x slower in session 29's row-wise stores).
+    /// Code built for sm_80, which has no fp8 conversion instruction: roundings to f8e4m3
+    /// (casts here, stores in the row-wise lowering) are spelled with [`float_to_e4m3`] rather
+    /// than CUTLASS's portable conversion (3x slower in session 29's row-wise stores).
     pub fp8_in_software: bool,
 }
 
@@ -150,7 +157,7 @@ impl Conv<'_> {
                 DType::I32 | DType::I8 if any_float => float_to_int(d, &a[0]).unwrap_or_default(),
                 DType::I32 | DType::I8 => format!("static_cast<{}>({})", cpp_type(d), a[0]),
                 // Rounding to a narrower float, then computing on in f32.
-                DType::F8E4M3 if self.fp8_in_software => format!("static_cast<float>(float_to_e4m3(static_cast<float>({})))", a[0]),
+                DType::F8E4M3 if self.fp8_in_software => format!("static_cast<float>({})", float_to_e4m3(&format!("static_cast<float>({})", a[0]))),
                 DType::BF16 | DType::F16 | DType::F8E4M3 if self.hip => format!("ck::type_convert<float>(ck::type_convert<{}>(static_cast<float>({})))", crate::back::ck::element(d), a[0]),
                 DType::BF16 | DType::F16 | DType::F8E4M3 => format!("static_cast<float>({}(static_cast<float>({})))", cpp_type(d), a[0]),
             };

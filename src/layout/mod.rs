@@ -46,7 +46,7 @@ pub use pipeline::{PipelineMode, PipelinePlan};
 pub use fragments::UNIT_SCALE_MIN_VALUES;
 pub use raster::{RasterPlan, RASTER_GROUP};
 pub use tma::{MbarrierRole, Mbarriers, TmaLoad, WarpSpecialization};
-pub use sm90::{collect_broadcasts, is_per_batch_vector, BatchForm, BatchPlan, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
+pub use sm90::{ck_mfma, collect_broadcasts, is_per_batch_vector, BatchForm, BatchPlan, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,8 +311,9 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     // A program without gemms (softmax, a norm) loads rows into registers, computes on them and
     // reduces along them: the row-wise lowering, on every target.
     if rows::is_candidate(spec) {
+        // (Only sm90a entries carry these settings: `apply_target` refuses them elsewhere.)
         let ignored = collective_settings_ignored(spec);
-        if !ignored.is_empty() && !target.is_amd() {
+        if !ignored.is_empty() {
             return Err(ignored);
         }
         let p = rows::plan(spec, info, target)?;

@@ -92,6 +92,22 @@ impl EpilogueOp {
     }
 }
 
+/// The 32x32 MFMA of CK's instance for `target`, as "<M>x<N>x<K>[ i8]": 16-bit operands step 8
+/// deep; i8 ones 16 on gfx942 and 8 on gfx90a.
+pub fn ck_mfma(target: crate::target::Target, int8: bool) -> &'static str {
+    match (int8, target) {
+        (false, _) => "32x32x8",
+        (true, crate::target::Target::Gfx90a) => "32x32x8 i8",
+        (true, _) => "32x32x16 i8",
+    }
+}
+
+/// Whether a library epilogue stores an integer output exactly: only the i32 accumulator stored
+/// as is (any epilogue computes in f32 and rounds, where the spec converts toward zero).
+fn stores_accumulator_as_is(out: DType, acc: DType, tree: &EvtNode) -> bool {
+    out == DType::I32 && acc == DType::I32 && *tree == EvtNode::Acc
+}
+
 /// The schedule a vendor library's device GEMM runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmSchedule {
@@ -449,7 +465,7 @@ impl<'a> Infer<'a> {
         // An integer output: the spec converts by truncation and the EVT rounds from f32, so
         // only the i32 accumulator itself, stored as is (computed in i32), is exact.
         let dd = spec.tensors[td].dtype.0;
-        let integer_store = dd == DType::I32 && dc == DType::I32 && tree == EvtNode::Acc;
+        let integer_store = stores_accumulator_as_is(dd, dc, &tree);
         if !dd.is_float() && !integer_store {
             self.off_path(spec.tensors[td].dtype.1, &format!("the output is {dd}: only an i32 accumulator stored as is converts exactly; the epilogue computes in f32 and rounds where the spec truncates"));
             return;
@@ -685,7 +701,7 @@ impl<'a> Infer<'a> {
             return;
         }
         let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
-        let integer_store = i32_store && tree == EvtNode::Acc;
+        let integer_store = stores_accumulator_as_is(out.dtype.0, acc, &tree);
         if !out.dtype.0.is_float() && !integer_store {
             refuse_integer_output(self);
             return;
@@ -722,11 +738,7 @@ impl<'a> Infer<'a> {
             }
         }
         self.plan.alignment.sort_by_key(|x| x.tensor);
-        let mfma = match (int8, self.target) {
-            (false, _) => "32x32x8 MFMAs",
-            (true, crate::target::Target::Gfx90a) => "32x32x8 i8 MFMAs (exact i32 accumulators)",
-            (true, _) => "32x32x16 i8 MFMAs (exact i32 accumulators)",
-        };
+        let mfma = format!("{} MFMAs{}", ck_mfma(self.target, int8), if int8 { " (exact i32 accumulators)" } else { "" });
         let why = format!(
             "a plain GEMM body: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, {mfma} 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
             if matches!(tree, EvtNode::Acc) { "DeviceGemm_Xdl_CShuffleV3" } else { "DeviceGemmMultiD_Xdl_CShuffle_V3 (the epilogue as its CDE operator)" },

@@ -230,11 +230,6 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         format!("S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // {op}: thread cluster K0_{}_K1, arrange order, source access order", if op == "A" { "M" } else { "N" }),
         format!("{:<32}// {op}: source vector dim (K), source / LDS vector widths, no extra LDS row", format!("2, {k1}, {k1}, false,")),
     ];
-    let mfma_k = match (int8, c.plan.target) {
-        (false, _) => 8,
-        (true, crate::target::Target::Gfx90a) => 8,
-        (true, _) => 16,
-    };
     let gemm_line = c.spec.body.iter().find_map(|s| match &s.kind {
         crate::ast::StmtKind::Loop { body, .. } => body.iter().find(|x| matches!(x.kind, crate::ast::StmtKind::Gemm { .. })).map(|g| c.line(g.span)),
         _ => None,
@@ -263,7 +258,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         acc_note: if int8 { "i8 MFMAs accumulate in i32, exactly".into() } else { "MFMA accumulates in f32".into() },
         cshuffle_note: if int8 { "the epilogue sees the i32 accumulator".into() } else { "the epilogue sees the f32 accumulator".into() },
         tile: format!("{:<32}", format!("{}, {}, {},", p.tile.0, p.tile.1, p.tile.2)),
-        mfma_note: format!("32x32x{mfma_k}{} MFMA", if int8 { " i8" } else { "" }),
+        mfma_note: format!("{} MFMA", crate::layout::ck_mfma(c.plan.target, int8)),
         k1s: format!("{:<32}", format!("{k1}, {},", if b_k_contiguous { k1 } else { 4 })),
         a_transfer: k_major_transfer("A"),
         pipeline: match p.schedule { GemmSchedule::Ck { pipeline, .. } => pipeline.into(), GemmSchedule::Cutlass { .. } => String::new() },

@@ -152,8 +152,7 @@ const COL: &str = "(row_lane + kThreadsPerRow * vv) * kVector";
 #[derive(Clone, Copy)]
 struct Flavor {
     hip: bool,
-    /// Stores to f8e4m3 round in integer arithmetic (`float_to_e4m3`): code built for sm_80
-    /// has no fp8 conversion instruction (sm90a's has, through CUTLASS's conversion).
+    /// As [`Conv::fp8_in_software`]: stores to f8e4m3 round with `float_to_e4m3` (sm80 code).
     fp8_in_software: bool,
 }
 
@@ -183,7 +182,7 @@ impl Flavor {
     fn store(self, to: DType, elem: &str, from: DType, x: &str) -> String {
         let x = if from == DType::F32 { x.to_string() } else { format!("static_cast<float>({x})") };
         match to {
-            DType::F8E4M3 if self.fp8_in_software => format!("float_to_e4m3({x})"),
+            DType::F8E4M3 if self.fp8_in_software => crate::back::conv::float_to_e4m3(&x),
             _ => crate::back::conv::float_to_int(to, &x).unwrap_or_else(|| self.convert(elem, &x)),
         }
     }
@@ -205,8 +204,8 @@ impl Flavor {
 pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
     let spec = &c.spec;
     let hip = c.plan.target.is_amd();
-    let flavor = Flavor { hip, fp8_in_software: c.plan.target == Target::Sm80 };
-    let conv = Conv { spec, info: &c.info, hip, fp8_in_software: flavor.fp8_in_software };
+    let conv = Conv { spec, info: &c.info, hip, fp8_in_software: c.plan.target == Target::Sm80 };
+    let flavor = Flavor { hip, fp8_in_software: conv.fp8_in_software };
     let mut errors = Vec::new();
     let (grid, grid_limits, grid_doc) = grid_ctx(c);
     let (kernel_params, kernel_args) = kernel_signature(c);
