@@ -580,10 +580,7 @@ impl KernelSchedule {
 
     /// The spelling in a spec.
     pub fn name(self) -> &'static str {
-        match self {
-            KernelSchedule::Cooperative => "cooperative",
-            KernelSchedule::Pingpong => "pingpong",
-        }
+        Self::ALL.iter().find(|(_, s)| *s == self).map(|(n, _)| *n).expect("ALL lists every schedule")
     }
 }
 

@@ -3,13 +3,10 @@
 use crate::ast::*;
 use crate::check::{ConstValue, Info, Symbol};
 
-/// The C functions and generated helpers the spec's intrinsics render to (`max` on floats is
-/// `fmaxf`, `exp2` is `fast_exp2` or `exp2f`, `gelu` is `gelu_erf`): a spec name spelled so
-/// would hide them.
-pub const MATH_FUNCTIONS: [&str; 17] = [
-    "fminf", "fmaxf", "fabsf", "exp2f", "fast_exp2", "expf", "log2f", "logf", "sqrtf", "rsqrtf", "tanhf", "erff", "gelu_erf", "rintf",
-    "float_to_i8", "float_to_i32", "float_to_e4m3",
-];
+/// The C math functions the spec's intrinsics render to (`max` on floats is `fmaxf`, `exp2` is
+/// `exp2f` where not `fast_exp2`): a spec name spelled so would hide them. The generated
+/// helpers (`fast_exp2`, `gelu_erf`, ...) are reserved by their own list, `back::CALLED_HELPERS`.
+pub const MATH_FUNCTIONS: [&str; 12] = ["fminf", "fmaxf", "fabsf", "exp2f", "expf", "log2f", "logf", "sqrtf", "rsqrtf", "tanhf", "erff", "rintf"];
 
 /// A float expression `x` converted to integer type `to` as the spec converts (toward zero,
 /// saturating, NaN to 0; `float_to_int.cuh`, since a plain cast is undefined outside the

@@ -177,7 +177,7 @@ pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     let thin_tma = c.plan.dequant_gemm.as_ref().is_some_and(|p| p.tma.is_some());
     let fused_sm90a = c.plan.target == Target::Sm90a && c.plan.collective.is_none() && c.plan.dequant_gemm.is_none();
     let pipeline = (thin_tma && RESERVED_THIN_TMA.contains(&name)) || ((thin_tma || fused_sm90a) && RESERVED_SM90A_BARRIERS.contains(&name));
-    evt || dequant || pipeline || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || extra.contains(&name)
+    evt || dequant || pipeline || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || is_helper(name) || extra.contains(&name)
         || (cute && RESERVED_CUTE.contains(&name)) || reserved_by_convention(name)
 }
 
@@ -304,6 +304,12 @@ const CALLED_HELPERS: [(&[&str], &str); 6] = [
     (&["sigmoid"], helper!("sigmoid.cuh")),
     (&["silu"], helper!("silu.cuh")),
 ];
+
+/// Whether `name` is one of the functions [`CALLED_HELPERS`] define (a spec name spelled so
+/// would hide it).
+fn is_helper(name: &str) -> bool {
+    CALLED_HELPERS.iter().any(|(names, _)| names.contains(&name))
+}
 
 /// The helpers of [`CALLED_HELPERS`] that `code` calls (outside comments) and does not define:
 /// one scan of the rendered kernel decides every inclusion, so a call and its definition
