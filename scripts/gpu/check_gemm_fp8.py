@@ -14,7 +14,7 @@ import ctypes, os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import time_ms
+from bench import best_ms
 
 
 def main():
@@ -44,16 +44,16 @@ def main():
         print(f"{M}x{N}x{K}: {'PASS' if ok else 'FAIL'} rc {rc} rel err {err:.1e} unwritten {unwritten}")
         if timed and M >= 4096:
             sets = [(A, B, sa, sb, torch.empty_like(C)) for _ in range(3)]
-            ours = min(time_ms(lambda s: run(*s), sets, 100) for _ in range(2))
+            ours = best_ms(lambda s: run(*s), sets, 100)
             scaled = lambda s: torch._scaled_mm(s[0], s[1].t(), scale_a=s[2][:, None], scale_b=s[3][None, :], out_dtype=torch.bfloat16)
             try:
-                peer = min(time_ms(scaled, sets, 100) for _ in range(2))
+                peer = best_ms(scaled, sets, 100)
                 peer_text = f"torch._scaled_mm {peer * 1e3:.1f} us -> {peer / ours:.2f}x"
             except RuntimeError as e:
                 peer_text = f"torch._scaled_mm unavailable ({str(e).splitlines()[0][:80]})"
             Ab, Bb = A.to(torch.bfloat16), B.to(torch.bfloat16)
             bsets = [(Ab, Bb) for _ in range(3)]
-            bf16 = min(time_ms(lambda s: torch.matmul(s[0], s[1].t()), bsets, 100) for _ in range(2))
+            bf16 = best_ms(lambda s: torch.matmul(s[0], s[1].t()), bsets, 100)
             tflops = 2 * M * N * K / (ours * 1e-3) / 1e12
             print(f"time {M}x{N}x{K}: {ours * 1e3:.1f} us ({tflops:.0f} TFLOP/s) vs {peer_text}; vs bf16 cuBLAS {bf16 * 1e3:.1f} us -> {bf16 / ours:.2f}x")
     print(f"{fails} failure(s)")

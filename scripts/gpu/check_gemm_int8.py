@@ -16,7 +16,7 @@ import ctypes, os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import time_ms
+from bench import best_ms
 
 
 def int_mm(A, B):
@@ -73,16 +73,16 @@ def main():
             print(f"{name} {M}x{N}x{K}: {'PASS' if ok else 'FAIL'} rc {rc} {detail}")
             if timed and M >= 4096:
                 sets = [(A, B, sa, sb, torch.empty_like(C)) for _ in range(3)]
-                ours = min(time_ms(lambda s: run(*s), sets, 100) for _ in range(2))
+                ours = best_ms(lambda s: run(*s), sets, 100)
                 if scaled:
                     peer_fn = lambda s: (int_mm(s[0], s[1]).float() * s[2][:, None] * s[3][None, :]).to(torch.bfloat16)
                     peer_name = "torch._int_mm + scaling in torch"
                 else:
                     peer_fn = lambda s: int_mm(s[0], s[1])
                     peer_name = "torch._int_mm"
-                peer = min(time_ms(peer_fn, sets, 100) for _ in range(2))
+                peer = best_ms(peer_fn, sets, 100)
                 Ab, Bb = A.to(torch.bfloat16), B.to(torch.bfloat16)
-                bf16 = min(time_ms(lambda s: torch.matmul(s[0], s[1].t()), [(Ab, Bb)] * 3, 100) for _ in range(2))
+                bf16 = best_ms(lambda s: torch.matmul(s[0], s[1].t()), [(Ab, Bb)] * 3, 100)
                 tops = 2 * M * N * K / (ours * 1e-3) / 1e12
                 print(f"time {name} {M}x{N}x{K}: {ours * 1e3:.1f} us ({tops:.0f} TOPS) vs {peer_name} {peer * 1e3:.1f} us -> {peer / ours:.2f}x; vs bf16 cuBLAS {bf16 * 1e3:.1f} us -> {bf16 / ours:.2f}x")
     print(f"{fails} failure(s)")

@@ -9,7 +9,7 @@ process (CUDA-graph replays, scripts/gpu/bench.py). Exits 1 if any check fails.
 """
 import ctypes, os, sys, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import time_ms
+from bench import best_ms
 fails = 0
 g = torch.Generator(device="cuda"); g.manual_seed(11)
 p = lambda t: ctypes.c_void_p(t.data_ptr())
@@ -31,7 +31,7 @@ for spec in sys.argv[1:]:
         print(f"{target} {M}x{N}: {'PASS' if ok else 'FAIL'} rc {rc} rel err Y {errs[0]:.1e} mean {errs[1]:.1e} rstd {errs[2]:.1e} unwritten {un}")
         if M == 16384:
             sets = [(X, G, Bt, torch.empty_like(X), torch.empty(M, device="cuda"), torch.empty(M, device="cuda")) for _ in range(3)]
-            ours = min(time_ms(lambda s: run(*s), sets, 200) for _ in range(2))
-            theirs = min(time_ms(lambda s: torch.native_layer_norm(s[0], (N,), s[1], s[2], 1e-5), sets, 200) for _ in range(2))
+            ours = best_ms(lambda s: run(*s), sets, 200)
+            theirs = best_ms(lambda s: torch.native_layer_norm(s[0], (N,), s[1], s[2], 1e-5), sets, 200)
             print(f"time {target} {M}x{N}: {ours * 1e3:.1f} us vs torch.native_layer_norm {theirs * 1e3:.1f} us -> {theirs / ours:.2f}x")
 print(f"{fails} failure(s)"); sys.exit(1 if fails else 0)

@@ -4,7 +4,7 @@ the timing against torch eager and torch.compile in the same process."""
 import ctypes, os
 import torch
 
-from bench import time_ms  # the same timing for every peer
+from bench import best_ms  # the same timing for every peer
 
 
 def pointer(t):
@@ -36,9 +36,9 @@ def time_against_torch(target, shape, ours, peer, sets, bytes_moved):
     compiled afresh), best of two medians each, and prints one line."""
     torch._dynamo.reset()
     compiled = torch.compile(peer, dynamic=False)
-    t_ours = min(time_ms(ours, sets, 200) for _ in range(2))
-    t_eager = min(time_ms(peer, sets, 200) for _ in range(2))
-    t_comp = min(time_ms(compiled, sets, 200) for _ in range(2))
+    t_ours = best_ms(ours, sets, 200)
+    t_eager = best_ms(peer, sets, 200)
+    t_comp = best_ms(compiled, sets, 200)
     tbs = bytes_moved / (t_ours * 1e-3) / 1e12
     print(f"time {target} {shape[0]}x{shape[1]}: {t_ours * 1e3:.1f} us ({tbs:.2f} TB/s) vs torch {t_eager * 1e3:.1f} us -> {t_eager / t_ours:.2f}x, "
           f"vs torch.compile {t_comp * 1e3:.1f} us -> {t_comp / t_ours:.2f}x")
