@@ -590,16 +590,16 @@ impl<'a> Infer<'a> {
 /// on sm90a takes: CUTLASS's widest warpgroup tile, 64x256 in f32, holds 128.
 const MAX_ACCUMULATOR_REGS: u64 = 128;
 
-/// f8e4m3 tensors are taken by the row-wise lowering on the NVIDIA targets (loads, and stores
-/// rounded to nearest even, saturating) and, as GEMM operands, by sm90a's CUTLASS collective;
-/// anything else that names the dtype is refused, at its first use: as a row-wise fragment's
-/// type, in other sm80 programs, and on the AMD targets, whose gfx942 fp8 is the FNUZ variant
-/// (another bias and range) and gfx90a has none.
 /// The first f8e4m3 in the spec's tensors and buffers, by its dtype's span.
 fn fp8_declared(spec: &Spec) -> Option<crate::diag::Span> {
     spec.tensors.iter().map(|t| t.dtype).chain(spec.buffers.iter().map(|b| b.dtype)).find(|d| d.0 == DType::F8E4M3).map(|d| d.1)
 }
 
+/// f8e4m3 tensors are taken by the row-wise lowering on the NVIDIA targets (loads, and stores
+/// rounded to nearest even, saturating) and, as GEMM operands, by sm90a's CUTLASS collective.
+/// Anything else is refused: a row-wise fragment of that type (at the fragment), other sm80
+/// programs, and the AMD targets (at the first declaration of the dtype), whose gfx942 fp8 is
+/// the FNUZ variant (another bias and range) and gfx90a has none.
 fn fp8_refused(spec: &Spec, target: Target) -> Option<Diagnostic> {
     let span = fp8_declared(spec)?;
     let why = if target.is_amd() {
