@@ -146,7 +146,9 @@ fn sm90a_maps_majorness_and_refuses_what_it_cannot_lower() {
     // When neither takes it, one error says so, then each lowering's reasons.
     let errs = compile_for(spec((128, 256, 64), 6, 128, "row_major", false), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("the sm90a target has no lowering for this GEMM: a CUTLASS collective cannot take it (one reason), and neither can tilegen's CuTe-level lowering"), "{errs}");
-    assert!(errs.contains("but sm90a allows 232448 bytes") && errs.contains("the accumulators need 256 registers per thread with 128 threads, over the 128 this lowering allows"), "{errs}");
+    // Each reason names its lowering (they print in source order, interleaved).
+    assert!(errs.contains("CUTLASS collective: shared memory over budget") && errs.contains("but sm90a allows 232448 bytes")
+        && errs.contains("CuTe-level lowering: the accumulators need 256 registers per thread with 128 threads, over the 128 this lowering allows"), "{errs}");
 }
 
 #[test]
@@ -204,7 +206,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     // not a setting silently dropped.
     let clustered = other_var.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
     let errs = compile_for(clustered, Target::Sm90a).unwrap_err().join("\n");
-    assert!(errs.contains("the sm90a target has no lowering for this GEMM") && errs.contains(":26:85: error: cluster [2, 1] is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
+    assert!(errs.contains("the sm90a target has no lowering for this GEMM") && errs.contains(":26:85: error: CuTe-level lowering: cluster [2, 1] is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
     assert!(compile_for(bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}"), Target::Sm90a).is_ok(), "the batched collective takes a cluster");
     let errs = compile_for(attention().replace("stages: 3}}", "stages: 3}, cluster: [2, 1]}"), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("error: cluster [2, 1] is taken only by the CUTLASS collective") && errs.contains("remove `cluster` from this target's entry"), "{errs}");
@@ -362,7 +364,7 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
         .replace("B_s: {scope: shared,   dtype: i8,  shape: [block_N, block_K]}", "B_s: {scope: shared,   dtype: i8,  shape: [block_K, block_N]}")
         .replace("copy(B[bx*block_N, k*block_K], B_s)", "copy(B[k*block_K, bx*block_N], B_s)").replace(", transpose_b=true", "");
     let errs = compile_for(mn_major, Target::Gfx90a).unwrap_err().join("\n");
-    assert!(errs.contains("t.yaml:5:3: error: the gfx90a target's int8 GEMM reads B as [N, K] with K contiguous"), "{errs}");
+    assert!(errs.contains("t.yaml:5:3: error: CK device GEMM: the gfx90a target's int8 GEMM reads B as [N, K] with K contiguous"), "{errs}");
     // FP8 stays sm90a's: the AMD targets refuse it.
     let fp8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_fp8_bf16.yaml")).unwrap();
     assert!(compile_for(fp8, Target::Gfx942).is_err());
@@ -1205,8 +1207,8 @@ fn amd_reports_why_both_lowerings_refuse_a_gemm() {
     let msgs: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
     assert_eq!(msgs.len(), 3, "{msgs:?}");
     assert!(msgs[0].starts_with("the gfx942 target has no lowering for this GEMM") && msgs[0].contains("CK refuses (one reason)"), "{msgs:?}");
-    assert!(msgs[1].contains("row-major A and output only"), "CK's reason is kept: {msgs:?}");
-    assert!(msgs[2].contains("32 threads is not a multiple of 64"), "the tile lowering's reason is shown: {msgs:?}");
+    assert!(msgs[1].starts_with("CK device GEMM: ") && msgs[1].contains("row-major A and output only"), "CK's reason is kept: {msgs:?}");
+    assert!(msgs[2].starts_with("tile lowering: ") && msgs[2].contains("32 threads is not a multiple of 64"), "the tile lowering's reason is shown: {msgs:?}");
     // The thread count is the spec's to change (a `targets:` override), so `tilegen gen`
     // reports it instead of skipping the spec for gfx942.
     assert!(diags[0].unsupported && diags[1].unsupported && !diags[2].unsupported);

@@ -351,8 +351,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
                             reasons(ck.len()), reasons(errors.len())))
                             .hint(format!("the reasons follow; the spec renders for {target} once either lowering's reasons are gone"))
                             .unsupported_on_target());
-                        cx.errors.extend(ck);
-                        cx.errors.extend(errors);
+                        cx.errors.extend(attributed("CK device GEMM", ck));
+                        cx.errors.extend(attributed("tile lowering", errors));
                     }
                 }
             }
@@ -413,8 +413,8 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
             "the sm90a target has no lowering for this GEMM: a CUTLASS collective cannot take it ({}), and neither can tilegen's CuTe-level lowering, which takes the GEMMs the collective refuses ({})",
             reasons(collective.len()), reasons(refusals.len())))
             .hint("the reasons follow; the spec renders for sm90a once either lowering's reasons are gone"));
-        cx.errors.extend(collective);
-        cx.errors.extend(refusals);
+        cx.errors.extend(attributed("CUTLASS collective", collective));
+        cx.errors.extend(attributed("CuTe-level lowering", refusals));
         return Err(cx.errors);
     }
     let ignored = collective_settings_ignored(spec);
@@ -641,6 +641,15 @@ fn collective_settings_ignored(spec: &Spec) -> Vec<Diagnostic> {
 /// "one reason" or "N reasons", for diagnostics that announce the ones after them.
 fn reasons(n: usize) -> String {
     if n == 1 { "one reason".to_string() } else { format!("{n} reasons") }
+}
+
+/// A refusal's reasons, each prefixed with the lowering that gave it: where two lowerings
+/// refuse a spec, the reasons print in source order, interleaved.
+fn attributed(lowering: &str, reasons: Vec<Diagnostic>) -> impl Iterator<Item = Diagnostic> + '_ {
+    reasons.into_iter().map(move |mut d| {
+        d.message = format!("{lowering}: {}", d.message);
+        d
+    })
 }
 
 impl<'a> Infer<'a> {
