@@ -12,8 +12,8 @@
 //
 // Lowering (spec 28): a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised
 // kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on 64x128
-// of the 128x128 tile), 6 TMA stages, persistent tile scheduler (CUTLASS's heuristic raster order,
-// no swizzle bands); the epilogue is an EVT fused into the TMA store.
+// of the 128x128 tile), 6 TMA stages, persistent tile scheduler (CUTLASS's heuristic raster order
+// in swizzle bands of 8 CTAs); the epilogue is an EVT fused into the TMA store.
 
 #include "gemm_fp8_bf16.h"
 
@@ -177,7 +177,7 @@ extern "C" int tilegen_gemm_fp8_bf16(const void* A, const void* B, const void* a
   }
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sm_count(device);
-  args.scheduler.max_swizzle_size = 1;  // rasterization: CTAs per swizzle band (none)
+  args.scheduler.max_swizzle_size = 8;  // rasterization: CTAs per swizzle band
   args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;
 
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) {
