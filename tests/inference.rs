@@ -399,15 +399,16 @@ fn sm90a_kernel_schedule_and_swizzle_are_target_settings_of_the_collective() {
     let errs = compile_for(with("sm90a: {constants: {block_M: 256, block_N: 256, block_K: 64, stages: 3}}"), Target::Sm90a).map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
     assert!(errs.contains("the 256x256 tile needs 256 accumulator registers per consumer thread in the sm90a cooperative kernel, over the 128 it holds without spilling"), "{errs}");
     let fp8 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_fp8_bf16.yaml")).unwrap();
-    assert!(fp8.contains("sm90a: {cluster: [2, 1]}"));
+    let fp8_entry = "sm90a: {cluster: [2, 1], swizzle: 8}";
+    assert!(fp8.contains(fp8_entry));
     let text = tilegen::explain::explain(&compile_for(fp8.clone(), Target::Sm90a).unwrap());
     assert!(text.contains("registers: accumulators 128 per consumer thread (8192 of the tile per warpgroup, in two f32 sets: FP8 accumulation is promoted;"), "{text}");
     for (entry, need) in [("sm90a: {constants: {block_N: 256, stages: 4}, cluster: [2, 1]}", "the 128x256 tile needs 256 accumulator registers per consumer thread (two sets"), ("sm90a: {schedule: pingpong}", "the 128x128 tile needs 256 accumulator registers per consumer thread (two sets")] {
-        let errs = compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", entry), Target::Sm90a).unwrap_err().join("\n");
+        let errs = compile_for(fp8.replace(fp8_entry, entry), Target::Sm90a).unwrap_err().join("\n");
         assert!(errs.contains(need) && errs.contains("for f8e4m3 operands use 128x128 tiles (cooperative) or 64x128 (pingpong)"), "{errs}");
     }
     for cluster in ["[1, 2]", "[2, 1]"] {
-        assert!(compile_for(fp8.replace("sm90a: {cluster: [2, 1]}", &format!("sm90a: {{constants: {{block_M: 64, stages: 8}}, schedule: pingpong, cluster: {cluster}}}")), Target::Sm90a).is_ok(), "{cluster}");
+        assert!(compile_for(fp8.replace(fp8_entry, &format!("sm90a: {{constants: {{block_M: 64, stages: 8}}, schedule: pingpong, cluster: {cluster}}}")), Target::Sm90a).is_ok(), "{cluster}");
     }
     // TMA multicast shares B's tile over the cluster's CTAs along M (A's along N), in whole
     // 8-row pieces.
