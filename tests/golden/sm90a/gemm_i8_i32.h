@@ -25,7 +25,7 @@ extern "C" {
 //   C must be 16-byte aligned and N a multiple of 4 (TMA stores of the output need 16-byte aligned
 //   rows).
 // Launch: persistent grid of at most one CTA per SM, in 2x1 clusters, 384 threads (one producer and
-// two consumer warpgroups), about 198144 bytes of shared memory; any workspace CUTLASS asks for is
+// two consumer warpgroups), about 215040 bytes of shared memory; any workspace CUTLASS asks for is
 // allocated and freed on `stream`.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:

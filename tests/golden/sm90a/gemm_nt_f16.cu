@@ -9,10 +9,11 @@
 //        -gencode=arch=compute_90a,code=sm_90a -I<cutlass>/include -c gemm_nt_f16.cu
 // (-DNDEBUG matters: CUTLASS's asserts serialise WGMMA.)
 //
-// Lowering (spec 21): a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised
-// kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on 64x128
-// of the 128x128 tile), 4 TMA stages, persistent tile scheduler (CUTLASS's heuristic raster order,
-// no swizzle bands); the epilogue is an EVT fused into the TMA store.
+// Lowering (spec 21): a plain GEMM body: CUTLASS 3.x collective, ping-pong warp-specialised kernel
+// (`schedule: pingpong`: one producer warpgroup issuing TMA, two consumer warpgroups taking whole
+// 128x128 tiles in turn, one's WGMMAs running while the other stores), 4 TMA stages, persistent
+// tile scheduler (CUTLASS's heuristic raster order, no swizzle bands); the epilogue is an EVT fused
+// into the TMA store.
 
 #include "gemm_nt_f16.h"
 
@@ -70,10 +71,10 @@ constexpr int AlignmentC = AlignmentD;
 // Shapes and schedules, all explicit: output never changes meaning with CUTLASS's defaults.
 using TileShape = Shape<Int<block_M>, Int<block_N>, Int<block_K>>;          // CTA tile (M, N, K)
 using ClusterShape = Shape<Int<1>, Int<1>, _1>;    // CTAs per cluster; TMA multicasts across it
-using EpilogueTile = Shape<Int<128>, Int<32>>;
+using EpilogueTile = Shape<Int<64>, Int<32>>;
 constexpr int kStages = stages;                 // shared-memory pipeline stages
-using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree: no element-wise epilogue; the store (spec 22) converts the accumulator.
