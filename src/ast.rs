@@ -576,11 +576,15 @@ pub enum KernelSchedule {
 
 impl KernelSchedule {
     /// Every schedule, by its spelling in a spec.
-    pub const ALL: [(&'static str, KernelSchedule); 2] = [("cooperative", KernelSchedule::Cooperative), ("pingpong", KernelSchedule::Pingpong)];
+    pub const ALL: [(&'static str, KernelSchedule); 2] =
+        [(KernelSchedule::Cooperative.name(), KernelSchedule::Cooperative), (KernelSchedule::Pingpong.name(), KernelSchedule::Pingpong)];
 
     /// The spelling in a spec.
-    pub fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(_, s)| *s == self).map(|(n, _)| *n).expect("ALL lists every schedule")
+    pub const fn name(self) -> &'static str {
+        match self {
+            KernelSchedule::Cooperative => "cooperative",
+            KernelSchedule::Pingpong => "pingpong",
+        }
     }
 }
 

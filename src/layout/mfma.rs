@@ -22,6 +22,16 @@ pub const WAVE: i64 = 64;
 /// The MFMA block: 16x16 results, 16-deep k steps.
 pub const BLOCK: i64 = 16;
 
+/// The 32x32 MFMA of CK's instance for `target`, as "<M>x<N>x<K>[ i8]": 16-bit operands step 8
+/// deep; i8 ones 16 on gfx942 and 8 on gfx90a.
+pub fn ck_mfma(target: Target, int8: bool) -> &'static str {
+    match (int8, target) {
+        (false, _) => "32x32x8",
+        (true, Target::Gfx90a) => "32x32x8 i8",
+        (true, _) => "32x32x16 i8",
+    }
+}
+
 /// How the waves of a workgroup share one fragment's 16x16 blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaveGrid {

@@ -40,13 +40,14 @@ use std::collections::BTreeMap;
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, DequantZero, PaddedLayout, PRODUCER_THREADS, SCALE_SLACK};
 pub use dequant_wgmma::{DequantWgmmaPlan, WGMMA_PRODUCER_THREADS};
+pub use mfma::ck_mfma;
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};
 pub use fragments::UNIT_SCALE_MIN_VALUES;
 pub use raster::{RasterPlan, RASTER_GROUP};
 pub use tma::{MbarrierRole, Mbarriers, TmaLoad, WarpSpecialization};
-pub use sm90::{ck_mfma, collect_broadcasts, is_per_batch_vector, BatchForm, BatchPlan, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
+pub use sm90::{collect_broadcasts, is_per_batch_vector, BatchForm, BatchPlan, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 
 /// A CuTe `Swizzle<bits, base, shift>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

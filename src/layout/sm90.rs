@@ -92,16 +92,6 @@ impl EpilogueOp {
     }
 }
 
-/// The 32x32 MFMA of CK's instance for `target`, as "<M>x<N>x<K>[ i8]": 16-bit operands step 8
-/// deep; i8 ones 16 on gfx942 and 8 on gfx90a.
-pub fn ck_mfma(target: crate::target::Target, int8: bool) -> &'static str {
-    match (int8, target) {
-        (false, _) => "32x32x8",
-        (true, crate::target::Target::Gfx90a) => "32x32x8 i8",
-        (true, _) => "32x32x16 i8",
-    }
-}
-
 /// Whether a library epilogue stores an integer output exactly: only the i32 accumulator stored
 /// as is (any epilogue computes in f32 and rounds, where the spec converts toward zero).
 fn stores_accumulator_as_is(out: DType, acc: DType, tree: &EvtNode) -> bool {
@@ -738,7 +728,7 @@ impl<'a> Infer<'a> {
             }
         }
         self.plan.alignment.sort_by_key(|x| x.tensor);
-        let mfma = format!("{} MFMAs{}", ck_mfma(self.target, int8), if int8 { " (exact i32 accumulators)" } else { "" });
+        let mfma = format!("{} MFMAs{}", super::ck_mfma(self.target, int8), if int8 { " (exact i32 accumulators)" } else { "" });
         let why = format!(
             "a plain GEMM body: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, {mfma} 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
             if matches!(tree, EvtNode::Acc) { "DeviceGemm_Xdl_CShuffleV3" } else { "DeviceGemmMultiD_Xdl_CShuffle_V3 (the epilogue as its CDE operator)" },
