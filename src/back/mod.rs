@@ -295,7 +295,7 @@ pub(crate) const HEADER_TEMPLATE: &str = include_str!("../../templates/launcher.
 const TMA_COMPONENTS: &str = include_str!("../../templates/sm80/tma.cu.tera");
 
 /// The device helpers generated code calls by name, in key order: each defines the functions
-/// listed, as `<name>(float x)`, written for CuTe (`CUTE_DEVICE`).
+/// listed, written for CuTe (`CUTE_DEVICE`).
 const CALLED_HELPERS: [(&[&str], &str); 6] = [
     (&["fast_exp2"], helper!("fast_exp2.cuh")),
     (&["float_to_e4m3"], helper!("float_to_e4m3.cuh")),
@@ -311,13 +311,23 @@ fn is_helper(name: &str) -> bool {
     CALLED_HELPERS.iter().any(|(names, _)| names.contains(&name))
 }
 
-/// The helpers of [`CALLED_HELPERS`] that `code` calls (outside comments) and does not define:
-/// one scan of the rendered kernel decides every inclusion, so a call and its definition
-/// cannot disagree.
+/// The signature `<name>(<parameters>)` with which `helper` (one of [`CALLED_HELPERS`]'
+/// texts) defines `name`, or `None` where it does not.
+fn helper_signature<'a>(helper: &'a str, name: &str) -> Option<&'a str> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let start = helper.match_indices(&format!("{name}(")).map(|(i, _)| i).find(|&i| !helper[..i].chars().next_back().is_some_and(ident))?;
+    let end = start + helper[start..].find(')')?;
+    Some(&helper[start..=end])
+}
+
+/// The helpers of [`CALLED_HELPERS`] that `code` calls (outside comments) and does not define
+/// (with a helper's own signature for one of its functions): one scan of the rendered kernel
+/// decides every inclusion, so a call and its definition cannot disagree.
 fn called_helpers(code: &str) -> Vec<&'static str> {
-    let code: String = code.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
-    CALLED_HELPERS.iter().filter(|(names, _)| {
-        names.iter().any(|n| conv::mentions(&code, n)) && !names.iter().any(|n| code.contains(&format!("{n}(float x)")))
+    let uncommented: String = code.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    CALLED_HELPERS.iter().filter(|(names, text)| {
+        let defined = names.iter().filter_map(|n| helper_signature(text, n)).any(|sig| uncommented.contains(sig));
+        names.iter().any(|n| conv::mentions(&uncommented, n)) && !defined
     }).map(|(_, text)| *text).collect()
 }
 
@@ -426,6 +436,18 @@ mod tests {
         assert_eq!(names("  y = x;  // silu(x) would be float_to_i8(x)"), Vec::<usize>::new());
         assert_eq!(names("  y = my_silu(x) + fast_exp2_table[0];"), Vec::<usize>::new());
         assert_eq!(names("__host__ __device__ inline float gelu_erf(float x) { return x; }\n  e = gelu_erf(acc);"), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn every_called_helper_defines_its_functions() {
+        for (names, text) in CALLED_HELPERS {
+            for name in names {
+                let sig = helper_signature(text, name).unwrap_or_else(|| panic!("{name} is not defined in\n{text}"));
+                assert!(sig.starts_with(name) && sig.ends_with(')') && !sig.contains('\n'), "{sig}");
+            }
+        }
+        assert_eq!(helper_signature(helper!("float_to_int.cuh"), "float_to_i8"), Some("float_to_i8(float x)"));
+        assert_eq!(helper_signature("float my_silu(float x);", "silu"), None);
     }
 
     #[test]
