@@ -130,9 +130,18 @@ impl Conv<'_> {
         }
     }
 
+    /// `e` as one C++ operand of any operator: parenthesised if it is an operation (or a
+    /// negative literal, which a prefix `-` would turn into `--`).
     fn atom(&self, e: &Expr, env: &dyn Env) -> String {
         let s = self.expr(e, env);
-        if matches!(e.kind, ExprKind::Binary(..)) { format!("({s})") } else { s }
+        if matches!(e.kind, ExprKind::Binary(..) | ExprKind::Unary(..)) || s.starts_with('-') { format!("({s})") } else { s }
+    }
+
+    /// `e` as an operand of `<` in `min`/`max`'s conditional: parenthesised if it is itself a
+    /// comparison or a logical operation.
+    fn compared(&self, e: &Expr, env: &dyn Env) -> String {
+        let s = self.expr(e, env);
+        if matches!(&e.kind, ExprKind::Binary(op, ..) if op.is_comparison() || op.is_logical()) { format!("({s})") } else { s }
     }
 
     fn operand(&self, e: &Expr, parent: BinOp, env: &dyn Env) -> String {
@@ -159,17 +168,20 @@ impl Conv<'_> {
                 DType::BF16 | DType::F16 | DType::F8E4M3 => format!("static_cast<float>({}(static_cast<float>({})))", cpp_type(d), a[0]),
             };
         }
+        // The operands of the spelled-out integer forms, bracketed where the form's operators
+        // would otherwise bind into them.
+        let arg = |i: usize| &args[i].value;
         match f.name.as_str() {
             // Spelled out: namespace-scope constexprs cannot bind to the const& that
             // cute::ceil_div / cute::min take in device code.
-            "ceildiv" => format!("(({} + {} - 1) / {})", a[0], a[1], a[1]),
+            "ceildiv" => format!("(({} + {} - 1) / {})", self.operand(arg(0), BinOp::Add, env), self.operand(arg(1), BinOp::Add, env), self.atom(arg(1), env)),
             "min" if any_float => format!("fminf({}, {})", a[0], a[1]),
             "max" if any_float => format!("fmaxf({}, {})", a[0], a[1]),
-            "min" => format!("({0} < {1} ? {0} : {1})", a[0], a[1]),
-            "max" => format!("({0} > {1} ? {0} : {1})", a[0], a[1]),
+            "min" => format!("({0} < {1} ? {0} : {1})", self.compared(arg(0), env), self.compared(arg(1), env)),
+            "max" => format!("({0} > {1} ? {0} : {1})", self.compared(arg(0), env), self.compared(arg(1), env)),
             "select" => format!("({} ? {} : {})", a[0], a[1], a[2]),
             "abs" if any_float => format!("fabsf({})", a[0]),
-            "abs" => format!("({0} < 0 ? -{0} : {0})", a[0]),
+            "abs" => format!("({} < 0 ? -{} : {})", self.compared(arg(0), env), self.atom(arg(0), env), a[0]),
             "exp2" if self.hip => format!("exp2f({})", a[0]),
             "exp2" => format!("fast_exp2({})", a[0]),
             "exp" => format!("expf({})", a[0]),

@@ -215,10 +215,11 @@ impl<'a> Lower<'a> {
         self.conv.expr(e, &PlainEnv)
     }
 
-    /// `ex`, parenthesised unless it is a name or a number.
+    /// `ex`, parenthesised if it is an operation (a binary one may start with a bracketed
+    /// operand, `(a + b) * c`, and still need its own).
     fn atom(&self, e: &Expr) -> String {
         let s = self.ex(e);
-        if matches!(e.kind, ExprKind::Binary(..)) && !s.starts_with('(') { format!("({s})") } else { s }
+        if matches!(e.kind, ExprKind::Binary(..) | ExprKind::Unary(..)) { format!("({s})") } else { s }
     }
 
     /// A barrier before a statement that reads `reads` and writes `writes` (shared buffers),

@@ -1,0 +1,96 @@
+//! Integer expressions of a spec rendered to C++ compute what the spec means.
+//!
+//! Each expression is rendered by the back ends' converter, compiled into a small host program
+//! with the host's g++ (the spec's constants as `constexpr`), and its printed value compared
+//! with the checker's own evaluation of the same expression. Compound operands of the
+//! spelled-out forms (`ceildiv`, `min`, `max`, a prefix `-`) are where a missing bracket
+//! changes the value.
+
+use std::process::Command;
+use tilegen::back::conv::{Conv, Env};
+use tilegen::diag::{SourceFile, Span};
+use tilegen::front::expr::ExprParser;
+use tilegen::target::Target;
+
+struct NoBuffers;
+
+impl Env for NoBuffers {
+    fn buffer_element(&self, _buffer: usize, _idx: &[tilegen::ast::Expr]) -> Option<String> {
+        None
+    }
+}
+
+const SPEC: &str = "kernel: t
+tensors:
+  A: {dtype: bf16, shape: [M, K]}
+  B: {dtype: bf16, shape: [K, N]}
+  C: {dtype: bf16, shape: [M, N], output: true}
+constants: {block_M: 64, block_N: 64, block_K: 32, stages: 2, two: 2, h: 48, p: 7, q: 12, r: 3, big: 1000}
+grid:
+  bx: ceildiv(N, block_N)
+  by: ceildiv(M, block_M)
+threads: 128
+buffers:
+  A_s: {scope: shared, dtype: bf16, shape: [block_M, block_K]}
+  B_s: {scope: shared, dtype: bf16, shape: [block_K, block_N]}
+  acc: {scope: fragment, dtype: f32, shape: [block_M, block_N]}
+body:
+  - clear(acc)
+  - pipelined(k, ceildiv(K, block_K), stages):
+      - copy(A[by*block_M, k*block_K], A_s)
+      - copy(B[k*block_K, bx*block_N], B_s)
+      - gemm(A_s, B_s, acc)
+  - copy(acc, C[by*block_M, bx*block_N])
+";
+
+/// Expressions whose operators meet in the spelled-out forms.
+const CASES: [&str; 16] = [
+    "ceildiv(big, 2 * h)",
+    "ceildiv(big, block_M / two)",
+    "ceildiv(big, 2 * block_M / two)",
+    "ceildiv(big, 64 + 64)",
+    "ceildiv(big, q - p)",
+    "ceildiv(big - q, r)",
+    "ceildiv(p * q, r + 2)",
+    "min(q - p, r)",
+    "max(p, q - r * 2)",
+    "min(big / q, p + r) * 2",
+    "-(-p)",
+    "-(q - p)",
+    "q - -p",
+    "big / (two * r)",
+    "big % (q - p) + 1",
+    "two * ceildiv(big, q) - min(p, r)",
+];
+
+#[test]
+fn integer_expressions_render_to_cpp_that_computes_their_value() {
+    let c = tilegen::compile(SourceFile::new("t.yaml", SPEC.to_string()), Target::Sm80)
+        .unwrap_or_else(|(f, d)| panic!("{}", d.iter().map(|d| d.render(&f)).collect::<Vec<_>>().join("\n")));
+    let conv = Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false };
+    let mut program = String::from("#include <cstdint>\n#include <cstdio>\n");
+    for k in &c.spec.constants {
+        let v = tilegen::check::eval_int(&k.value, &c.info.symbols).expect("integer constants");
+        program.push_str(&format!("constexpr int64_t {} = {v};\n", k.name.name));
+    }
+    program.push_str("int main() {\n");
+    let mut expected = Vec::new();
+    for case in CASES {
+        let e = ExprParser::new(case, None, Span { start: 0, end: 0 }).and_then(ExprParser::whole_expr).unwrap_or_else(|d| panic!("{case}: {}", d.message));
+        expected.push(tilegen::check::eval_int(&e, &c.info.symbols).unwrap_or_else(|| panic!("{case} has a value")));
+        program.push_str(&format!("  std::printf(\"%lld\\n\", static_cast<long long>({}));\n", conv.expr(&e, &NoBuffers)));
+    }
+    program.push_str("  return 0;\n}\n");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (src, exe) = (dir.path().join("exprs.cpp"), dir.path().join("exprs"));
+    std::fs::write(&src, &program).unwrap();
+    let built = Command::new("g++").args(["-std=c++17", "-Wall", "-Werror", "-o"]).arg(&exe).arg(&src).output().expect("running g++");
+    assert!(built.status.success(), "g++ failed:\n{}\n{program}", String::from_utf8_lossy(&built.stderr));
+    let run = Command::new(&exe).output().unwrap();
+    let got: Vec<i64> = String::from_utf8_lossy(&run.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    for ((case, want), got) in CASES.iter().zip(&expected).zip(&got) {
+        assert_eq!(got, want, "`{case}` rendered as C++ computes {got}, the spec means {want}:\n{program}");
+    }
+    assert_eq!(got.len(), CASES.len(), "{program}");
+}
