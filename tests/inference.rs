@@ -353,6 +353,12 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
     let src = hip(&c);
     assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && src.contains("using ElementC = int32_t;") && src.contains("ElementC,                       // CShuffleDataType"), "{src}");
     assert!(src.contains("if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 4 != 0) {"), "{src}");
+    // A bf16 output of the plain instance moves 4 elements per C-transfer vector, and the
+    // launcher asks for no more (B is K-major here, so nothing else needs N % 8).
+    let tn = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_narrow_tn_bf16.yaml")).unwrap();
+    let src = hip(&compile_for(tn, Target::Gfx942).unwrap());
+    assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && src.contains("    4,                              // C block transfer scalars per vector (N)"), "{src}");
+    assert!(src.contains("if (reinterpret_cast<uintptr_t>(C) % 8 != 0 || N % 4 != 0) {") && !src.contains("N % 8"), "{src}");
     // Any other integer output would be rounded from f32 where the spec truncates.
     for out in ["i8", "i32"] {
         let scaled = w8a8.replace("  C: {dtype: bf16,", &format!("  C: {{dtype: {out},"));

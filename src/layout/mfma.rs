@@ -32,6 +32,16 @@ pub fn ck_mfma(target: Target, int8: bool) -> &'static str {
     }
 }
 
+/// The output's elements per vector store of CK's device GEMM instance: the plain instance's
+/// C transfer moves 4 scalars along N; the multi-D one's CDE transfer 16 bytes.
+pub fn ck_output_vector(out: DType, plain: bool) -> i64 {
+    if plain {
+        4
+    } else {
+        16 / out.bytes() as i64
+    }
+}
+
 /// How the waves of a workgroup share one fragment's 16x16 blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaveGrid {

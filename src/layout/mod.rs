@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 pub use copy::{CopyPlan, CopyKind, ThreadLayout};
 pub use dequant_gemm::{DequantGemmPlan, DequantGemmTma, DequantZero, PaddedLayout, PRODUCER_THREADS, SCALE_SLACK};
 pub use dequant_wgmma::{DequantWgmmaPlan, WGMMA_PRODUCER_THREADS};
-pub use mfma::ck_mfma;
+pub use mfma::{ck_mfma, ck_output_vector};
 pub use mma::{MmaPlan, Wgmma};
 pub use overlap::{MmaOverlap, OverlapRefusal};
 pub use pipeline::{PipelineMode, PipelinePlan};

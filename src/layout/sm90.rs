@@ -706,12 +706,18 @@ impl<'a> Infer<'a> {
                 "LDS over budget: the {bm}x{bn}x{bk} tiles need {lds} bytes but {} allows {} bytes per workgroup", self.target, self.target.smem_budget())));
             return;
         }
-        // Each tensor moves in 16-byte vectors of its own type (the output's: CK's E or C
-        // vectors, as the instance's transfer widths say).
-        for (t, why) in [(a, "A is read in 16-byte vectors along K"), (b, "B is read in 16-byte vectors along its contiguous dimension"), (d, "the output is written in 16-byte vectors")] {
-            let v = 16 / self.spec.tensors[t].dtype.0.bytes() as i64;
+        // A and B move in 16-byte vectors of their own type; the output in the instance's C
+        // (plain) or CDE (multi-D) vectors.
+        let plain = matches!(tree, EvtNode::Acc);
+        let out_vector = super::ck_output_vector(out.dtype.0, plain);
+        let out_why = if plain { "the output is written in CK's C-transfer vectors of 4 elements".to_string() } else { "the output is written in 16-byte vectors".to_string() };
+        for (t, v, why) in [
+            (a, 16 / self.spec.tensors[a].dtype.0.bytes() as i64, "A is read in 16-byte vectors along K".to_string()),
+            (b, 16 / self.spec.tensors[b].dtype.0.bytes() as i64, "B is read in 16-byte vectors along its contiguous dimension".to_string()),
+            (d, out_vector, out_why),
+        ] {
             self.plan.alignment.retain(|x| x.tensor != t);
-            self.plan.alignment.push(super::Alignment { tensor: t, whole_rows: true, vector_elems: v, why: why.into() });
+            self.plan.alignment.push(super::Alignment { tensor: t, whole_rows: true, vector_elems: v, why });
         }
         // Row-broadcast vectors (bias[N]) are read 16 bytes at a time along N by the CDE
         // transfer; column broadcasts element by element.

@@ -33,7 +33,7 @@ struct Context {
     elem_b: String,
     elem_e: String,
     multi_d: bool,
-    /// The output's elements per CDE vector: 16 bytes, as the launcher checks.
+    /// The output's elements per C (plain) or CDE (multi-D) vector, as the launcher checks.
     e_vector: i64,
     layout_a: String,
     layout_b: String,
@@ -246,7 +246,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         elem_e: format!("Element{}", upper_first(&td.name.name)),
         elements,
         multi_d: !matches!(p.epilogue, EvtNode::Acc),
-        e_vector: 16 / td.dtype.0.bytes() as i64,
+        e_vector: crate::layout::ck_output_vector(td.dtype.0, matches!(p.epilogue, EvtNode::Acc)),
         layout_a: "Row".into(),
         layout_b: if b_k_contiguous { "Col".into() } else { "Row".into() },
         ds,

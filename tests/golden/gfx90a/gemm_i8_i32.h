@@ -23,7 +23,8 @@ extern "C" {
 //   A must be 16-byte aligned and K a multiple of 16 (A is read in 16-byte vectors along K).
 //   B must be 16-byte aligned and K a multiple of 16 (B is read in 16-byte vectors along its
 //   contiguous dimension).
-//   C must be 16-byte aligned and N a multiple of 4 (the output is written in 16-byte vectors).
+//   C must be 16-byte aligned and N a multiple of 4 (the output is written in CK's C-transfer
+//   vectors of 4 elements).
 // Launch: one CK device GEMM on `stream` (grid and workgroup size chosen by CK).
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:

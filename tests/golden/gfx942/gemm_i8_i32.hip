@@ -79,7 +79,7 @@ extern "C" int tilegen_gemm_i8_i32(const void* A, const void* B, void* C, int M,
   if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || K % 16 != 0) {  // B is read in 16-byte vectors along its contiguous dimension
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 4 != 0) {  // the output is written in 16-byte vectors
+  if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 4 != 0) {  // the output is written in CK's C-transfer vectors of 4 elements
     return static_cast<int>(hipErrorInvalidValue);
   }
   try {
