@@ -179,6 +179,10 @@ impl Checker<'_> {
                     return None;
                 }
                 let num = if ta == Ty::Float || tb == Ty::Float { Ty::Float } else { Ty::Int };
+                if num == Ty::Int && matches!(op, BinOp::Div | BinOp::Rem) && eval_int(b, &self.info.symbols) == Some(0) {
+                    self.err(Diagnostic::error(b.span, format!("integer {} by zero: this divisor is 0", if *op == BinOp::Div { "division" } else { "remainder" })));
+                    return None;
+                }
                 Some(if op.is_comparison() { Ty::Bool } else { num })
             }
             ExprKind::Call(f, args) => self.call_ty(e, f, args, elements, vars),
@@ -220,6 +224,10 @@ impl Checker<'_> {
                 }
                 if tys.iter().any(|t| *t != Ty::Int) {
                     self.err(Diagnostic::error(e.span, "`ceildiv` needs two integers"));
+                    return None;
+                }
+                if let Some(d) = eval_int(&args[1].value, &self.info.symbols).filter(|d| *d <= 0) {
+                    self.err(Diagnostic::error(args[1].value.span, format!("`ceildiv` needs a positive divisor, but this one is {d}")));
                     return None;
                 }
                 Some(Ty::Int)

@@ -82,6 +82,9 @@ pub(crate) struct Checker<'a> {
     declared: BTreeMap<String, Span>,
     /// Loop/parallel variables in scope.
     pub scope_vars: Vec<String>,
+    /// Buffers with an extent already reported as unknown: statements on them are not
+    /// shape-checked (their stand-in extent of 1 would only cause follow-on errors).
+    pub unknown_extents: std::collections::BTreeSet<String>,
 }
 
 /// Checks a spec, reporting every error found.
@@ -97,6 +100,7 @@ pub fn check(spec: &Spec) -> Result<Info, Vec<Diagnostic>> {
         },
         errors: Vec::new(),
         declared: BTreeMap::new(),
+        unknown_extents: Default::default(),
         scope_vars: Vec::new(),
     };
     c.declarations();
@@ -240,8 +244,12 @@ impl Checker<'_> {
                         shape.push(1);
                     }
                     None => {
-                        self.err(Diagnostic::error(e.span, "a buffer extent must be a constant integer expression")
-                            .hint("buffer shapes are fixed at compile time: use constants like `block_M`"));
+                        // Unknown names, zero divisors and the like get their own error first.
+                        if self.int_expr(e, "a buffer extent", false) {
+                            self.err(Diagnostic::error(e.span, "a buffer extent must be a constant integer expression")
+                                .hint("buffer shapes are fixed at compile time: use constants like `block_M`"));
+                        }
+                        self.unknown_extents.insert(b.name.name.clone());
                         shape.push(1);
                     }
                 }
@@ -253,8 +261,20 @@ impl Checker<'_> {
         }
     }
 
+    /// Where top-level name `name` was declared.
+    pub fn declared_at(&self, name: &str) -> Option<Span> {
+        self.declared.get(name).copied()
+    }
+
     /// Looks a name up, reporting it if unknown.
     pub fn resolve(&mut self, ident: &Ident) -> Option<Symbol> {
+        self.resolve_expecting(ident, |_| true)
+    }
+
+    /// As [`Self::resolve`], where the place wants a symbol `expected` accepts: an unknown
+    /// name's suggestion comes from those first (`Bs` in a gemm suggests the buffer `B_s`, not
+    /// the tensor `B`).
+    pub fn resolve_expecting(&mut self, ident: &Ident, expected: fn(&Symbol) -> bool) -> Option<Symbol> {
         if let Some(s) = self.info.symbols.get(&ident.name) {
             if *s == Symbol::Var && !self.scope_vars.contains(&ident.name) {
                 self.err(Diagnostic::error(ident.span, format!("`{}` is not in scope here", ident.name))
@@ -263,8 +283,10 @@ impl Checker<'_> {
             }
             return Some(s.clone());
         }
-        let names = self.info.symbols.keys().map(String::as_str);
-        let hint = did_you_mean(&ident.name, names).unwrap_or_else(|| "declare it under tensors, constants, grid or buffers".into());
+        let fitting = self.info.symbols.iter().filter(|(_, s)| expected(s)).map(|(n, _)| n.as_str());
+        let hint = did_you_mean(&ident.name, fitting)
+            .or_else(|| did_you_mean(&ident.name, self.info.symbols.keys().map(String::as_str)))
+            .unwrap_or_else(|| "declare it under tensors, constants, grid or buffers".into());
         self.err(Diagnostic::error(ident.span, format!("unknown name `{}`", ident.name)).hint(hint));
         None
     }

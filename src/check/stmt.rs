@@ -18,6 +18,16 @@ impl Checker<'_> {
     }
 
     fn stmt(&mut self, s: &Stmt) {
+        let names: Vec<&Ident> = match &s.kind {
+            StmtKind::Copy { src, dst } => vec![&src.name, &dst.name],
+            StmtKind::Gemm { a, b, c, .. } => vec![a, b, c],
+            StmtKind::Reduce { src, dst, .. } => vec![src, dst],
+            StmtKind::Dequant { src, dst, scales, .. } => vec![src, dst, scales],
+            _ => Vec::new(),
+        };
+        if names.iter().any(|n| self.unknown_extents.contains(&n.name)) {
+            return;
+        }
         match &s.kind {
             StmtKind::Copy { src, dst } => self.copy(s, src, dst),
             StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => self.gemm(s, a, b, c, *transpose_a, *transpose_b),
@@ -46,14 +56,28 @@ impl Checker<'_> {
                     self.err(Diagnostic::error(count.span, "`unroll` needs a constant trip count").hint("use `serial` for runtime trip counts"));
                 }
                 if let Some(st) = stages {
+                    // A named stage count's errors also point at its declaration.
+                    let declared = |d: Diagnostic, this: &Self| match &st.kind {
+                        ExprKind::Name(n) => match this.declared_at(n) {
+                            Some(at) => d.label(at, format!("`{n}` is declared here")),
+                            None => d,
+                        },
+                        _ => d,
+                    };
                     match super::eval_int(st, &self.info.symbols) {
-                        Some(v) if v > super::MAX_STAGES => self.err(Diagnostic::error(st.span, format!("{v} stages is more than the {} tilegen supports", super::MAX_STAGES))
-                            .hint("2 to 4 stages hide global-memory latency; more only costs shared memory")),
+                        Some(v) if v > super::MAX_STAGES => {
+                            let d = Diagnostic::error(st.span, format!("{v} stages is more than the {} tilegen supports", super::MAX_STAGES))
+                                .hint("2 to 4 stages hide global-memory latency; more only costs shared memory");
+                            self.err(declared(d, self));
+                        }
                         Some(v) if v >= 1 => {
                             self.info.stages.insert(s.id, v);
                         }
-                        Some(v) => self.err(Diagnostic::error(st.span, format!("a pipeline needs at least 1 stage, found {v}"))
-                            .hint("use 2 to 4 stages to overlap loads with math; 1 runs without overlap")),
+                        Some(v) => {
+                            let d = Diagnostic::error(st.span, format!("a pipeline needs at least 1 stage, found {v}"))
+                                .hint("use 2 to 4 stages to overlap loads with math; 1 runs without overlap");
+                            self.err(declared(d, self));
+                        }
                         None => self.err(Diagnostic::error(st.span, "the stage count must be a constant integer")
                             .hint("declare it under constants, e.g. `stages: 3`")),
                     }
@@ -79,7 +103,7 @@ impl Checker<'_> {
     }
 
     fn buffer(&mut self, ident: &Ident, op: &str) -> Option<usize> {
-        match self.resolve(ident)? {
+        match self.resolve_expecting(ident, |s| matches!(s, Symbol::Buffer(_)))? {
             Symbol::Buffer(b) => Some(b),
             _ => {
                 self.err(Diagnostic::error(ident.span, format!("`{op}` works on buffers, and `{}` is not one", ident.name))
@@ -394,7 +418,7 @@ impl Checker<'_> {
                     domain = Some((b, target));
                     self.info.parallel_domains.insert(s.id, b);
                 }
-                Some((d, first)) if self.info.buffer_shapes[d] != shape => {
+                Some((d, first)) if self.info.buffer_shapes[d] != shape && !self.unknown_extents.contains(&target.name) && !self.unknown_extents.contains(&first.name) => {
                     self.err(Diagnostic::error(target.span, format!(
                         "mismatched shapes in a parallel block: `{}` is {:?} but `{}` is {:?}",
                         target.name, shape, first.name, self.info.buffer_shapes[d]))
