@@ -179,6 +179,9 @@ impl Diagnostic {
     }
 }
 
+/// The most characters of a source line an excerpt shows.
+const EXCERPT_WIDTH: usize = 120;
+
 fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<&str>) {
     let (line, col) = file.line_col(span.start);
     let text = file.line_text(line);
@@ -188,9 +191,19 @@ fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<
     let line_chars = text.chars().count();
     let span_chars = file.snippet(span).lines().next().map(|s| s.chars().count()).unwrap_or(0);
     let width = span_chars.min(line_chars.saturating_sub(col - 1)).max(1);
+    // A long line shows a window of it around the span's start, cut ends marked with `…`.
+    let (first, last) = if line_chars <= EXCERPT_WIDTH {
+        (0, line_chars)
+    } else {
+        let first = (col - 1).saturating_sub(EXCERPT_WIDTH / 3).min(line_chars - EXCERPT_WIDTH);
+        (first, first + EXCERPT_WIDTH)
+    };
+    let shown: String = text.chars().skip(first).take(last - first).collect();
+    let (before, after) = (if first > 0 { "…" } else { "" }, if last < line_chars { "…" } else { "" });
+    let width = width.min(last - (col - 1)).max(1);
     let _ = writeln!(out, "{pad} |");
-    let _ = writeln!(out, "{gutter} | {text}");
-    let _ = write!(out, "{pad} | {}{}", " ".repeat(col - 1), "^".repeat(width));
+    let _ = writeln!(out, "{gutter} | {before}{shown}{after}");
+    let _ = write!(out, "{pad} | {}{}", " ".repeat(col - 1 - first + before.chars().count()), "^".repeat(width));
     if let Some(note) = note {
         let _ = write!(out, " {note}");
     }
@@ -279,5 +292,23 @@ mod tests {
         assert!(r.starts_with("s.yaml:1:10: error: bad\n"), "{r}");
         assert!(r.contains("1 | threads: 100\n  |          ^^^\n"), "{r}");
         assert!(r.contains("= hint: fix it"));
+    }
+
+    #[test]
+    fn long_lines_show_a_window_around_the_span() {
+        let line = format!("doc: {}bad{}", "a".repeat(5000), "b".repeat(5000));
+        let f = SourceFile::new("s.yaml", format!("{line}\n"));
+        let r = Diagnostic::error(Span::new(5005, 5008), "here").render(&f);
+        let lines: Vec<&str> = r.lines().collect();
+        assert!(lines[0].starts_with("s.yaml:1:5006: error: here"), "{r}");
+        // The window starts 40 characters before the span and holds 120, both ends cut.
+        assert_eq!(lines[2], format!("1 | …{}bad{}…", "a".repeat(40), "b".repeat(77)));
+        assert_eq!(lines[3], format!("  | {}^^^", " ".repeat(41)));
+        // Near either end, the window sits against it.
+        let r = Diagnostic::error(Span::new(0, 3), "start").render(&f);
+        assert!(r.contains(&format!("1 | doc{}…\n  | ^^^\n", &line[3..120])), "{r}");
+        let end = line.len() - 1;
+        let r = Diagnostic::error(Span::new(end, end + 1), "end").render(&f);
+        assert!(r.contains(&format!("1 | …{}\n  | {}^\n", &line[line.len() - 120..], " ".repeat(120))), "{r}");
     }
 }

@@ -28,7 +28,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Render specs into C++: <OUT>/<target>/<kernel>.cu and <kernel>.h.
+    /// Render specs into C++: <OUT>/<target>/<kernel>.cu (.hip for AMD targets) and <kernel>.h.
     #[command(after_help = "Examples:\n  tilegen gen                                   # every specs/*.yaml into generated/<target>/\n  tilegen gen --check                           # CI: exit 1 with a diff if generated/ is stale\n  tilegen gen specs/gemm_bf16.yaml -o build/gen --target sm80")]
     Gen {
         /// Spec files (default: every specs/*.yaml).
@@ -40,7 +40,8 @@ enum Command {
         #[arg(long, value_delimiter = ',', value_parser = parse_target)]
         target: Vec<Target>,
         /// Write nothing; exit 1 and print unified diffs if the files on disk differ, are
-        /// missing, or are stale (generated-looking files no spec produces).
+        /// missing, or are stale (files tilegen generated that no spec produces now; with no
+        /// specs named, `gen` removes those).
         #[arg(long)]
         check: bool,
     },
@@ -202,15 +203,25 @@ fn generate(specs: Vec<PathBuf>, out: &Path, targets: Vec<Target>, check: bool) 
             Err(e) => fail(e),
         }
     } else {
-        match output::write_files(&files) {
-            Ok(()) => {
-                for p in files.keys() {
-                    println!("wrote {}", p.display());
-                }
-                exit::OK
-            }
-            Err(e) => fail(e),
+        let written = match output::write_files(&files) {
+            Ok(w) => w,
+            Err(e) => return fail(e),
+        };
+        for p in &written {
+            println!("wrote {}", p.display());
         }
+        // Outputs of specs no longer in specs/ go, as `--check` would flag them; only when
+        // the whole spec set was rendered, and only files carrying tilegen's banner.
+        let stale = if defaulted { output::stale_files(&files) } else { Vec::new() };
+        if let Err(e) = output::remove_files(&stale) {
+            return fail(e);
+        }
+        for p in &stale {
+            println!("removed {} (no spec generates it now)", p.display());
+        }
+        println!("{} file(s) from {} spec(s): {} written, {} unchanged{}", files.len(), specs.len(), written.len(), files.len() - written.len(),
+            if stale.is_empty() { String::new() } else { format!(", {} stale removed", stale.len()) });
+        exit::OK
     }
 }
 
@@ -222,6 +233,9 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
     let mut code = exit::OK;
     for path in specs {
         let mut ok = Vec::new();
+        // Each distinct report, with the targets that gave it: errors in the spec itself
+        // (syntax, names, shapes) are the same for every target and print once.
+        let mut reports: Vec<(String, Vec<&'static str>)> = Vec::new();
         for &target in &targets {
             let file = match output::read_spec(path) {
                 Ok(f) => f,
@@ -243,9 +257,20 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
             if lenient && !d.is_empty() && d.iter().all(|x| x.unsupported) {
                 eprintln!("note: {}: skipped for {target}: {} (`--target {target}` gives every reason)", file.path, d[0].message);
             } else {
-                eprint!("{}", render_all(&d, &file));
+                let report = render_all(&d, &file);
+                match reports.iter_mut().find(|(r, _)| *r == report) {
+                    Some((_, ts)) => ts.push(target.name()),
+                    None => reports.push((report, vec![target.name()])),
+                }
                 code = code.max(exit::FAILED);
             }
+        }
+        for (report, ts) in &reports {
+            // Name the targets unless the report holds for every target checked.
+            if ts.len() < targets.len() {
+                eprintln!("{}: for {}:", path.display(), ts.join(", "));
+            }
+            eprint!("{report}");
         }
         if !ok.is_empty() {
             println!("{}: ok for {}", path.display(), ok.join(", "));

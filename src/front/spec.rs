@@ -240,7 +240,7 @@ impl Cx {
             Some(d) => Some((d, node.span)),
             None => {
                 let hint = did_you_mean(s, DType::ALL.iter().map(|d| d.name()))
-                    .unwrap_or_else(|| "dtypes are f32, f16, bf16, i8 and i32".into());
+                    .unwrap_or_else(|| format!("dtypes are {}", DType::ALL.map(|d| d.name()).join(", ")));
                 self.err(Diagnostic::error(node.span, format!("unknown dtype `{s}`")).hint(hint));
                 None
             }

@@ -50,7 +50,8 @@ impl Node {
 
     /// A short word for what this node is, for messages.
     pub fn describe(&self) -> &'static str {
-        match self.kind {
+        match &self.kind {
+            NodeKind::Scalar { value, plain: true, .. } if value.is_empty() || value == "~" || value == "null" => "an empty value",
             NodeKind::Scalar { .. } => "a scalar",
             NodeKind::Seq(_) => "a list",
             NodeKind::Map(_) => "a mapping",
@@ -99,6 +100,12 @@ impl Builder<'_> {
             _ => (None, src.lines().next().map_or(0, str::len).max(1)),
         };
         let plain = matches!(style, TScalarStyle::Plain);
+        if plain && value.is_empty() {
+            // A key with no value: the event sits at the next token, maybe lines on; blame
+            // the end of the key's line instead.
+            let end = self.file.text[..start.min(self.file.text.len())].trim_end().len();
+            return Node { kind: NodeKind::Scalar { value, text_offset: None, plain }, span: Span::new(end, end) };
+        }
         Node { kind: NodeKind::Scalar { value, text_offset, plain }, span: Span::new(start, start + len) }
     }
 }
