@@ -166,11 +166,13 @@ impl Diagnostic {
         let mut out = String::new();
         let (line, col) = file.line_col(self.span.start);
         let _ = writeln!(out, "{}:{}:{}: error: {}", file.path, line, col, self.message);
-        render_excerpt(&mut out, file, self.span, None);
+        // One gutter width for every excerpt of the diagnostic, as wide as its longest line number.
+        let gutter = std::iter::once(line).chain(self.labels.iter().map(|l| file.line_col(l.span.start).0)).max().unwrap_or(line).to_string().len();
+        render_excerpt(&mut out, file, self.span, None, gutter);
         for label in &self.labels {
             let (l, c) = file.line_col(label.span.start);
             let _ = writeln!(out, "  --> {}:{}:{}: {}", file.path, l, c, label.message);
-            render_excerpt(&mut out, file, label.span, None);
+            render_excerpt(&mut out, file, label.span, None, gutter);
         }
         if let Some(hint) = &self.hint {
             let _ = writeln!(out, "  = hint: {hint}");
@@ -182,10 +184,10 @@ impl Diagnostic {
 /// The most characters of a source line an excerpt shows.
 const EXCERPT_WIDTH: usize = 120;
 
-fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<&str>) {
+fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<&str>, width: usize) {
     let (line, col) = file.line_col(span.start);
     let text = file.line_text(line);
-    let gutter = line.to_string();
+    let gutter = format!("{line:>width$}");
     let pad = " ".repeat(gutter.len());
     // Underline to the end of the span or of the line, whichever comes first; at least one caret.
     let line_chars = text.chars().count();
