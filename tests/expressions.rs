@@ -1,4 +1,4 @@
-//! Integer expressions of a spec rendered to C++ compute what the spec means.
+//! Expressions of a spec rendered to C++ compute what the spec means.
 //!
 //! Each expression is rendered by the back ends' converter, compiled into a small host program
 //! with the host's g++ (the spec's constants as `constexpr`), and its printed value compared
@@ -25,7 +25,7 @@ tensors:
   A: {dtype: bf16, shape: [M, K]}
   B: {dtype: bf16, shape: [K, N]}
   C: {dtype: bf16, shape: [M, N], output: true}
-constants: {block_M: 64, block_N: 64, block_K: 32, stages: 2, two: 2, h: 48, p: 7, q: 12, r: 3, big: 1000}
+constants: {block_M: 64, block_N: 64, block_K: 32, stages: 2, two: 2, h: 48, p: 7, q: 12, r: 3, big: 1000, x: 1.0, one: 1.0, fbig: 1.0e8, tiny: 1.0e-30, huge: 1.0e30}
 grid:
   bx: ceildiv(N, block_N)
   by: ceildiv(M, block_M)
@@ -43,8 +43,12 @@ body:
   - copy(acc, C[by*block_M, bx*block_N])
 ";
 
-/// Expressions whose operators meet in the spelled-out forms.
-const CASES: [&str; 16] = [
+/// Integer expressions whose operators meet in the spelled-out forms.
+const CASES: [&str; 20] = [
+    "ceildiv(p - q, r)",
+    "ceildiv(p - q - r, two)",
+    "ceildiv(-big, q) + ceildiv(big, q)",
+    "ceildiv(0 - p, p)",
     "ceildiv(big, 2 * h)",
     "ceildiv(big, block_M / two)",
     "ceildiv(big, 2 * block_M / two)",
@@ -63,15 +67,29 @@ const CASES: [&str; 16] = [
     "two * ceildiv(big, q) - min(p, r)",
 ];
 
+/// Float expressions (the spec's constants x = one = 1, fbig = 1e8, tiny = 1e-30, huge = 1e30)
+/// and their value in f32, rounded in the order the spec writes.
+fn float_cases() -> [(&'static str, f32); 6] {
+    let (x, one, fbig, tiny, huge) = (1.0f32, 1.0f32, 1.0e8f32, 1.0e-30f32, 1.0e30f32);
+    [
+        ("2.0 * f32(x + 1.0) - f32(x - 1.0) + -f32(x * 3.0 - 1.0)", 2.0 * (x + 1.0) - (x - 1.0) + -(x * 3.0 - 1.0)),
+        ("one + (x * (tiny * huge)) + (fbig + (-fbig + one))", one + (x * (tiny * huge)) + (fbig + (-fbig + one))),
+        ("x * (tiny * huge)", x * (tiny * huge)),
+        ("-(-1.5) * x", 1.5 * x),
+        ("x - (one - x) - (fbig - 1.0e8)", x - (one - x) - (fbig - 1.0e8)),
+        ("fbig + (one + one) - fbig", fbig + (one + one) - fbig),
+    ]
+}
+
 #[test]
 fn integer_expressions_render_to_cpp_that_computes_their_value() {
     let c = tilegen::compile(SourceFile::new("t.yaml", SPEC.to_string()), Target::Sm80)
         .unwrap_or_else(|(f, d)| panic!("{}", d.iter().map(|d| d.render(&f)).collect::<Vec<_>>().join("\n")));
     let conv = Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false };
-    let mut program = String::from("#include <cstdint>\n#include <cstdio>\n");
+    let mut program = String::from("#include <cstdint>\n#include <cstdio>\n#include <cstring>\n");
     for k in &c.spec.constants {
-        let v = tilegen::check::eval_int(&k.value, &c.info.symbols).expect("integer constants");
-        program.push_str(&format!("constexpr int64_t {} = {v};\n", k.name.name));
+        let ty = if conv.is_float(&k.value) { "float" } else { "int64_t" };
+        program.push_str(&format!("constexpr {ty} {} = {};\n", k.name.name, conv.expr(&k.value, &NoBuffers)));
     }
     program.push_str("int main() {\n");
     let mut expected = Vec::new();
@@ -79,6 +97,12 @@ fn integer_expressions_render_to_cpp_that_computes_their_value() {
         let e = ExprParser::new(case, None, Span { start: 0, end: 0 }).and_then(ExprParser::whole_expr).unwrap_or_else(|d| panic!("{case}: {}", d.message));
         expected.push(tilegen::check::eval_int(&e, &c.info.symbols).unwrap_or_else(|| panic!("{case} has a value")));
         program.push_str(&format!("  std::printf(\"%lld\\n\", static_cast<long long>({}));\n", conv.expr(&e, &NoBuffers)));
+    }
+    // Float expressions print their bits: the C++ must round in the spec's order.
+    for (case, _) in float_cases() {
+        let e = ExprParser::new(case, None, Span { start: 0, end: 0 }).and_then(ExprParser::whole_expr).unwrap_or_else(|d| panic!("{case}: {}", d.message));
+        assert!(conv.is_float(&e), "{case}");
+        program.push_str(&format!("  {{ float const v = {}; unsigned u; std::memcpy(&u, &v, 4); std::printf(\"%u\\n\", u); }}\n", conv.expr(&e, &NoBuffers)));
     }
     program.push_str("  return 0;\n}\n");
 
@@ -92,5 +116,9 @@ fn integer_expressions_render_to_cpp_that_computes_their_value() {
     for ((case, want), got) in CASES.iter().zip(&expected).zip(&got) {
         assert_eq!(got, want, "`{case}` rendered as C++ computes {got}, the spec means {want}:\n{program}");
     }
-    assert_eq!(got.len(), CASES.len(), "{program}");
+    for ((case, want), got) in float_cases().iter().zip(&got[CASES.len()..]) {
+        let got = f32::from_bits(*got as u32);
+        assert_eq!(got.to_bits(), want.to_bits(), "`{case}` rendered as C++ computes {got:e}, the spec means {want:e}:\n{program}");
+    }
+    assert_eq!(got.len(), CASES.len() + float_cases().len(), "{program}");
 }

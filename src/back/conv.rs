@@ -121,9 +121,9 @@ impl Conv<'_> {
                 // `k * (block_K / 8)` keeps its parentheses: integer division does not associate.
                 let right = match &b.kind {
                     ExprKind::Binary(BinOp::Div | BinOp::Rem, ..) if *op == BinOp::Mul => format!("({})", self.expr(b, env)),
-                    _ => self.operand(b, *op, env),
+                    _ => self.operand(b, *op, true, env),
                 };
-                format!("{} {} {right}", self.operand(a, *op, env), op.symbol())
+                format!("{} {} {right}", self.operand(a, *op, false, env), op.symbol())
             }
             ExprKind::Call(f, args) => self.call(e, f, args, env),
             ExprKind::Slice(_) => "/* slice */ 0".into(),
@@ -144,10 +144,13 @@ impl Conv<'_> {
         if matches!(&e.kind, ExprKind::Binary(op, ..) if op.is_comparison() || op.is_logical()) { format!("({s})") } else { s }
     }
 
-    fn operand(&self, e: &Expr, parent: BinOp, env: &dyn Env) -> String {
+    /// `e` as the left or `right` operand of `parent`: bracketed where C++ would group it
+    /// otherwise. A right operand of equal precedence keeps its brackets even under `+` and
+    /// `*`: `a + (b + c)` is not `a + b + c` in floating point.
+    fn operand(&self, e: &Expr, parent: BinOp, right: bool, env: &dyn Env) -> String {
         let s = self.expr(e, env);
         match &e.kind {
-            ExprKind::Binary(op, ..) if prec(*op) < prec(parent) || (prec(*op) == prec(parent) && !matches!(parent, BinOp::Add | BinOp::Mul)) => format!("({s})"),
+            ExprKind::Binary(op, ..) if prec(*op) < prec(parent) || (prec(*op) == prec(parent) && (right || !matches!(parent, BinOp::Add | BinOp::Mul))) => format!("({s})"),
             _ => s,
         }
     }
@@ -157,7 +160,7 @@ impl Conv<'_> {
         let any_float = args.iter().any(|a| self.is_float(&a.value));
         if let Some(d) = DType::from_name(&f.name) {
             return match d {
-                DType::F32 if any_float => a[0].clone(),
+                DType::F32 if any_float => self.atom(&args[0].value, env),
                 DType::F32 => format!("static_cast<float>({})", a[0]),
                 // Floats convert toward zero, saturating (NaN to 0); integers wrap.
                 DType::I32 | DType::I8 if any_float => float_to_int(d, &a[0]).unwrap_or_default(),
@@ -174,7 +177,15 @@ impl Conv<'_> {
         match f.name.as_str() {
             // Spelled out: namespace-scope constexprs cannot bind to the const& that
             // cute::ceil_div / cute::min take in device code.
-            "ceildiv" => format!("(({} + {} - 1) / {})", self.operand(arg(0), BinOp::Add, env), self.operand(arg(1), BinOp::Add, env), self.atom(arg(1), env)),
+            // The spec's ceildiv is the true ceiling; C++ division truncates, which is the
+            // ceiling for a non-positive numerator (and a positive divisor).
+            "ceildiv" if crate::check::non_negative(arg(0), &self.info.symbols) => {
+                format!("(({} + {} - 1) / {})", self.operand(arg(0), BinOp::Add, false, env), self.operand(arg(1), BinOp::Add, true, env), self.atom(arg(1), env))
+            }
+            "ceildiv" => {
+                let (n, d) = (self.atom(arg(0), env), self.atom(arg(1), env));
+                format!("({n} > 0 ? ({n} + {d} - 1) / {d} : {n} / {d})")
+            }
             "min" if any_float => format!("fminf({}, {})", a[0], a[1]),
             "max" if any_float => format!("fmaxf({}, {})", a[0], a[1]),
             "min" => format!("({0} < {1} ? {0} : {1})", self.compared(arg(0), env), self.compared(arg(1), env)),

@@ -72,7 +72,8 @@ pub fn eval_int(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> Option<i64> {
         ExprKind::Call(f, args) if args.len() == 2 && args.iter().all(|a| a.key.is_none()) => {
             let (a, b) = (eval_int(&args[0].value, symbols)?, eval_int(&args[1].value, symbols)?);
             match f.name.as_str() {
-                "ceildiv" if b > 0 => Some(a.checked_add(b - 1)? / b),
+                // The true ceiling, for negative numerators too.
+                "ceildiv" if b > 0 => Some(-(a.checked_neg()?.div_euclid(b))),
                 "min" => Some(a.min(b)),
                 "max" => Some(a.max(b)),
                 _ => None,

@@ -283,8 +283,12 @@ impl ExprParser {
             // Fold `-<literal>` so that negative constants stay literals.
             let span = start.to(inner.span);
             return Ok(match (op, inner.kind) {
-                (UnOp::Neg, ExprKind::Int(v)) => Expr { kind: ExprKind::Int(-v), span },
-                (UnOp::Neg, ExprKind::Float(v, s)) => Expr { kind: ExprKind::Float(-v, format!("-{s}")), span },
+                (UnOp::Neg, ExprKind::Int(v)) if v != i64::MIN => Expr { kind: ExprKind::Int(-v), span },
+                // `-(-1.5)` is the literal `1.5`, not the text `--1.5`.
+                (UnOp::Neg, ExprKind::Float(v, s)) => {
+                    let text = s.strip_prefix('-').map_or_else(|| format!("-{s}"), str::to_string);
+                    Expr { kind: ExprKind::Float(-v, text), span }
+                }
                 (op, kind) => Expr { kind: ExprKind::Unary(op, Box::new(Expr { kind, span: inner.span })), span },
             });
         }
