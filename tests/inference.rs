@@ -1638,3 +1638,18 @@ fn row_values_copy_to_and_from_one_d_tensors() {
         .replace("copy(mean, Mean[bx*block_M])", "copy(mean, Mean[bx*block_M:, 0])")).unwrap_err().join("\n");
     assert!(e.contains("a fragment of row values copies to or from a 1-D tensor at the tile's first row; `Mean` has 2 dimension(s)"), "{e}");
 }
+
+#[test]
+fn library_epilogues_compute_integer_subexpressions_in_integers() {
+    // `seven / two` is 3 in the spec (as in the sm80 code and the interpreter), not 3.5: the EVT
+    // and the CK epilogue take its value as one constant.
+    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bias_relu_bf16.yaml")).unwrap()
+        .replace("stages: 3}", "stages: 3, seven: 7, two: 2}")
+        .replace("max(acc[i, j] + f32(bias[bx*block_N + j]), 0.0)", "acc[i, j] * (seven / two) + f32(bias[bx*block_N + j]) * f32(1 / 2)");
+    assert!(spec.contains("(seven / two)"));
+    for target in [Target::Sm90a, Target::Gfx942] {
+        let c = compile_for(spec.clone(), target).unwrap();
+        let src = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders")).into_iter().map(|f| f.contents).collect::<String>();
+        assert!(src.contains("3.0f") && src.contains("0.0f") && !src.contains("float(seven)") && !src.contains("divides"), "{target}:\n{src}");
+    }
+}

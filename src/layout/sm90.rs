@@ -793,6 +793,12 @@ impl<'a> Infer<'a> {
                 .hint("supported: + - * /, max, min, gelu, silu, sigmoid, float constants, the accumulator at [i, j], vectors indexed by the output row or column, and in a batched GEMM [batch, rows or columns] vectors indexed by the batch variable first"));
             None
         };
+        // An integer subexpression of constants computes in integers (`seven / two` is 3, as the
+        // sm80 code and the interpreter have it): its value becomes one float constant rather
+        // than float operations on its operands.
+        if !matches!(e.kind, ExprKind::Int(_) | ExprKind::Name(_)) && let Some(v) = crate::check::eval_int(e, &self.info.symbols) {
+            return Some(EvtNode::Scalar { value: format!("{v}.0f") });
+        }
         match &e.kind {
             ExprKind::Float(_, lit) => Some(EvtNode::Scalar { value: crate::back::conv::float_literal(lit) }),
             ExprKind::Int(v) => Some(EvtNode::Scalar { value: format!("{v}.0f") }),
