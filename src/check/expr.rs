@@ -184,6 +184,10 @@ impl Checker<'_> {
                     self.err(Diagnostic::error(b.span, format!("integer {} by zero: this divisor is 0", if *op == BinOp::Div { "division" } else { "remainder" })));
                     return None;
                 }
+                if num == Ty::Int && !op.is_comparison() && eval_int(a, &self.info.symbols).is_some() && eval_int(b, &self.info.symbols).is_some() && eval_int(e, &self.info.symbols).is_none() {
+                    self.err(Diagnostic::error(e.span, "this integer expression overflows 64 bits"));
+                    return None;
+                }
                 Some(if op.is_comparison() { Ty::Bool } else { num })
             }
             ExprKind::Call(f, args) => self.call_ty(e, f, args, elements, vars),

@@ -116,6 +116,33 @@ pub struct ExprParser {
     pos: usize,
     base: Option<usize>,
     whole: Span,
+    /// Brackets and call arguments open around the current position.
+    nesting: usize,
+}
+
+/// The deepest an expression's tree may be: deeper ones are refused where they would otherwise
+/// exhaust the stack of tilegen's recursive passes.
+pub const MAX_EXPR_DEPTH: usize = 200;
+
+/// The most brackets and calls an expression may nest (each level is several frames of the
+/// recursive-descent parser).
+pub const MAX_NESTING: usize = 64;
+
+/// The depth of `e`'s tree, computed without recursion.
+fn depth(e: &Expr) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(e, 1)];
+    while let Some((e, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match &e.kind {
+            ExprKind::Unary(_, x) => stack.push((x, d + 1)),
+            ExprKind::Binary(_, a, b) => stack.extend([(&**a, d + 1), (&**b, d + 1)]),
+            ExprKind::Index(_, idx) => stack.extend(idx.iter().map(|x| (x, d + 1))),
+            ExprKind::Call(_, args) => stack.extend(args.iter().map(|a| (&a.value, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 impl ExprParser {
@@ -140,7 +167,7 @@ impl ExprParser {
                 }
             }
         }
-        Ok(ExprParser { toks, pos: 0, base, whole })
+        Ok(ExprParser { toks, pos: 0, base, whole, nesting: 0 })
     }
 
     fn map(base: Option<usize>, whole: Span, s: usize, e: usize) -> Span {
@@ -238,7 +265,18 @@ impl ExprParser {
     }
 
     fn expr(&mut self) -> Result<Expr, Diagnostic> {
-        self.binary(0)
+        if self.nesting >= MAX_NESTING {
+            return Err(Diagnostic::error(self.tok_span(), format!("the expression nests more than {MAX_NESTING} brackets or calls deep")));
+        }
+        self.nesting += 1;
+        let e = self.binary(0);
+        self.nesting -= 1;
+        let e = e?;
+        if depth(&e) > MAX_EXPR_DEPTH {
+            return Err(Diagnostic::error(e.span, format!("the expression is more than {MAX_EXPR_DEPTH} operations deep"))
+                .hint("split it over several statements or constants"));
+        }
+        Ok(e)
     }
 
     fn binary(&mut self, level: usize) -> Result<Expr, Diagnostic> {
@@ -263,6 +301,12 @@ impl ExprParser {
             let rhs = self.binary(level + 1)?;
             let span = lhs.span.to(rhs.span);
             lhs = Expr { kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)), span };
+            // Checked as the chain grows: a tree built far deeper would overflow the stack
+            // even when dropped.
+            if depth(&lhs) > MAX_EXPR_DEPTH {
+                return Err(Diagnostic::error(lhs.span, format!("the expression is more than {MAX_EXPR_DEPTH} operations deep"))
+                    .hint("split it over several statements or constants"));
+            }
             if op.is_comparison() {
                 break;
             }
@@ -392,6 +436,20 @@ mod tests {
         assert_eq!(l.span, Span::new(100, 101));
         assert!(matches!(r.kind, ExprKind::Binary(BinOp::Mul, ..)));
         assert_eq!(r.span, Span::new(104, 109));
+    }
+
+    #[test]
+    fn deep_expressions_are_errors_not_stack_overflows() {
+        let nested = format!("{}x{}", "(".repeat(5000), ")".repeat(5000));
+        assert!(parse(&nested).unwrap_err().message.contains("nests more than 64 brackets or calls deep"));
+        let calls = format!("{}x{}", "exp(".repeat(5000), ")".repeat(5000));
+        assert!(parse(&calls).unwrap_err().message.contains("nests more than 64"));
+        let chain = format!("x{}", " + 1".repeat(50_000));
+        assert!(parse(&chain).unwrap_err().message.contains("more than 200 operations deep"));
+        // Up to the limit, both parse; `-(-1.5)` is the literal 1.5.
+        assert!(parse(&format!("{}x{}", "(".repeat(60), ")".repeat(60))).is_ok() && parse(&format!("x{}", " + 1".repeat(150))).is_ok());
+        let Line::Expr(e) = parse("-(-1.5)").unwrap() else { panic!() };
+        assert!(matches!(&e.kind, ExprKind::Float(v, text) if *v == 1.5 && text == "1.5"), "{e:?}");
     }
 
     #[test]

@@ -155,7 +155,17 @@ impl Cx {
                 .hint("every spec needs kernel, tensors, grid, threads and body"));
         }
         let kernel = get("kernel").and_then(|n| self.ident(n, "the kernel name"));
-        let doc = get("doc").and_then(|n| self.scalar(n, "doc")).map(str::to_string);
+        let doc = get("doc").and_then(|n| {
+            let text = self.scalar(n, "doc")?;
+            // The doc goes into comments of the generated files: a line break would end one,
+            // and a backslash at the end of a wrapped line would splice the next line into it.
+            if text.chars().any(|c| c.is_control() || c == '\\') {
+                self.err(Diagnostic::error(n.span, "doc must be one line of text, without line breaks, control characters or backslashes")
+                    .hint("generated files wrap it into comment lines themselves"));
+                return None;
+            }
+            Some(text.to_string())
+        });
         let tensors = get("tensors").map(|n| self.tensors(n)).unwrap_or_default();
         let constants = get("constants").map(|n| self.constants(n)).unwrap_or_default();
         let grid = get("grid").map(|n| self.grid(n)).unwrap_or_default();
@@ -291,6 +301,10 @@ impl Cx {
             if !matches!(value.kind, ExprKind::Int(_) | ExprKind::Float(..) | ExprKind::Bool(_)) {
                 self.err(Diagnostic::error(value.span, format!("constant `{}` must be a literal number", name.name))
                     .hint("constants are integers like 128 or floats like 0.125"));
+                continue;
+            }
+            if let ExprKind::Int(v) = value.kind && i32::try_from(v).is_err() {
+                self.err(Diagnostic::error(value.span, format!("constant `{}` is {v}, beyond the 32-bit `int` the generated code declares it as", name.name)));
                 continue;
             }
             out.push(Constant { name, value });
