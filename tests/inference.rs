@@ -1653,3 +1653,29 @@ fn library_epilogues_compute_integer_subexpressions_in_integers() {
         assert!(src.contains("3.0f") && src.contains("0.0f") && !src.contains("float(seven)") && !src.contains("divides"), "{target}:\n{src}");
     }
 }
+
+#[test]
+fn names_the_generated_code_builds_from_spec_names_are_refused() {
+    let errors = |text: String, target: Target| -> String {
+        let c = compile_for(text, target).unwrap();
+        match tilegen::back::render(&c) {
+            Ok(_) => String::new(),
+            Err(d) => d.iter().map(|d| d.render(&c.file)).collect(),
+        }
+    };
+    // CuTe's tensor names: mA for tensor A, sA_s for buffer A_s, tCcacc for acc's partition.
+    let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap();
+    for name in ["mA", "sA_s", "tCcacc"] {
+        let spec = gemm.replacen("stages: 4}", &format!("stages: 4, {name}: 3}}"), 1);
+        assert!(spec.contains(&format!("{name}: 3")), "{spec}");
+        let e = errors(spec, Target::Sm80);
+        assert!(e.contains(&format!("the name `{name}` collides with a name in the generated sm80 code")) && e.contains("CuTe's tensor names"), "{name}: {e}");
+    }
+    // The AMD tile lowering's wave offsets of fragment `acc`.
+    let w4 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_gemm_bf16.yaml")).unwrap();
+    let spec = w4.replacen("stages: 4}", "stages: 4, acc_row: 3}", 1);
+    assert!(spec.contains("acc_row: 3"));
+    assert!(errors(spec.clone(), Target::Gfx942).contains("the name `acc_row` collides with a name in the generated gfx942 code"));
+    // Elsewhere such a name is the spec's to use.
+    assert_eq!(errors(spec, Target::Sm80), "");
+}

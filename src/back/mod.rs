@@ -145,12 +145,20 @@ const RESERVED_PREFIXES: [&str; 12] = ["s2r_", "r2s_", "g2s_", "s2g_", "tma_", "
 /// [`RESERVED_TYPE_PREFIXES`] or [`RESERVED_PREFIXES`].
 fn reserved_by_convention(name: &str) -> bool {
     let k_constant = name.strip_prefix('k').and_then(|rest| rest.chars().next()).is_some_and(|ch| ch.is_ascii_uppercase());
+    // CuTe's tensor names, built from spec names: mA (global), gA (tile), sA_s (shared), rA
+    // (registers), cA (coordinates), and their partitions tCsA_s, tXgA, tCcacc.
+    let mut chars = name.chars();
+    let cute_tensor = match (chars.next(), chars.next(), chars.next()) {
+        (Some('m' | 'g' | 's' | 'r' | 'c'), Some(b), _) => b.is_ascii_uppercase(),
+        (Some('t'), Some(b), Some(c)) => b.is_ascii_uppercase() && c.is_ascii_lowercase(),
+        _ => false,
+    };
     // CuTe's MMA and copy atoms and CUTLASS's epilogue operations: SM80_16x8x16_..., Sm90EVT.
     let atom = ["SM", "Sm"].iter().any(|p| name.strip_prefix(p).and_then(|rest| rest.chars().next()).is_some_and(|ch| ch.is_ascii_digit()));
     let typed = RESERVED_TYPE_PREFIXES.iter().any(|p| {
         name.strip_prefix(p).is_some_and(|rest| rest.chars().next().is_none_or(|ch| ch.is_ascii_uppercase() || ch.is_ascii_digit() || ch == '_'))
     });
-    k_constant || atom || typed || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+    k_constant || cute_tensor || atom || typed || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Whether the C++ that `c`'s target renders for it declares or calls `name` itself (a
@@ -200,11 +208,18 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
     }
     names.sort();
     names.dedup();
+    // The AMD tile lowering names each fragment's wave offsets after it: `acc_row`, `acc_col`
+    // and `acc_group` for a fragment `acc`.
+    let tile_derived = |name: &str| c.plan.tile.is_some() && c.spec.buffers.iter().any(|b| ["_row", "_col", "_group"].iter().any(|sfx| name == format!("{}{sfx}", b.name.name)));
     for name in names {
-        if is_reserved(c, name) {
+        if tile_derived(name) {
+            let span = decl_span(c, name).unwrap_or(c.spec.kernel.span);
+            errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated {} code", c.plan.target))
+                .hint("rename it in the spec: the tile lowering names a fragment's wave offsets <fragment>_row, <fragment>_col and <fragment>_group"));
+        } else if is_reserved(c, name) {
             let span = decl_span(c, name).unwrap_or(c.spec.kernel.span);
             let hint = if reserved_by_convention(name) {
-                "rename it in the spec: generated code owns the names of the forms kName, ElementName, SmemLayoutName, TiledName, TmaName, s2r_name and tilegen_name"
+                "rename it in the spec: generated code owns the names of the forms kName, ElementName, SmemLayoutName, TiledName, TmaName, s2r_name and tilegen_name, and CuTe's tensor names mName, gName, sName, rName, cName and tXyName"
             } else {
                 "rename it in the spec"
             };
