@@ -1679,3 +1679,24 @@ fn names_the_generated_code_builds_from_spec_names_are_refused() {
     // Elsewhere such a name is the spec's to use.
     assert_eq!(errors(spec, Target::Sm80), "");
 }
+
+#[test]
+fn library_epilogues_take_only_vectors_as_long_as_the_output_dimension() {
+    // `bias: [N]` read at the output rows: the EVT and CK's D tensor would read M values of it
+    // unchecked, where the spec reads zeros past N. Both library paths refuse, with the reason.
+    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bias_relu_bf16.yaml")).unwrap()
+        .replace("f32(bias[bx*block_N + j])", "f32(bias[by*block_M + i])");
+    assert!(spec.contains("bias[by*block_M + i]"));
+    let why = "the epilogue reads `bias` at every output row, but its extent N is not the output's M";
+    let errs = compile_for(spec.clone(), Target::Sm90a).err().unwrap_or_default().join("\n");
+    let c = compile_for(spec.clone(), Target::Sm90a).ok();
+    assert!(errs.contains(why) || c.as_ref().is_some_and(|c| c.plan.collective.is_none() && tilegen::explain::explain(c).contains(why)), "{errs}");
+    let c = compile_for(spec.clone(), Target::Gfx942).unwrap();
+    assert!(c.plan.collective.is_none() && c.plan.tile.is_some() && tilegen::explain::explain(&c).contains(why));
+    // Declared [M], it is the library's again.
+    let fixed = spec.replace("bias: {dtype: bf16, shape: [N]}", "bias: {dtype: bf16, shape: [M]}");
+    assert_ne!(fixed, spec);
+    for target in [Target::Sm90a, Target::Gfx942] {
+        assert!(compile_for(fixed.clone(), target).unwrap().plan.collective.is_some(), "{target}");
+    }
+}

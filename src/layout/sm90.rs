@@ -227,6 +227,28 @@ impl<'a> Infer<'a> {
         buf == acc || (self.spec.buffers[buf].scope.0 == Scope::Fragment && self.shape(buf) == self.shape(acc))
     }
 
+    /// Whether every vector the epilogue broadcasts is as long as the output dimension it is
+    /// read along (`bias: [N]` at the columns of an [M, N] output). The library epilogues read
+    /// a whole row or column of it with no bounds check, where the spec reads zeros past a
+    /// shorter vector's end; otherwise the library path refuses, with the reason.
+    fn broadcasts_span_the_output(&mut self, tree: &EvtNode, out: usize) -> bool {
+        let dims: Vec<String> = self.spec.tensors[out].shape.iter().map(|d| d.text()).collect();
+        let mut short = None;
+        collect_broadcasts(tree, &mut |t, row| {
+            let want = &dims[dims.len() - if row { 1 } else { 2 }];
+            let have = self.spec.tensors[t].shape.last().map(|d| d.text()).unwrap_or_default();
+            if short.is_none() && have != *want {
+                short = Some((t, have, want.clone(), row));
+            }
+        });
+        let Some((t, have, want, row)) = short else { return true };
+        let name = self.spec.tensors[t].name.name.clone();
+        let along = if row { "column" } else { "row" };
+        self.off_path(self.spec.tensors[t].name.span, &format!(
+            "the epilogue reads `{name}` at every output {along}, but its extent {have} is not the output's {want}: the library reads past a shorter vector's end, where the spec reads zeros (declare it [{want}])"));
+        false
+    }
+
     fn off_path(&mut self, span: Span, why: &str) {
         let (lib, hint) = if self.target.is_amd() {
             ("composable_kernel device GEMMs", "fused programs have no CK lowering yet: this spec renders for sm80 and sm90a")
@@ -452,6 +474,9 @@ impl<'a> Infer<'a> {
             return;
         }
         let Some(tree) = self.epilogue_tree(&shape, (ic, stored), (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
+        if !self.broadcasts_span_the_output(&tree, td) {
+            return;
+        }
         // An integer output: the spec converts by truncation and the EVT rounds from f32, so
         // only the i32 accumulator itself, stored as is (computed in i32), is exact.
         let dd = spec.tensors[td].dtype.0;
@@ -691,6 +716,9 @@ impl<'a> Infer<'a> {
             return;
         }
         let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
+        if !self.broadcasts_span_the_output(&tree, d) {
+            return;
+        }
         let integer_store = stores_accumulator_as_is(out.dtype.0, acc, &tree);
         if !out.dtype.0.is_float() && !integer_store {
             refuse_integer_output(self);
