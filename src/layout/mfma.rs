@@ -146,7 +146,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target, why: String) -> Result<Til
     let (threads, threads_span) = spec.threads;
     if threads % WAVE != 0 || !(WAVE..=1024).contains(&threads) {
         errors.push(Diagnostic::error(threads_span, format!("the {target} tile lowering runs whole waves of 64 lanes: {threads} threads is not a multiple of 64 between 64 and 1024"))
-            .hint("use 64, 128, 256, ... threads, or a `targets:` override for this target"));
+            .hint("use 64, 128, 256, ... threads, or a `targets:` override for this target").unsupported_on_target());
     }
     let waves = (threads / WAVE).max(1);
     let mut plan = TilePlan { why, waves, fragments: BTreeMap::new(), shared: BTreeMap::new(), gemms: BTreeMap::new(), vectors: BTreeMap::new(), alignment: Vec::new(), scratch_bytes: 0, lds_total: 0 };
