@@ -303,6 +303,20 @@ pub(crate) struct Infer<'a> {
     pub fuse_dequants: bool,
 }
 
+/// The plan's alignment requirements that a tensor's literal extent can never meet: its
+/// contiguous extent (a number in the spec) is not a whole number of the vectors that move it,
+/// so the launcher would refuse every call. One error each, at the tensor.
+pub fn literal_extents_never_aligned(spec: &Spec, plan: &Plan) -> Vec<Diagnostic> {
+    plan.alignment.iter().filter(|a| a.whole_rows).filter_map(|a| {
+        let t = &spec.tensors[a.tensor];
+        let contiguous = if t.shape.len() == 2 && t.order.0 == Order::ColMajor { 0 } else { t.shape.len() - 1 };
+        let n: i64 = t.shape[contiguous].text().parse().ok()?;
+        (n % a.vector_elems != 0).then(|| Diagnostic::error(t.span, format!(
+            "`{}`'s contiguous extent {n} is not a multiple of {} elements, so the generated launcher would refuse every call: {}",
+            t.name.name, a.vector_elems, a.why)).hint(format!("pad the extent to a multiple of {}", a.vector_elems)))
+    }).collect()
+}
+
 /// Runs inference and planning for `target`.
 pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
     let mut cx = Infer::new(spec, info, target);
