@@ -323,7 +323,14 @@ impl ExprParser {
         if let Some(op) = op {
             let start = self.tok_span();
             self.bump();
-            let inner = self.unary()?;
+            // A run of prefix operators nests like brackets do.
+            if self.nesting >= MAX_NESTING {
+                return Err(Diagnostic::error(self.tok_span(), format!("the expression nests more than {MAX_NESTING} brackets, calls or prefix operators deep")));
+            }
+            self.nesting += 1;
+            let inner = self.unary();
+            self.nesting -= 1;
+            let inner = inner?;
             // Fold `-<literal>` so that negative constants stay literals.
             let span = start.to(inner.span);
             return Ok(match (op, inner.kind) {
@@ -444,6 +451,8 @@ mod tests {
         assert!(parse(&nested).unwrap_err().message.contains("nests more than 64 brackets or calls deep"));
         let calls = format!("{}x{}", "exp(".repeat(5000), ")".repeat(5000));
         assert!(parse(&calls).unwrap_err().message.contains("nests more than 64"));
+        let prefixes = format!("{}x", "- ".repeat(100_000));
+        assert!(parse(&prefixes).unwrap_err().message.contains("prefix operators deep"));
         let chain = format!("x{}", " + 1".repeat(50_000));
         assert!(parse(&chain).unwrap_err().message.contains("more than 200 operations deep"));
         // Up to the limit, both parse; `-(-1.5)` is the literal 1.5.
