@@ -184,15 +184,14 @@ impl Diagnostic {
 /// The most characters of a source line an excerpt shows.
 const EXCERPT_WIDTH: usize = 120;
 
-fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<&str>, width: usize) {
+fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<&str>, gutter_width: usize) {
     let (line, col) = file.line_col(span.start);
     let text = file.line_text(line);
-    let gutter = format!("{line:>width$}");
+    let gutter = format!("{line:>gutter_width$}");
     let pad = " ".repeat(gutter.len());
     // Underline to the end of the span or of the line, whichever comes first; at least one caret.
     let line_chars = text.chars().count();
     let span_chars = file.snippet(span).lines().next().map(|s| s.chars().count()).unwrap_or(0);
-    let width = span_chars.min(line_chars.saturating_sub(col - 1)).max(1);
     // A long line shows a window of it around the span's start, cut ends marked with `…`.
     let (first, last) = if line_chars <= EXCERPT_WIDTH {
         (0, line_chars)
@@ -202,7 +201,7 @@ fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<
     };
     let shown: String = text.chars().skip(first).take(last - first).collect();
     let (before, after) = (if first > 0 { "…" } else { "" }, if last < line_chars { "…" } else { "" });
-    let width = width.min(last - (col - 1)).max(1);
+    let width = span_chars.min(last.saturating_sub(col - 1)).max(1);
     let _ = writeln!(out, "{pad} |");
     let _ = writeln!(out, "{gutter} | {before}{shown}{after}");
     let _ = write!(out, "{pad} | {}{}", " ".repeat(col - 1 - first + before.chars().count()), "^".repeat(width));

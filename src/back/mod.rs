@@ -161,6 +161,12 @@ fn reserved_by_convention(name: &str) -> bool {
     k_constant || cute_tensor || atom || typed || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// Whether `name` is one the AMD tile lowering derives from a fragment's: `acc_row`, `acc_col`
+/// and `acc_group`, the wave offsets of fragment `acc`.
+fn tile_derived(c: &Compiled, name: &str) -> bool {
+    c.plan.tile.is_some() && c.spec.buffers.iter().any(|b| name.strip_prefix(b.name.name.as_str()).is_some_and(|sfx| ["_row", "_col", "_group"].contains(&sfx)))
+}
+
 /// Whether the C++ that `c`'s target renders for it declares or calls `name` itself (a
 /// local, a type, a helper), so that a spec name spelled so would clash with it or be
 /// shadowed by it. The lists are checked against the rendered bundled specs by
@@ -185,7 +191,7 @@ pub fn is_reserved(c: &Compiled, name: &str) -> bool {
     let thin_tma = c.plan.dequant_gemm.as_ref().is_some_and(|p| p.tma.is_some());
     let fused_sm90a = c.plan.target == Target::Sm90a && c.plan.collective.is_none() && c.plan.dequant_gemm.is_none();
     let pipeline = (thin_tma && RESERVED_THIN_TMA.contains(&name)) || ((thin_tma || fused_sm90a) && RESERVED_SM90A_BARRIERS.contains(&name));
-    evt || dequant || pipeline || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || is_helper(name) || extra.contains(&name)
+    evt || dequant || pipeline || tile_derived(c, name) || RESERVED_ALL.contains(&name) || conv::MATH_FUNCTIONS.contains(&name) || is_helper(name) || extra.contains(&name)
         || (cute && RESERVED_CUTE.contains(&name)) || reserved_by_convention(name)
 }
 
@@ -208,18 +214,13 @@ fn reserved_names(c: &Compiled) -> Vec<Diagnostic> {
     }
     names.sort();
     names.dedup();
-    // The AMD tile lowering names each fragment's wave offsets after it: `acc_row`, `acc_col`
-    // and `acc_group` for a fragment `acc`.
-    let tile_derived = |name: &str| c.plan.tile.is_some() && c.spec.buffers.iter().any(|b| ["_row", "_col", "_group"].iter().any(|sfx| name == format!("{}{sfx}", b.name.name)));
     for name in names {
-        if tile_derived(name) {
-            let span = decl_span(c, name).unwrap_or(c.spec.kernel.span);
-            errors.push(Diagnostic::error(span, format!("the name `{name}` collides with a name in the generated {} code", c.plan.target))
-                .hint("rename it in the spec: the tile lowering names a fragment's wave offsets <fragment>_row, <fragment>_col and <fragment>_group"));
-        } else if is_reserved(c, name) {
+        if is_reserved(c, name) {
             let span = decl_span(c, name).unwrap_or(c.spec.kernel.span);
             let hint = if reserved_by_convention(name) {
                 "rename it in the spec: generated code owns the names of the forms kName, ElementName, SmemLayoutName, TiledName, TmaName, s2r_name and tilegen_name, and CuTe's tensor names mName, gName, sName, rName, cName and tXyName"
+            } else if tile_derived(c, name) {
+                "rename it in the spec: the tile lowering names a fragment's wave offsets <fragment>_row, <fragment>_col and <fragment>_group"
             } else {
                 "rename it in the spec"
             };
