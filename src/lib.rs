@@ -51,10 +51,6 @@ pub fn compile(file: SourceFile, target: target::Target) -> Result<Compiled, (So
         Ok(p) => p,
         Err(d) => return Err((file, d)),
     };
-    let never_aligned = layout::literal_extents_never_aligned(&spec, &plan);
-    if !never_aligned.is_empty() {
-        return Err((file, never_aligned));
-    }
     Ok(Compiled { file, spec, info, plan })
 }
 

@@ -115,7 +115,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         let t = &spec.tensors[a.tensor];
         let bytes = a.vector_elems * t.dtype.0.bytes() as i64;
         let mut conds = vec![format!("reinterpret_cast<uintptr_t>({}) % {bytes} != 0", t.name.name)];
-        let contiguous = if t.shape.len() == 2 && t.order.0 == Order::ColMajor { 0 } else { t.shape.len() - 1 };
+        let contiguous = crate::layout::Alignment::contiguous_dim(t);
         let mut doc = format!("{} must be {bytes}-byte aligned", t.name.name);
         // The leading dimension (the stride between rows or columns) keeps vectors aligned;
         // for a vector, its length keeps the last piece whole.

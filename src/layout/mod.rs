@@ -184,6 +184,12 @@ pub struct Alignment {
 }
 
 impl Alignment {
+    /// The dimension of `t` whose extent `whole_rows` asks to be whole vectors: the contiguous
+    /// one.
+    pub fn contiguous_dim(t: &Tensor) -> usize {
+        if t.shape.len() == 2 && t.order.0 == Order::ColMajor { 0 } else { t.shape.len() - 1 }
+    }
+
     /// Only the base pointer aligned to `vector_elems` elements: rows may have any length.
     pub fn base_only(tensor: usize, vector_elems: i64, why: String) -> Self {
         Alignment { tensor, vector_elems, whole_rows: false, why }
@@ -306,11 +312,10 @@ pub(crate) struct Infer<'a> {
 /// The plan's alignment requirements that a tensor's literal extent can never meet: its
 /// contiguous extent (a number in the spec) is not a whole number of the vectors that move it,
 /// so the launcher would refuse every call. One error each, at the tensor.
-pub fn literal_extents_never_aligned(spec: &Spec, plan: &Plan) -> Vec<Diagnostic> {
+fn literal_extents_never_aligned(spec: &Spec, plan: &Plan) -> Vec<Diagnostic> {
     plan.alignment.iter().filter(|a| a.whole_rows).filter_map(|a| {
         let t = &spec.tensors[a.tensor];
-        let contiguous = if t.shape.len() == 2 && t.order.0 == Order::ColMajor { 0 } else { t.shape.len() - 1 };
-        let n: i64 = t.shape[contiguous].text().parse().ok()?;
+        let n: i64 = t.shape[Alignment::contiguous_dim(t)].text().parse().ok()?;
         (n % a.vector_elems != 0).then(|| Diagnostic::error(t.span, format!(
             "`{}`'s contiguous extent {n} is not a multiple of {} elements, so the generated launcher would refuse every call: {}",
             t.name.name, a.vector_elems, a.why)).hint(format!("pad the extent to a multiple of {}", a.vector_elems)))
@@ -319,6 +324,13 @@ pub fn literal_extents_never_aligned(spec: &Spec, plan: &Plan) -> Vec<Diagnostic
 
 /// Runs inference and planning for `target`.
 pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
+    let plan = plan_for(spec, info, target)?;
+    let never_aligned = literal_extents_never_aligned(spec, &plan);
+    if never_aligned.is_empty() { Ok(plan) } else { Err(never_aligned) }
+}
+
+/// [`infer`]'s lowerings, each returning its plan.
+fn plan_for(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
     let mut cx = Infer::new(spec, info, target);
     if let Some(d) = fp8_refused(spec, target) {
         return Err(vec![d]);
