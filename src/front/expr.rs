@@ -386,8 +386,11 @@ impl ExprParser {
                 let end = self.expect(")")?;
                 Ok(Expr { kind: inner.kind, span: span.to(self.span(end - 1, end)) })
             }
-            _ => {
-                self.pos = self.pos.saturating_sub(1);
+            tok => {
+                // `bump` does not move past the end, so only a real token is stepped back over.
+                if tok != Tok::End {
+                    self.pos -= 1;
+                }
                 Err(self.unexpected("a value (a name, a number or `(`)"))
             }
         }
@@ -476,6 +479,8 @@ mod tests {
         let err = parse("copy(A[by, ], A_s)").unwrap_err();
         assert_eq!(err.span, Span::new(111, 112));
         assert!(err.message.contains("expected a value"), "{}", err.message);
+        let err = parse("a * ").unwrap_err();
+        assert!(err.message.ends_with("found the end of the text"), "{}", err.message);
         let err = parse("copy(A, B) extra").unwrap_err();
         assert!(err.message.contains("end of the statement"));
         let err = parse("a $ b").unwrap_err();

@@ -718,7 +718,10 @@ impl Cx {
             };
         }
         let line = self.parse_line(header);
+        let errors_before = self.errors.len();
         let inner = self.block(body, "a block");
+        // A body whose every statement failed to parse is not "empty": its errors say why.
+        let body_failed = inner.is_empty() && self.errors.len() > errors_before;
         let line = line?;
         let Line::Expr(Expr { kind: ExprKind::Call(func, args), span }) = line else {
             self.err(Diagnostic::error(header.span, "expected a block header such as `pipelined(k, n, stages)`, `serial(k, n)`, `parallel(i, j)` or `if cond`"));
@@ -749,6 +752,9 @@ impl Cx {
                 }
                 if vars.is_empty() {
                     self.err(Diagnostic::error(span, "`parallel` needs one index name per dimension, like `parallel(i, j)`"));
+                    return None;
+                }
+                if body_failed {
                     return None;
                 }
                 StmtKind::Parallel { vars, body: inner }
