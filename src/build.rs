@@ -234,7 +234,8 @@ pub fn build_specs(specs: &[PathBuf], target: Target, out: &Path, tc: &Toolchain
 
 fn build_one(spec: &Path, target: Target, dir: &Path, tc: &Toolchain, sms: &[u32]) -> Result<Built, String> {
     let file = crate::output::read_spec(spec).map_err(|e| e.to_string())?;
-    let compiled = crate::compile(file, target).map_err(|(f, d)| crate::diag::render_all(&d, &f))?;
+    let mut compiled = crate::compile(file, target).map_err(|(f, d)| crate::diag::render_all(&d, &f))?;
+    compiled.source_name = crate::output::banner_path(spec, dir.parent().unwrap_or(dir));
     let files = crate::back::render(&compiled).map_err(|d| crate::diag::render_all(&d, &compiled.file))?;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let map = files.iter().map(|f| (dir.join(&f.name), f.contents.clone())).collect();

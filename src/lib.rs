@@ -28,6 +28,9 @@ pub struct Compiled {
     pub info: check::Info,
     /// What inference decided for the target.
     pub plan: layout::Plan,
+    /// How the generated files' banners name the spec: its display path, unless the caller
+    /// sets one that does not depend on the working directory ([`output::banner_path`]).
+    pub source_name: String,
 }
 
 impl Compiled {
@@ -51,7 +54,8 @@ pub fn compile(file: SourceFile, target: target::Target) -> Result<Compiled, (So
         Ok(p) => p,
         Err(d) => return Err((file, d)),
     };
-    Ok(Compiled { file, spec, info, plan })
+    let source_name = file.path.clone();
+    Ok(Compiled { file, spec, info, plan, source_name })
 }
 
 /// A spec that parsed and checked, with no target applied: what the CPU interpreter runs.

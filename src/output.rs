@@ -69,6 +69,37 @@ pub fn read_spec(path: &Path) -> Result<SourceFile, GenError> {
     }
 }
 
+/// How generated files under the output root `out` name the spec at `spec`, the same from any
+/// working directory: its path relative to the folder that holds `out` (`specs/gemm.yaml` for
+/// `-o generated` in the repository), or its file name when it lies outside that folder.
+pub fn banner_path(spec: &Path, out: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let spec = normalise(&cwd.join(spec));
+    let out = normalise(&cwd.join(out));
+    let base = out.parent().unwrap_or(&out);
+    match spec.strip_prefix(base) {
+        Ok(rel) if rel.components().next().is_some() => {
+            rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
+        }
+        _ => spec.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+    }
+}
+
+/// `path` with `.` and `dir/..` removed, without touching the file system.
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// The bundled specs: `specs/*.yaml`, sorted by name.
 pub fn default_specs(root: &Path) -> Result<Vec<PathBuf>, GenError> {
     let dir = root.join("specs");
@@ -100,7 +131,8 @@ pub fn generate_with_notes(specs: &[PathBuf], target: Target, out: &Path) -> Res
                 notes.push(format!("{}: skipped for {target}: {}", file.path, diags[0].message));
             }
             Err((file, diags)) => reports.push_str(&render_all(&diags, &file)),
-            Ok(c) => {
+            Ok(mut c) => {
+                c.source_name = banner_path(path, out);
                 if let Some(first) = kernels.insert(c.spec.kernel.name.clone(), c.file.path.clone()) {
                     let d = crate::diag::Diagnostic::error(c.spec.kernel.span, format!("kernel `{}` is also defined by {first}", c.spec.kernel.name))
                         .hint("kernel names must be unique: each one owns its output files");
@@ -236,6 +268,17 @@ pub fn check_files(files: &BTreeMap<PathBuf, String>, scan_stale: bool) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn banner_paths_are_relative_to_the_output_roots_folder() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(banner_path(Path::new("specs/a.yaml"), Path::new("generated")), "specs/a.yaml");
+        assert_eq!(banner_path(Path::new("./specs/../specs/a.yaml"), Path::new("./generated/")), "specs/a.yaml");
+        // From inside specs/, writing to ../generated: the same name.
+        assert_eq!(banner_path(&cwd.join("specs/a.yaml"), &cwd.join("specs/../generated")), "specs/a.yaml");
+        assert_eq!(banner_path(Path::new("specs/a.yaml"), Path::new("build/gen")), "a.yaml");
+        assert_eq!(banner_path(Path::new("/elsewhere/k.yaml"), Path::new("generated")), "k.yaml");
+    }
 
     #[test]
     fn display_paths_are_relative_and_normalised() {

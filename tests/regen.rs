@@ -40,6 +40,12 @@ fn gen_is_byte_identical_and_check_reports_drift() {
     assert_eq!(std::fs::read(dir.path().join("generated/sm80/gemm_bf16.cu")).unwrap(), first);
     let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
     assert_eq!(code, 0, "{text}");
+    // The same bytes from another working directory: the banner names the spec relative to
+    // the folder holding the output root, not to where tilegen runs.
+    let (code, text) = tilegen(&specs, &["gen", "--check", "gemm_bf16.yaml", "-o", "../generated"]);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = tilegen(Path::new("/"), &["gen", "--check", specs.join("gemm_bf16.yaml").to_str().unwrap(), "-o", dir.path().join("generated").to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
 
     // An edited file: exit 1 with a unified diff.
     let cu = dir.path().join("generated/sm80/gemm_bf16.cu");

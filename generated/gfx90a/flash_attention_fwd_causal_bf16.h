@@ -16,21 +16,23 @@ extern "C" {
 
 // Launches flash_attention_fwd_causal_bf16 on `stream`; asynchronous, like a HIP kernel launch.
 //
-// Tensors (device pointers):
-//   Q      [B, S, H, D] bf16 (input)
-//   K      [B, S, H, D] bf16 (input)
-//   V      [B, S, H, D] bf16 (input)
-//   O      [B, S, H, D] bf16 (output)
-// Sizes: B, S, H >= 1, any value: tiles at ragged edges are predicated.
+// Tensors (device pointers to packed arrays: no padding between rows):
+//   Q      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   K      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   V      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   O      [B, S, H, D] bf16, row-major (the last index fastest) (output)
+// Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
+// Constants (fixed when this file was generated): D = 128, block_M = 128, block_N = 64, stages = 2,
+// scale_log2 = 0.12751743082459868.
 // Alignment:
-//   Q must be 16-byte aligned and D a multiple of 8 (the attention instance moves queries in
-//   16-byte vectors along the head dim).
-//   K must be 16-byte aligned and D a multiple of 8 (the attention instance moves keys in 16-byte
-//   vectors along the head dim).
-//   V must be 16-byte aligned and D a multiple of 8 (the attention instance moves values in 16-byte
-//   vectors along the head dim).
-//   O must be 16-byte aligned and D a multiple of 8 (the attention instance moves the output in
-//   16-byte vectors along the head dim).
+//   Q must be 16-byte aligned (the attention instance moves queries in 16-byte vectors along the
+//   head dim).
+//   K must be 16-byte aligned (the attention instance moves keys in 16-byte vectors along the head
+//   dim).
+//   V must be 16-byte aligned (the attention instance moves values in 16-byte vectors along the
+//   head dim).
+//   O must be 16-byte aligned (the attention instance moves the output in 16-byte vectors along the
+//   head dim).
 // Launch: one composable_kernel fused attention (DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle)
 // on `stream` (grid and workgroup size chosen by CK).
 //

@@ -17,17 +17,19 @@ extern "C" {
 
 // Launches linear_attention_causal_bf16 on `stream`; asynchronous, like a HIP kernel launch.
 //
-// Tensors (device pointers):
-//   Q      [B, S, H, D] bf16 (input)
-//   K      [B, S, H, D] bf16 (input)
-//   V      [B, S, H, D] bf16 (input)
-//   O      [B, S, H, D] bf16 (output)
-// Sizes: B, S, H >= 1, any value: tiles at ragged edges are predicated.
+// Tensors (device pointers to packed arrays: no padding between rows):
+//   Q      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   K      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   V      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   O      [B, S, H, D] bf16, row-major (the last index fastest) (output)
+// Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
+// Constants (fixed when this file was generated): D = 128, chunk = 64, block_V = 64, stages = 2,
+// scale = 0.08838834764831845.
 // Alignment:
-//   Q must be 8-byte aligned and D a multiple of 4 (copies of `Q` move 8 bytes per access).
-//   K must be 8-byte aligned and D a multiple of 4 (copies of `K` move 8 bytes per access).
-//   V must be 8-byte aligned and D a multiple of 4 (copies of `V` move 8 bytes per access).
-//   O must be 8-byte aligned and D a multiple of 4 (copies of `O` move 8 bytes per access).
+//   Q must be 8-byte aligned (copies of `Q` move 8 bytes per access).
+//   K must be 8-byte aligned (copies of `K` move 8 bytes per access).
+//   V must be 8-byte aligned (copies of `V` move 8 bytes per access).
+//   O must be 8-byte aligned (copies of `O` move 8 bytes per access).
 // Launch: a grid of D / block_V x H x B workgroups of 128 threads (2 waves of 64), 59904 bytes of
 // LDS each.
 //

@@ -325,16 +325,16 @@ extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K
   if (Q == nullptr || K == nullptr || V == nullptr || O == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Q) % 8 != 0 || D % 4 != 0) {  // copies of `Q` move 8 bytes per access
+  if (reinterpret_cast<uintptr_t>(Q) % 8 != 0) {  // copies of `Q` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(K) % 8 != 0 || D % 4 != 0) {  // copies of `K` move 8 bytes per access
+  if (reinterpret_cast<uintptr_t>(K) % 8 != 0) {  // copies of `K` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(V) % 8 != 0 || D % 4 != 0) {  // copies of `V` move 8 bytes per access
+  if (reinterpret_cast<uintptr_t>(V) % 8 != 0) {  // copies of `V` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(O) % 8 != 0 || D % 4 != 0) {  // copies of `O` move 8 bytes per access
+  if (reinterpret_cast<uintptr_t>(O) % 8 != 0) {  // copies of `O` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(D / block_V);

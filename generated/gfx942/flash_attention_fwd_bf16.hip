@@ -98,16 +98,16 @@ extern "C" int tilegen_flash_attention_fwd_bf16(const void* Q, const void* K, co
   if (Q == nullptr || K == nullptr || V == nullptr || O == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Q) % 16 != 0 || D % 8 != 0) {  // the attention instance moves queries in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(Q) % 16 != 0) {  // the attention instance moves queries in 16-byte vectors along the head dim
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(K) % 16 != 0 || D % 8 != 0) {  // the attention instance moves keys in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(K) % 16 != 0) {  // the attention instance moves keys in 16-byte vectors along the head dim
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(V) % 16 != 0 || D % 8 != 0) {  // the attention instance moves values in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(V) % 16 != 0) {  // the attention instance moves values in 16-byte vectors along the head dim
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(O) % 16 != 0 || D % 8 != 0) {  // the attention instance moves the output in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(O) % 16 != 0) {  // the attention instance moves the output in 16-byte vectors along the head dim
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (int64_t(B) * S * H * D > INT32_MAX) {  // CK's descriptors index with 32-bit offsets

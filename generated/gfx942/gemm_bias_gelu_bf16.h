@@ -14,12 +14,14 @@ extern "C" {
 
 // Launches gemm_bias_gelu_bf16 on `stream`; asynchronous, like a HIP kernel launch.
 //
-// Tensors (device pointers):
+// Tensors (device pointers to packed arrays: no padding between rows):
 //   A      [M, K] bf16, row-major (input)
 //   B      [K, N] bf16, row-major (input)
 //   bias   [N] bf16 (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N, K >= 1, any value: tiles at ragged edges are predicated.
+// Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
+// Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 32,
+// stages = 4, out_scale = 0.5.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (A is read in 16-byte vectors along K).
 //   B must be 16-byte aligned and N a multiple of 8 (B is read in 16-byte vectors along its

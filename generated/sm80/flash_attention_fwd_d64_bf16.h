@@ -15,17 +15,19 @@ extern "C" {
 
 // Launches flash_attention_fwd_d64_bf16 on `stream`; asynchronous, like a CUDA kernel launch.
 //
-// Tensors (device pointers):
-//   Q      [B, S, H, D] bf16 (input)
-//   K      [B, S, H, D] bf16 (input)
-//   V      [B, S, H, D] bf16 (input)
-//   O      [B, S, H, D] bf16 (output)
-// Sizes: B, S, H >= 1, any value: tiles at ragged edges are predicated.
+// Tensors (device pointers to packed arrays: no padding between rows):
+//   Q      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   K      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   V      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   O      [B, S, H, D] bf16, row-major (the last index fastest) (output)
+// Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
+// Constants (fixed when this file was generated): D = 64, block_M = 128, block_N = 64, stages = 2,
+// scale_log2 = 0.18033688011112042.
 // Alignment:
-//   Q must be 16-byte aligned and D a multiple of 8 (cp.async moves 16-byte vectors of `Q`).
-//   K must be 16-byte aligned and D a multiple of 8 (cp.async moves 16-byte vectors of `K`).
-//   V must be 16-byte aligned and D a multiple of 8 (cp.async moves 16-byte vectors of `V`).
-//   O must be 16-byte aligned and D a multiple of 8 (the epilogue stores 16-byte vectors of `O`).
+//   Q must be 16-byte aligned (cp.async moves 16-byte vectors of `Q`).
+//   K must be 16-byte aligned (cp.async moves 16-byte vectors of `K`).
+//   V must be 16-byte aligned (cp.async moves 16-byte vectors of `V`).
+//   O must be 16-byte aligned (the epilogue stores 16-byte vectors of `O`).
 // Launch: grid (ceildiv(S, block_M), H, B), 128 threads, 49152 bytes of dynamic shared memory (the
 // limit is raised when over 48 KB).
 //

@@ -15,20 +15,19 @@ extern "C" {
 
 // Launches flash_attention_fwd_d64_bf16 on `stream`; asynchronous, like a CUDA kernel launch.
 //
-// Tensors (device pointers):
-//   Q      [B, S, H, D] bf16 (input)
-//   K      [B, S, H, D] bf16 (input)
-//   V      [B, S, H, D] bf16 (input)
-//   O      [B, S, H, D] bf16 (output)
-// Sizes: B, S, H >= 1, any value: tiles at ragged edges are predicated.
+// Tensors (device pointers to packed arrays: no padding between rows):
+//   Q      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   K      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   V      [B, S, H, D] bf16, row-major (the last index fastest) (input)
+//   O      [B, S, H, D] bf16, row-major (the last index fastest) (output)
+// Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
+// Constants (fixed when this file was generated): D = 64, block_M = 128, block_N = 128, stages = 3,
+// scale_log2 = 0.18033688011112042.
 // Alignment:
-//   Q must be 16-byte aligned and D a multiple of 8 (TMA needs the base address and row strides of
-//   `Q` 16-byte aligned).
-//   K must be 16-byte aligned and D a multiple of 8 (TMA needs the base address and row strides of
-//   `K` 16-byte aligned).
-//   V must be 16-byte aligned and D a multiple of 8 (TMA needs the base address and row strides of
-//   `V` 16-byte aligned).
-//   O must be 16-byte aligned and D a multiple of 8 (the epilogue stores 16-byte vectors of `O`).
+//   Q must be 16-byte aligned (TMA needs the base address and row strides of `Q` 16-byte aligned).
+//   K must be 16-byte aligned (TMA needs the base address and row strides of `K` 16-byte aligned).
+//   V must be 16-byte aligned (TMA needs the base address and row strides of `V` 16-byte aligned).
+//   O must be 16-byte aligned (the epilogue stores 16-byte vectors of `O`).
 // Launch: grid (ceildiv(S, block_M), H, B), 384 (the spec's 256 and a producer warpgroup of 128)
 // threads, 114816 bytes of dynamic shared memory (the limit is raised when over 48 KB).
 //

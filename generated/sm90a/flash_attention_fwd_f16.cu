@@ -7,8 +7,8 @@
 // issues TMA loads completing on mbarriers, the consumer warpgroups run every gemm as warpgroup
 // MMAs (wgmma.mma_async) reading shared memory through descriptors. Written against CUTLASS 4.2.0
 // (PyPI nvidia-cutlass==4.2.0.0).
-// Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG
-//        -gencode=arch=compute_90a,code=sm_90a -I<cutlass>/include -c flash_attention_fwd_f16.cu
+// Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG -I<cutlass>/include
+//        -gencode=arch=compute_90a,code=sm_90a -c flash_attention_fwd_f16.cu
 // Comments "spec N" refer to line N of the spec.
 
 #include "flash_attention_fwd_f16.h"
@@ -591,16 +591,16 @@ extern "C" int tilegen_flash_attention_fwd_f16(const void* Q, const void* K, con
   if (Q == nullptr || K == nullptr || V == nullptr || O == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Q) % 16 != 0 || D % 8 != 0) {  // TMA needs the base address and row strides of `Q` 16-byte aligned
+  if (reinterpret_cast<uintptr_t>(Q) % 16 != 0) {  // TMA needs the base address and row strides of `Q` 16-byte aligned
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(K) % 16 != 0 || D % 8 != 0) {  // TMA needs the base address and row strides of `K` 16-byte aligned
+  if (reinterpret_cast<uintptr_t>(K) % 16 != 0) {  // TMA needs the base address and row strides of `K` 16-byte aligned
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(V) % 16 != 0 || D % 8 != 0) {  // TMA needs the base address and row strides of `V` 16-byte aligned
+  if (reinterpret_cast<uintptr_t>(V) % 16 != 0) {  // TMA needs the base address and row strides of `V` 16-byte aligned
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(O) % 16 != 0 || D % 8 != 0) {  // the epilogue stores 16-byte vectors of `O`
+  if (reinterpret_cast<uintptr_t>(O) % 16 != 0) {  // the epilogue stores 16-byte vectors of `O`
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((S + block_M - 1) / block_M));

@@ -5,8 +5,8 @@
 // and run `tilegen gen --target sm90a`. Target sm90a: CUTLASS 3.x collectives (TMA, WGMMA,
 // warp-specialised persistent kernel); written against CUTLASS 4.2.0 (PyPI
 // nvidia-cutlass==4.2.0.0).
-// Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG
-//        -gencode=arch=compute_90a,code=sm_90a -I<cutlass>/include -c gemm_bias_gelu_bf16.cu
+// Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG -I<cutlass>/include
+//        -gencode=arch=compute_90a,code=sm_90a -c gemm_bias_gelu_bf16.cu
 // (-DNDEBUG matters: CUTLASS's asserts serialise WGMMA.)
 //
 // Lowering (spec 22): a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised

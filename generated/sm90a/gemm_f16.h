@@ -14,11 +14,13 @@ extern "C" {
 
 // Launches gemm_f16 on `stream`; asynchronous, like a CUDA kernel launch.
 //
-// Tensors (device pointers):
+// Tensors (device pointers to packed arrays: no padding between rows):
 //   A      [M, K] f16, row-major (input)
 //   B      [K, N] f16, row-major (input)
 //   C      [M, N] f16, row-major (output)
-// Sizes: M, N, K >= 1, any value: tiles at ragged edges are predicated.
+// Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
+// Constants (fixed when this file was generated): block_M = 128, block_N = 256, block_K = 64,
+// stages = 4.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (TMA loads of A need 16-byte aligned rows).
 //   B must be 16-byte aligned and N a multiple of 8 (TMA loads of B need 16-byte aligned rows).

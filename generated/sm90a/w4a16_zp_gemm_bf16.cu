@@ -6,8 +6,8 @@
 // run `tilegen gen`. Target sm90a: the thin-tile 4-bit-weight GEMM (a TMA producer warp filling
 // mbarrier stages, weights unpacked into mma.sync's A operand). Written against CUTLASS 4.2.0 (PyPI
 // nvidia-cutlass==4.2.0.0).
-// Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG
-//        -gencode=arch=compute_90a,code=sm_90a -I<cutlass>/include -c w4a16_zp_gemm_bf16.cu
+// Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG -I<cutlass>/include
+//        -gencode=arch=compute_90a,code=sm_90a -c w4a16_zp_gemm_bf16.cu
 // Comments "spec N" refer to line N of the spec.
 
 #include "w4a16_zp_gemm_bf16.h"

@@ -15,7 +15,7 @@ extern "C" {
 
 // Launches w4a16_zp_gemm_bf16 on `stream`; asynchronous, like a CUDA kernel launch.
 //
-// Tensors (device pointers):
+// Tensors (device pointers to packed arrays: no padding between rows):
 //   A      [M, K] bf16, row-major (input)
 //   Wq     [N, (K / 8)] i32, row-major (input)
 //   scales [N, (K / 128)] bf16, row-major (input)
@@ -23,6 +23,8 @@ extern "C" {
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
 // it); tiles at ragged edges are predicated.
+// Constants (fixed when this file was generated): block_M = 16, block_N = 32, block_K = 512, stages
+// = 4.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (TMA reads 16-byte aligned rows of `A`).
 //   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (TMA reads 16-byte aligned rows of

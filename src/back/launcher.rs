@@ -31,6 +31,9 @@ pub struct LauncherCtx {
     pub doc_sizes: String,
     /// The alignment contract, one line per tensor.
     pub doc_alignment: Vec<String>,
+    /// The spec's constants with the values this build fixed (`D = 128, out_scale = 0.5`);
+    /// empty without constants.
+    pub doc_constants: String,
 }
 
 /// What every generated file's header comment names.
@@ -42,7 +45,7 @@ pub struct HeaderCtx {
     pub kernel: String,
     /// The spec's one-line doc.
     pub doc: String,
-    /// The spec's display path.
+    /// The spec's path as the banner names it ([`Compiled::source_name`]).
     pub spec_path: String,
     /// tilegen's version.
     pub version: String,
@@ -58,6 +61,8 @@ pub struct HeaderCtx {
     pub runtime_header: String,
     /// The translation unit's extension.
     pub source_ext: String,
+    /// The banner's build command, one comment line each: the flags `tilegen build` uses.
+    pub build: Vec<String>,
 }
 
 /// The header fields for a compiled spec.
@@ -67,7 +72,7 @@ pub fn header(c: &Compiled) -> HeaderCtx {
         target: c.plan.target.name().into(),
         kernel: c.spec.kernel.name.clone(),
         doc: c.spec.doc.clone().unwrap_or_default(),
-        spec_path: c.file.path.clone(),
+        spec_path: c.source_name.clone(),
         version: env!("CARGO_PKG_VERSION").into(),
         cutlass: crate::back::CUTLASS_VERSION.into(),
         launcher: format!("tilegen_{}", c.spec.kernel.name),
@@ -75,7 +80,25 @@ pub fn header(c: &Compiled) -> HeaderCtx {
         api_name: if amd { "HIP" } else { "CUDA" }.into(),
         runtime_header: if amd { "hip/hip_runtime.h" } else { "cuda_runtime.h" }.into(),
         source_ext: c.plan.target.source_extension().into(),
+        build: build_lines(c.plan.target, &c.spec.kernel.name),
     }
+}
+
+/// The build command a generated file's banner gives: for the NVIDIA targets the flags of
+/// `tilegen build` ([`crate::build::gencode_flags`] for the target's default SMs, so machine code
+/// for each of them and, on sm80, PTX that later GPUs compile at load time).
+pub fn build_lines(target: crate::target::Target, kernel: &str) -> Vec<String> {
+    if target.is_amd() {
+        return vec![format!("Build: hipcc -std=c++17 -O3 --offload-arch={target} -c {kernel}.hip")];
+    }
+    let mut lines = vec!["Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG -I<cutlass>/include".to_string()];
+    let flags = crate::build::gencode_flags(target, target.default_sms());
+    let n = flags.len();
+    for (i, pair) in flags.chunks(2).enumerate() {
+        let last = (i + 1) * 2 >= n;
+        lines.push(format!("       {}{}", pair.join(" "), if last { format!(" -c {kernel}.cu") } else { String::new() }));
+    }
+    lines
 }
 
 /// Builds the launcher context from the spec and the plan's alignment requirements.
@@ -89,7 +112,12 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         c_params.push(format!("{}void* {n}", if t.output { "" } else { "const " }));
         null_checks.push(format!("{n} == nullptr"));
         let dims: Vec<String> = t.shape.iter().map(dim_text).collect();
-        let order = if t.shape.len() == 2 { if t.order.0 == Order::RowMajor { ", row-major" } else { ", column-major" } } else { "" };
+        let order = match t.shape.len() {
+            1 => "",
+            2 if t.order.0 != Order::RowMajor => ", column-major",
+            2 => ", row-major",
+            _ => ", row-major (the last index fastest)",
+        };
         let role = match (t.output, spec.is_in_place(t)) {
             (true, true) => "input and output: read, then updated in place",
             (true, false) => "output",
@@ -120,8 +148,8 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         // The leading dimension (the stride between rows or columns) keeps vectors aligned;
         // for a vector, its length keeps the last piece whole.
         let lead = dim_text(&t.shape[contiguous]);
-        // A literal extent that divides needs no check.
-        if a.whole_rows && lead.parse::<i64>().map_or(true, |n| n % a.vector_elems != 0) {
+        // An extent fixed when generated (a literal or a constant) that divides needs no check.
+        if a.whole_rows && c.info.fixed_extent(&t.shape[contiguous]).is_none_or(|n| n % a.vector_elems != 0) {
             conds.push(format!("{lead} % {} != 0", a.vector_elems));
             doc.push_str(&format!(" and {lead} a multiple of {}", a.vector_elems));
         }
@@ -134,12 +162,21 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     } else {
         let multiples: Vec<String> = divisors.iter().map(|(n, div)| format!("{n} a multiple of {div}")).collect();
         if multiples.is_empty() {
-            format!("{} >= 1, any value: tiles at ragged edges are predicated", c.info.runtime_dims.join(", "))
+            format!("{} >= 1; tiles at ragged edges are predicated", c.info.runtime_dims.join(", "))
         } else {
             format!("{} >= 1, {} (packed or grouped tensors divide it); tiles at ragged edges are predicated", c.info.runtime_dims.join(", "), multiples.join(", "))
         }
     };
-    LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment }
+    let doc_constants = spec.constants.iter().map(|k| {
+        let value = match c.info.symbols.get(&k.name.name) {
+            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Int(v))) => v.to_string(),
+            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Float(_, s))) => s.clone(),
+            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Bool(b))) => b.to_string(),
+            _ => "?".into(),
+        };
+        format!("{} = {value}", k.name.name)
+    }).collect::<Vec<_>>().join(", ");
+    LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants }
 }
 
 fn dim_text(d: &Dim) -> String {

@@ -60,6 +60,15 @@ pub struct Info {
 }
 
 impl Info {
+    /// An extent known before run time: a literal, or a constant's value.
+    pub fn fixed_extent(&self, d: &crate::ast::Dim) -> Option<i64> {
+        match d {
+            crate::ast::Dim::Fixed(n, _) => Some(*n),
+            crate::ast::Dim::Named(name) => self.const_int(&name.name),
+            crate::ast::Dim::Div(..) => None,
+        }
+    }
+
     /// Integer value of a constant.
     pub fn const_int(&self, name: &str) -> Option<i64> {
         match self.symbols.get(name) {

@@ -309,13 +309,13 @@ pub(crate) struct Infer<'a> {
     pub fuse_dequants: bool,
 }
 
-/// The plan's alignment requirements that a tensor's literal extent can never meet: its
-/// contiguous extent (a number in the spec) is not a whole number of the vectors that move it,
+/// The plan's alignment requirements that a tensor's fixed extent can never meet: its
+/// contiguous extent (a number or a constant) is not a whole number of the vectors that move it,
 /// so the launcher would refuse every call. One error each, at the tensor.
-fn literal_extents_never_aligned(spec: &Spec, plan: &Plan) -> Vec<Diagnostic> {
+fn literal_extents_never_aligned(spec: &Spec, info: &Info, plan: &Plan) -> Vec<Diagnostic> {
     plan.alignment.iter().filter(|a| a.whole_rows).filter_map(|a| {
         let t = &spec.tensors[a.tensor];
-        let n: i64 = t.shape[Alignment::contiguous_dim(t)].text().parse().ok()?;
+        let n = info.fixed_extent(&t.shape[Alignment::contiguous_dim(t)])?;
         (n % a.vector_elems != 0).then(|| Diagnostic::error(t.span, format!(
             "`{}`'s contiguous extent {n} is not a multiple of {} elements, so the generated launcher would refuse every call: {}",
             t.name.name, a.vector_elems, a.why)).hint(format!("pad the extent to a multiple of {}", a.vector_elems)))
@@ -325,7 +325,7 @@ fn literal_extents_never_aligned(spec: &Spec, plan: &Plan) -> Vec<Diagnostic> {
 /// Runs inference and planning for `target`.
 pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
     let plan = plan_for(spec, info, target)?;
-    let never_aligned = literal_extents_never_aligned(spec, &plan);
+    let never_aligned = literal_extents_never_aligned(spec, info, &plan);
     if never_aligned.is_empty() { Ok(plan) } else { Err(never_aligned) }
 }
 

@@ -1,6 +1,6 @@
 //! What every sm80-family kernel context shares (the CuTe kernels and the thin-tile dequant
 //! GEMM): spec constants, element aliases, the kernel's signature, its block indices (or
-//! their rasterized decode), the launch grid and the `-gencode` line.
+//! their rasterized decode), and the launch grid.
 
 use crate::ast::*;
 use crate::back::conv::{cpp_type, upper_first, Conv, Env};
@@ -67,15 +67,6 @@ pub(super) fn element_alias(name: &str) -> String {
 
 pub(super) fn swizzle_text(s: Swizzle) -> String {
     format!("{}, {}, {}", s.bits, s.base, s.shift)
-}
-
-/// The `-gencode` argument of a CuTe target's build line.
-pub(super) fn gencode(target: crate::target::Target) -> String {
-    match target {
-        crate::target::Target::Sm80 => "arch=compute_80,code=sm_80".into(),
-        crate::target::Target::Sm90a => "arch=compute_90a,code=sm_90a".into(),
-        _ => String::new(),  // AMD targets never reach this backend
-    }
 }
 
 /// The spec's constants as C++ declarations.

@@ -35,7 +35,6 @@ pub struct Context {
     /// The C++ of a barrier over the threads that run the spec's statements.
     pub sync: String,
     pub target_banner: String,
-    pub gencode: String,
     pub helpers: Vec<String>,
     /// The kernel, its shared storage and the layouts of the buffers that copies with
     /// [`crate::layout::CopyPlan::odd_rows`] fill are templates over `kOddRows`, which the
@@ -676,7 +675,6 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             Some(why) => format!(" This spec is GEMM-shaped, but a CUTLASS collective cannot take it: {why}."),
             None => String::new(),
         },
-        gencode: gencode(plan.target),
         constants,
         elements,
         smem_layouts,

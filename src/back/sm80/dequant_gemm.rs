@@ -1,7 +1,7 @@
 //! The template context of the thin-tile 4-bit-weight GEMM ([`DequantGemmPlan`]): the spec's
 //! names, the plan's numbers and layouts, and the comments tying them to spec lines.
 
-use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, gencode, grid_ctx, kernel_signature, swizzle_text, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
+use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, grid_ctx, kernel_signature, swizzle_text, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
 use super::context::DEQUANT_INT4X2;
 use crate::back::conv::Conv;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
@@ -26,7 +26,6 @@ pub struct OperandsCtx {
     pub header: HeaderCtx,
     #[serde(flatten)]
     pub launcher_ctx: LauncherCtx,
-    pub gencode: String,
     pub threads: i64,
     pub constants: Vec<ConstantCtx>,
     pub elements: Vec<ElementCtx>,
@@ -129,7 +128,6 @@ pub(super) fn operands_ctx(c: &Compiled, p: PlanRefs) -> OperandsCtx {
     OperandsCtx {
         header: header(c),
         launcher_ctx: launcher(c),
-        gencode: gencode(c.plan.target),
         threads: spec.threads.0,
         constants: constants_ctx(c),
         elements: elements_ctx(c),

@@ -5,7 +5,7 @@
 //! spellings differ only where [`Flavor`] says.
 
 use super::body::{assign_code, mark_used, AssignCtx};
-use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, elements_ctx_with, gencode, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
+use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, elements_ctx_with, grid_ctx, kernel_signature, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
 use crate::ast::*;
 use crate::back::conv::{mentions, offset, with_lower_bounds, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
@@ -59,10 +59,9 @@ pub struct Context {
     #[serde(flatten)]
     pub launcher_ctx: LauncherCtx,
     pub target_banner: String,
-    /// The flavour's lines: the build command (comment lines), the includes, whether the code
-    /// uses namespace cute, what the element types' comment adds, and the lines after the
+    /// The flavour's lines (the build command is the header's): the includes, whether the
+    /// code uses namespace cute, what the element types' comment adds, and the lines after the
     /// element types and after the row tile's constants.
-    pub build: Vec<String>,
     pub includes: Vec<String>,
     pub using_cute: bool,
     pub elements_note: String,
@@ -255,14 +254,6 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
         header: header(c),
         launcher_ctx: launcher(c),
         target_banner: banner_target,
-        build: if hip {
-            vec![format!("Build: hipcc -std=c++17 -O3 --offload-arch={} -c {}.hip", c.plan.target, spec.kernel.name)]
-        } else {
-            vec![
-                "Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG".into(),
-                format!("       -gencode={} -I<cutlass>/include -c {}.cu", gencode(c.plan.target), spec.kernel.name),
-            ]
-        },
         includes: if hip {
             ["\"ck/ck.hpp\"", "\"ck/utility/data_type.hpp\"", "\"ck/utility/type_convert.hpp\""].map(String::from).to_vec()
         } else {
