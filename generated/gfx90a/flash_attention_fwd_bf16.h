@@ -39,7 +39,8 @@ extern "C" {
 //   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
 //   alignment, or a tensor has 2^31 elements or more (B * S * H * D), or CK's IsSupportedArgument
 //   rejects the sizes;
-//   otherwise the error that the launch reported.
+//   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
+//   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_flash_attention_fwd_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, hipStream_t stream);
 

@@ -94,7 +94,7 @@ extern "C" int tilegen_gemm_bf16(const void* A, const void* B, void* C, int M, i
     }
     DeviceGemm::MakeInvoker().Run(argument, StreamConfig{stream, false});
   } catch (std::exception const&) {
-    return static_cast<int>(hipErrorUnknown);  // CK reports HIP errors by throwing
+    return static_cast<int>(hipErrorUnknown);  // CK throws on a HIP error and does not keep its code
   }
   return static_cast<int>(hipGetLastError());
 }

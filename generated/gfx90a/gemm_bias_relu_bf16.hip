@@ -120,7 +120,7 @@ extern "C" int tilegen_gemm_bias_relu_bf16(const void* A, const void* B, const v
     }
     DeviceGemm::MakeInvoker().Run(argument, StreamConfig{stream, false});
   } catch (std::exception const&) {
-    return static_cast<int>(hipErrorUnknown);  // CK reports HIP errors by throwing
+    return static_cast<int>(hipErrorUnknown);  // CK throws on a HIP error and does not keep its code
   }
   return static_cast<int>(hipGetLastError());
 }

@@ -139,7 +139,7 @@ extern "C" int tilegen_flash_attention_fwd_d64_bf16(const void* Q, const void* K
     }
     attention.MakeInvoker().Run(argument, StreamConfig{stream, false});
   } catch (std::exception const&) {
-    return static_cast<int>(hipErrorUnknown);  // CK reports HIP errors by throwing
+    return static_cast<int>(hipErrorUnknown);  // CK throws on a HIP error and does not keep its code
   }
   return static_cast<int>(hipGetLastError());
 }

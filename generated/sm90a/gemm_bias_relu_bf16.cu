@@ -201,5 +201,5 @@ extern "C" int tilegen_gemm_bias_relu_bf16(const void* A, const void* B, const v
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
-  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure);
+  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorUnknown);
 }

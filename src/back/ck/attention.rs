@@ -49,6 +49,8 @@ pub(super) struct Context {
     doc_launch: String,
     doc_invalid: String,
     doc_errors: String,
+    /// When the launcher returns the runtime's "unknown" error (text for the header).
+    doc_unknown: String,
 }
 
 /// One template argument line: the code, then its comment at the column the others use.
@@ -115,6 +117,8 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
         launcher_ctx: launcher(c),
         doc_launch: "one composable_kernel fused attention (DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle) on `stream` (grid and workgroup size chosen by CK)".into(),
         doc_invalid: format!("a tensor has 2^31 elements or more ({} * {} * {} * {}), or CK's IsSupportedArgument rejects the sizes", a.dims[0], a.dims[1], a.dims[2], a.dims[3]),
-        doc_errors: "the launch".into(),
+        // CK checks the launch itself and throws, and the launcher cannot recover the code.
+        doc_errors: String::new(),
+        doc_unknown: "the launch fails (composable_kernel reports that by throwing, without the HIP error code)".into(),
     }
 }

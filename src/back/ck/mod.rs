@@ -69,6 +69,8 @@ struct Context {
     doc_launch: String,
     doc_invalid: String,
     doc_errors: String,
+    /// When the launcher returns the runtime's "unknown" error (text for the header).
+    doc_unknown: String,
 }
 
 /// An element type alias.
@@ -282,6 +284,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         launcher_ctx: launcher(c),
         doc_launch: "one CK device GEMM on `stream` (grid and workgroup size chosen by CK)".into(),
         doc_invalid: "CK's IsSupportedArgument rejects the sizes or strides".into(),
-        doc_errors: "the launch".into(),
+        // CK checks the launch itself and throws, and the launcher cannot recover the code.
+        doc_errors: String::new(),
+        doc_unknown: "the launch fails (composable_kernel reports that by throwing, without the HIP error code)".into(),
     }
 }

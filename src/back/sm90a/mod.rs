@@ -64,6 +64,8 @@ struct Context {
     doc_launch: String,
     doc_invalid: String,
     doc_errors: String,
+    /// When the launcher returns the runtime's "unknown" error (text for the header).
+    doc_unknown: String,
 }
 
 /// (type, name, value) of a constant; (alias, C++ type, what) of an element type.
@@ -340,5 +342,6 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         doc_launch,
         doc_invalid: "CUTLASS's can_implement rejects the problem".into(),
         doc_errors: "cudaGetDevice, the workspace allocation or the launch".into(),
+        doc_unknown: "CUTLASS's initialize or run fails without a CUDA error".into(),
     }
 }

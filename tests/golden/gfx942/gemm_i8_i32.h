@@ -32,7 +32,8 @@ extern "C" {
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
 //   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
 //   alignment, or CK's IsSupportedArgument rejects the sizes or strides;
-//   otherwise the error that the launch reported.
+//   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
+//   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_gemm_i8_i32(const void* A, const void* B, void* C, int M, int N, int K, hipStream_t stream);
 

@@ -190,5 +190,5 @@ extern "C" int tilegen_bmm_bf16(const void* A, const void* B, void* C, int batch
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
-  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure);
+  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorUnknown);
 }

@@ -189,5 +189,5 @@ extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
-  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure);
+  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorUnknown);
 }

@@ -199,5 +199,5 @@ extern "C" int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, cons
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
-  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure);
+  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorUnknown);
 }

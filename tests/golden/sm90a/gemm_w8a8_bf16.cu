@@ -203,5 +203,5 @@ extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* 
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
-  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure);
+  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorUnknown);
 }
