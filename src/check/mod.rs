@@ -136,10 +136,46 @@ const CPP_WORDS: [&str; 126] = [
     "nv_bfloat162",
 ];
 
-/// Whether the checker refuses `name` for every target: a C++ or CUDA word ([`CPP_WORDS`]),
+/// Macros of the C standard headers the generated code includes (through `<cmath>`,
+/// `<cfloat>`, `<climits>`, `<cstdint>`, `<cstdio>` and `<cerrno>`, directly or via CUTLASS),
+/// beyond those in [`CPP_WORDS`] and the families [`standard_macro`] matches.
+const STANDARD_MACROS: [&str; 24] = [
+    "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "CHAR_BIT", "MB_LEN_MAX", "DECIMAL_DIG", "RAND_MAX", "EOF", "BUFSIZ",
+    "FILENAME_MAX", "EXIT_SUCCESS", "EXIT_FAILURE", "CLOCKS_PER_SEC", "EDOM", "ERANGE", "EILSEQ", "errno",
+    "math_errhandling", "MATH_ERRNO", "MATH_ERREXCEPT", "stdin", "stdout", "stderr", "offsetof",
+];
+
+/// Whether `name` is a macro of the C standard headers: one of [`STANDARD_MACROS`], the math
+/// constants (`M_PI`), the floating-point limits and classes (`FLT_MAX`, `DBL_EPSILON`,
+/// `FP_NAN`), CUDA's (`CUDART_INF_F`), or an integer type's limits and constant macros
+/// (`INT_MAX`, `UINT64_MAX`, `INT_FAST16_MIN`, `SIZE_MAX`, `INT8_C`).
+fn standard_macro(name: &str) -> bool {
+    const PREFIXES: [&str; 6] = ["M_", "FLT_", "DBL_", "LDBL_", "FP_", "CUDART_"];
+    const INTEGER_TYPES: [&str; 20] = [
+        "CHAR", "SCHAR", "UCHAR", "SHRT", "USHRT", "INT", "UINT", "LONG", "ULONG", "LLONG", "ULLONG", "WCHAR", "WINT",
+        "SIZE", "PTRDIFF", "SIG_ATOMIC", "INTPTR", "UINTPTR", "INTMAX", "UINTMAX",
+    ];
+    let integer_type = |t: &str| {
+        let t = t.strip_prefix('U').unwrap_or(t);
+        let sized = t.strip_prefix("INT_LEAST").or_else(|| t.strip_prefix("INT_FAST")).or_else(|| t.strip_prefix("INT"));
+        INTEGER_TYPES.contains(&t) || sized.is_some_and(|bits| ["8", "16", "32", "64"].contains(&bits))
+    };
+    let limit = ["_MAX", "_MIN", "_WIDTH", "_C"].iter().any(|sfx| name.strip_suffix(sfx).is_some_and(|t| INTEGER_TYPES.contains(&t) || integer_type(t)));
+    // Upper case or a digit after the prefix: `M_PI`, `M_2_SQRTPI`, not `M_tiles`.
+    let prefixed = PREFIXES.iter().any(|p| name.strip_prefix(p).and_then(|rest| rest.chars().next()).is_some_and(|ch| ch.is_ascii_uppercase() || ch.is_ascii_digit()));
+    STANDARD_MACROS.contains(&name) || prefixed || limit
+}
+
+/// Whether a spec name would be taken for C++, CUDA or the standard headers' own: a
+/// [`CPP_WORDS`] entry or a [`standard_macro`].
+pub fn cpp_word(name: &str) -> bool {
+    CPP_WORDS.contains(&name) || standard_macro(name)
+}
+
+/// Whether the checker refuses `name` for every target: a C++ or CUDA word ([`cpp_word`]),
 /// an intrinsic of the spec language or a dtype name.
 pub fn refused_name(name: &str) -> bool {
-    CPP_WORDS.contains(&name) || crate::check::expr::INTRINSICS.contains(&name) || DType::from_name(name).is_some()
+    cpp_word(name) || crate::check::expr::INTRINSICS.contains(&name) || DType::from_name(name).is_some()
 }
 
 impl Checker<'_> {
@@ -301,10 +337,10 @@ impl Checker<'_> {
     }
 
     /// Refuses a name generated C++ cannot spell: a C++ keyword, a standard macro, a CUDA
-    /// built-in variable or a C/CUDA type ([`CPP_WORDS`]). Spec names appear in the generated
+    /// built-in variable or a C/CUDA type ([`cpp_word`]). Spec names appear in the generated
     /// code as written. The name is still declared, so that its uses report nothing more.
     fn not_cpp_word(&mut self, ident: &Ident) {
-        if !CPP_WORDS.contains(&ident.name.as_str()) {
+        if !cpp_word(&ident.name) {
             return;
         }
         self.err(Diagnostic::error(ident.span, format!("`{}` is reserved in C++ or CUDA (a keyword, a standard macro, a built-in variable or a type), and spec names appear in the generated C++ as written", ident.name))
@@ -331,5 +367,21 @@ impl Checker<'_> {
         }
         self.scope_vars.push(ident.name.clone());
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_macros_are_refused_and_names_like_them_are_not() {
+        for name in ["M_PI", "M_2_SQRTPI", "FLT_MAX", "DBL_EPSILON", "FP_NAN", "HUGE_VAL", "CUDART_INF_F", "INT_MAX",
+            "UINT64_MAX", "INT_FAST16_MIN", "UINT_LEAST8_MAX", "SIZE_MAX", "INT8_C", "CHAR_BIT", "LLONG_MIN", "errno"] {
+            assert!(cpp_word(name), "{name}");
+        }
+        for name in ["M", "M_tiles", "BLOCK_M", "BLOCK_MAX", "N_MAX", "INT", "MAX_C", "EPS", "FLT", "K_MIN"] {
+            assert!(!cpp_word(name), "{name}");
+        }
     }
 }
