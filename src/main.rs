@@ -255,7 +255,7 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
                 Err(e) => e,
             };
             if lenient && !d.is_empty() && d.iter().all(|x| x.unsupported) {
-                eprintln!("note: {}: skipped for {target}: {} (`--target {target}` gives every reason)", file.path, d[0].message);
+                eprintln!("note: {}", output::skip_note(&file.path, target, &d));
             } else {
                 let report = render_all(&d, &file);
                 match reports.iter_mut().find(|(r, _)| *r == report) {

@@ -100,6 +100,18 @@ fn normalise(path: &Path) -> PathBuf {
     out
 }
 
+/// The note for a spec that `target` has no lowering for (`diags`, every one
+/// [`unsupported`](crate::diag::Diagnostic::unsupported)): the first reason, without the
+/// count of reasons "below" that only the full report prints, and how to see them all.
+pub fn skip_note(path: &str, target: Target, diags: &[crate::diag::Diagnostic]) -> String {
+    let message = diags.first().map_or("", |d| d.message.as_str());
+    let message = match message.strip_suffix(" below)").and_then(|m| m.rfind(" (")) {
+        Some(at) => &message[..at],
+        None => message,
+    };
+    format!("{path}: skipped for {target}: {message} (`--target {target}` gives every reason)")
+}
+
 /// The bundled specs: `specs/*.yaml`, sorted by name.
 pub fn default_specs(root: &Path) -> Result<Vec<PathBuf>, GenError> {
     let dir = root.join("specs");
@@ -128,7 +140,7 @@ pub fn generate_with_notes(specs: &[PathBuf], target: Target, out: &Path) -> Res
         let file = read_spec(path)?;
         match crate::compile(file, target) {
             Err((file, diags)) if !diags.is_empty() && diags.iter().all(|d| d.unsupported) => {
-                notes.push(format!("{}: skipped for {target}: {}", file.path, diags[0].message));
+                notes.push(skip_note(&file.path, target, &diags));
             }
             Err((file, diags)) => reports.push_str(&render_all(&diags, &file)),
             Ok(mut c) => {

@@ -303,7 +303,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
     };
     if threads % warp != 0 {
         errors.push(Diagnostic::error(spec.threads.1, format!("the {target} row-wise lowering needs whole {}: {threads} threads are not a multiple of {warp}", if target.is_amd() { "waves" } else { "warps" }))
-            .hint(format!("use a multiple of {warp} threads")));
+            .hint(format!("use a multiple of {warp} threads, or a `targets:` override for {target}")).unsupported_on_target());
     }
     // 1-D tensors read at the column index of a parallel block over the row tile, in vectors of
     // at most 16 bytes (and not where the vector's local name, `<tensor>_vec`, is a spec name);
