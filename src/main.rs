@@ -328,7 +328,9 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
             }
             Err(e) => {
                 eprintln!("tilegen: error: {}: {e}", path.display());
-                return exit::IO;
+                // An unreadable file is an I/O failure; one that is not the tensor's array
+                // (format, dtype) is bad input, like a spec error.
+                return if matches!(e, tilegen::interp::npy::NpyError::Io(_)) { exit::IO } else { exit::FAILED };
             }
         }
     }

@@ -134,3 +134,27 @@ fn run_interprets_a_spec_that_only_one_target_lowers() {
         }
     }
 }
+
+#[test]
+fn run_refuses_sizes_the_spec_does_not_have_and_arrays_of_another_dtype() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let inputs = root.join("tests/golden/gemm_bf16/ragged_77x136x264");
+    let out = tempfile::tempdir().unwrap();
+    let run = |spec: &str, extra: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_tilegen")).current_dir(root)
+            .args(["run", spec, "--inputs"]).arg(&inputs).arg("--out").arg(out.path()).args(extra).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // A misspelt size: an error that names the spec's sizes, not a silent success.
+    let (code, text) = run("specs/gemm_bf16.yaml", &["--size", "m=77"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("`m` is not a runtime size of this spec (they are M, N, K); did you mean `M`?"), "{text}");
+    // bf16 arrays given to an f16 spec: bad input (exit 1), not an I/O failure (exit 3).
+    let (code, text) = run("specs/gemm_f16.yaml", &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("expected dtype <f2 for f16"), "{text}");
+    // The same run with its own sizes succeeds.
+    let (code, text) = run("specs/gemm_bf16.yaml", &["--size", "M=77"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(out.path().join("C.npy").is_file());
+}

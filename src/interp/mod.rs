@@ -151,6 +151,13 @@ struct Machine<'a> {
 
 /// The runtime sizes implied by the input arrays' shapes, plus `explicit` ones.
 pub fn infer_sizes(spec: &Spec, info: &Info, tensors: &BTreeMap<String, Array>, explicit: &BTreeMap<String, i64>) -> Result<BTreeMap<String, i64>, InterpError> {
+    for name in explicit.keys() {
+        if !info.runtime_dims.contains(name) {
+            let known = if info.runtime_dims.is_empty() { "it has none".to_string() } else { format!("they are {}", info.runtime_dims.join(", ")) };
+            let hint = crate::diag::did_you_mean(name, info.runtime_dims.iter().map(String::as_str)).map(|h| format!("; {h}")).unwrap_or_default();
+            return Err(InterpError::Inputs(format!("`{name}` is not a runtime size of this spec ({known}){hint}")));
+        }
+    }
     let mut sizes = explicit.clone();
     for t in &spec.tensors {
         let Some(a) = tensors.get(&t.name.name) else { continue };
