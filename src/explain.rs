@@ -15,13 +15,13 @@ pub fn explain(c: &Compiled) -> String {
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
     let grid = spec.grid.iter().map(|g| format!("{} = {}{}", g.var.name, c.file.snippet(g.extent.span), if g.descending { " (descending)" } else { "" })).collect::<Vec<_>>().join(", ");
     if (plan.collective.is_some() || plan.attention.is_some()) && plan.target.is_amd() {
-        let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's {} apply to sm80); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
+        let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's `threads: {}` are for the other lowerings); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
     } else if let Some(t) = &plan.tile {
         let _ = writeln!(o, "  threads: {} ({} waves of 64); grid: {grid}", spec.threads.0, t.waves);
     } else if plan.rows.is_some() && plan.target.is_amd() {
         let _ = writeln!(o, "  threads: {} ({} waves of 64); grid: {grid}", spec.threads.0, spec.threads.0 / 64);
     } else if plan.collective.is_some() {
-        let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's {} apply to sm80); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
+        let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's `threads: {}` are for the other lowerings); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
     } else {
         let groups = if plan.mmas.values().any(|m| m.wgmma.is_some()) { format!(", {} warpgroup(s)", spec.threads.0 / 128) } else { String::new() };
         let _ = writeln!(o, "  threads: {} ({} warps{groups}); grid: {grid}", spec.threads.0, spec.threads.0 / 32);

@@ -186,7 +186,9 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
         && cu.contains("args.problem_shape = {M, N, K, batch};"), "{cu}");
     // A batch taken at another variable than the grid's batch one: the collective refuses it,
     // and the CuTe-level lowering computes what the spec says.
-    let other_var = bmm.replace("copy(A[bz,", "copy(A[by,");
+    // (256 threads for sm90a: two consumer warpgroups on this lowering.)
+    let other_var = bmm.replace("copy(A[bz,", "copy(A[by,").replace("stages: 4}}", "stages: 4}, threads: 256}");
+    assert!(other_var.contains("copy(A[by,") && other_var.contains("threads: 256}"));
     let c = compile_for(other_var.clone(), Target::Sm90a).unwrap();
     let why = c.plan.collective_reason.clone().unwrap_or_default();
     assert!(why.contains("a batched GEMM must take every tile at the same grid variable along the batch dimension, one whose extent is `batch`"), "{why}");
@@ -207,7 +209,18 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     let clustered = other_var.replace("threads: 256}", "threads: 256, cluster: [2, 1]}");
     let errs = compile_for(clustered, Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("the sm90a target has no lowering for this GEMM") && errs.contains(":26:85: error: CuTe-level lowering: cluster [2, 1] is taken only by the CUTLASS collective of a GEMM-shaped spec"), "{errs}");
-    assert!(compile_for(bmm.replace("threads: 256}", "threads: 256, cluster: [2, 1]}"), Target::Sm90a).is_ok(), "the batched collective takes a cluster");
+    let bmm_clustered = bmm.replace("stages: 4}}", "stages: 4}, cluster: [2, 1]}");
+    assert_ne!(bmm_clustered, bmm);
+    assert!(compile_for(bmm_clustered, Target::Sm90a).is_ok(), "the batched collective takes a cluster");
+    // The collective fixes its own threads (384): a `threads` for sm90a is an error at the value.
+    let errs = compile_for(bmm.replace("stages: 4}}", "stages: 4}, threads: 256}"), Target::Sm90a).unwrap_err().join("\n");
+    assert!(errs.contains(":26:71: error: `threads: 256` for sm90a is not used: the CUTLASS collective this spec maps onto sets them by its kernel schedule (384)")
+        && errs.contains("remove `threads` from this target's entry"), "{errs}");
+    // The same for composable_kernel's instances on AMD; the tile lowering (which takes the
+    // batched GEMM there) uses it.
+    assert!(compile_for(bmm.replace("targets:\n", "targets:\n  gfx942: {threads: 128}\n"), Target::Gfx942).is_ok());
+    let errs = compile_for(std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap().replace("targets:\n", "targets:\n  gfx942: {threads: 128}\n"), Target::Gfx942).unwrap_err().join("\n");
+    assert!(errs.contains("`threads: 128` for gfx942 is not used: the composable_kernel instance this spec maps onto sets its own (256)"), "{errs}");
     let errs = compile_for(attention().replace("stages: 3}}", "stages: 3}, cluster: [2, 1]}"), Target::Sm90a).unwrap_err().join("\n");
     assert!(errs.contains("error: cluster [2, 1] is taken only by the CUTLASS collective") && errs.contains("remove `cluster` from this target's entry"), "{errs}");
 }
@@ -262,7 +275,9 @@ fn sm90a_batched_epilogue_vectors_step_with_the_batch_and_fold_only_when_rows_al
         ("bias: {dtype: bf16, shape: [batch, N]}", "acc[i, j] = acc[i, j] + f32(bias[by, bx*block_N + j])"),
         ("bias: {dtype: bf16, shape: [batch, N], order: col_major}", "acc[i, j] = acc[i, j] + f32(bias[bz, bx*block_N + j])"),
     ] {
-        let c = compile_for(batched_with_epilogue("bmm_bf16", tensor, stmt), Target::Sm90a).unwrap();
+        // The CuTe-level lowering takes these, with two consumer warpgroups.
+        let spec = batched_with_epilogue("bmm_bf16", tensor, stmt).replace("stages: 4}}", "stages: 4}, threads: 256}");
+        let c = compile_for(spec, Target::Sm90a).unwrap();
         assert!(c.plan.collective.is_none(), "{tensor} {stmt}");
         assert_eq!(c.plan.collective_reason.as_deref(), Some("the sm90a epilogue cannot express a read of a tensor that is neither a vector nor one vector per batch as a CUTLASS epilogue visitor tree yet"));
     }

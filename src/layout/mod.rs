@@ -325,6 +325,9 @@ fn literal_extents_never_aligned(spec: &Spec, info: &Info, plan: &Plan) -> Vec<D
 /// Runs inference and planning for `target`.
 pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagnostic>> {
     let plan = plan_for(spec, info, target)?;
+    if let Some(d) = threads_override_unused(spec, &plan) {
+        return Err(vec![d]);
+    }
     let never_aligned = literal_extents_never_aligned(spec, info, &plan);
     if never_aligned.is_empty() { Ok(plan) } else { Err(never_aligned) }
 }
@@ -663,6 +666,23 @@ fn collective_settings_ignored(spec: &Spec) -> Vec<Diagnostic> {
             .hint("remove `schedule` from this target's entry"));
     }
     errors
+}
+
+/// A `threads:` setting in the target's `targets:` entry that the chosen lowering does not
+/// use: the CUTLASS collective and composable_kernel's instances fix their own thread counts.
+/// (The spec-wide `threads` is the other lowerings' and needs no error.)
+fn threads_override_unused(spec: &Spec, plan: &Plan) -> Option<Diagnostic> {
+    let target = plan.target;
+    let (n, span) = spec.targets.iter().find(|o| o.target.name == target.name())?.threads?;
+    let by = if target.is_amd() && (plan.collective.is_some() || plan.attention.is_some()) {
+        "the composable_kernel instance this spec maps onto sets its own (256)"
+    } else if target == Target::Sm90a && plan.collective.is_some() {
+        "the CUTLASS collective this spec maps onto sets them by its kernel schedule (384)"
+    } else {
+        return None;
+    };
+    Some(Diagnostic::error(span, format!("`threads: {n}` for {target} is not used: {by}"))
+        .hint("remove `threads` from this target's entry (`tilegen explain` shows the lowering)"))
 }
 
 /// "one reason" or "N reasons", for diagnostics that announce the ones after them.
