@@ -110,6 +110,22 @@ impl Builder<'_> {
     }
 }
 
+impl Builder<'_> {
+    /// A plain scalar that a `,` cut short: inside `{...}` or `[...]` a comma ends a plain
+    /// value, so `{extent: ceildiv(M, block_M)}` reads `ceildiv(M` and a key `block_M)`.
+    /// Caught where the cut value has an unclosed bracket and a comma follows it.
+    fn cut_at_comma(&self, node: &Node) -> Option<Diagnostic> {
+        let NodeKind::Scalar { value, plain: true, text_offset: Some(start) } = &node.kind else { return None };
+        let open = value.matches(['(', '[']).count();
+        let close = value.matches([')', ']']).count();
+        let after = self.file.text.get(start + value.len()..)?.trim_start_matches([' ', '\t']);
+        (open > close && after.starts_with(',')).then(|| {
+            Diagnostic::error(node.span, format!("`{value}` is cut short by the `,` after it: inside `{{...}}` or `[...]` a comma separates entries, even within brackets"))
+                .hint("quote the whole value (`\"ceildiv(M, block_M)\"`) or write the mapping one key per line")
+        })
+    }
+}
+
 impl MarkedEventReceiver for Builder<'_> {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let at = self.offset(&mark);
@@ -122,6 +138,9 @@ impl MarkedEventReceiver for Builder<'_> {
                     );
                 }
                 let node = self.scalar(value, style, at);
+                if let Some(d) = self.cut_at_comma(&node) {
+                    self.errors.push(d);
+                }
                 self.push_node(node);
             }
             Event::SequenceStart(..) => self.stack.push(Frame::Seq(Span::new(at, at + 1), Vec::new())),
