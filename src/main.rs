@@ -132,7 +132,8 @@ fn parse_size(s: &str) -> Result<(String, i64), String> {
 
 fn parse_target(s: &str) -> Result<Target, String> {
     Target::from_name(s).ok_or_else(|| {
-        format!("unknown target `{s}`; targets: {}", Target::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "))
+        let hint = Target::suggest(s).map(|t| format!("did you mean `{t}`? ")).unwrap_or_default();
+        format!("unknown target `{s}`; {hint}targets: {}", Target::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "))
     })
 }
 

@@ -35,6 +35,16 @@ impl Target {
         Target::ALL.into_iter().find(|t| t.name() == s)
     }
 
+    /// The target a misspelt name most likely means: the same letters without `_` and case
+    /// (`SM_80`), a target it begins (`sm90` for `sm90a`, `gfx94` for `gfx942`), else the
+    /// nearest by edit distance.
+    pub fn suggest(s: &str) -> Option<Target> {
+        let norm = s.to_ascii_lowercase().replace('_', "");
+        Target::ALL.into_iter().find(|t| t.name() == norm)
+            .or_else(|| (norm.len() >= 3).then(|| Target::ALL.into_iter().find(|t| t.name().starts_with(&norm))).flatten())
+            .or_else(|| crate::diag::nearest(s, Target::ALL.map(|t| t.name())).and_then(Target::from_name))
+    }
+
     /// Largest dynamic shared memory one block may use, in bytes. sm80 code must fit the
     /// A100's opt-in limit (163 KB) so that it runs on every sm_80-class part it is built
     /// for; sm90a has Hopper's 227 KB.
@@ -81,5 +91,18 @@ impl Target {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misspelt_targets_suggest_the_one_meant() {
+        for (typo, want) in [("sm90", Target::Sm90a), ("SM_80", Target::Sm80), ("sm_90a", Target::Sm90a), ("gfx94", Target::Gfx942), ("sm81", Target::Sm80), ("gfx90", Target::Gfx90a)] {
+            assert_eq!(Target::suggest(typo), Some(want), "{typo}");
+        }
+        assert_eq!(Target::suggest("cuda"), None);
     }
 }

@@ -273,7 +273,7 @@ impl Checker<'_> {
             }
             other => {
                 let candidates = INTRINSICS.iter().copied().chain(DType::ALL.iter().map(|d| d.name()));
-                let hint = did_you_mean(other, candidates).unwrap_or_else(|| format!("functions are {} and the casts f32, f16, bf16, i8, i32", INTRINSICS.join(", ")));
+                let hint = did_you_mean(other, candidates).unwrap_or_else(|| format!("functions are {} and the casts {}", INTRINSICS.join(", "), DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")));
                 self.err(Diagnostic::error(f.span, format!("unknown function `{other}`")).hint(hint));
                 None
             }

@@ -231,7 +231,11 @@ impl Cx {
                     Some("true") => Some(true),
                     Some("false") => Some(false),
                     Some(other) => {
-                        self.err(Diagnostic::error(o.span, format!("`output` must be true or false, found `{other}`")));
+                        let mut d = Diagnostic::error(o.span, format!("`output` must be true or false, found `{other}`"));
+                        if other.eq_ignore_ascii_case("true") || other.eq_ignore_ascii_case("false") {
+                            d = d.hint(format!("write it in lower case: `output: {}`", other.to_ascii_lowercase()));
+                        }
+                        self.err(d);
                         None
                     }
                     None => None,
@@ -599,7 +603,11 @@ impl Cx {
             None => Some(false),
             Some((_, Expr { kind: ExprKind::Bool(b), .. })) => Some(*b),
             Some((_, e)) => {
-                self.err(Diagnostic::error(e.span, format!("`{key}` must be true or false")));
+                let mut d = Diagnostic::error(e.span, format!("`{key}` must be true or false"));
+                if let ExprKind::Name(n) = &e.kind && matches!(n.as_str(), "True" | "False" | "TRUE" | "FALSE") {
+                    d = d.hint(format!("write it in lower case: `{key}={}`", n.to_ascii_lowercase()));
+                }
+                self.err(d);
                 None
             }
         }
@@ -788,7 +796,7 @@ pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagn
     let overrides = spec.targets.clone();
     for o in &overrides {
         if crate::target::Target::from_name(&o.target.name).is_none() {
-            let hint = did_you_mean(&o.target.name, names.iter().copied()).unwrap_or_else(|| format!("targets are {}", names.join(", ")));
+            let hint = crate::target::Target::suggest(&o.target.name).map(|t| format!("did you mean `{t}`?")).unwrap_or_else(|| format!("targets are {}", names.join(", ")));
             errors.push(Diagnostic::error(o.target.span, format!("unknown target `{}`", o.target.name)).hint(hint));
             continue;
         }
