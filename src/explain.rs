@@ -24,7 +24,9 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's `threads: {}` are for the other lowerings); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
     } else {
         let groups = if plan.mmas.values().any(|m| m.wgmma.is_some()) { format!(", {} warpgroup(s)", spec.threads.0 / 128) } else { String::new() };
-        let _ = writeln!(o, "  threads: {} ({} warps{groups}); grid: {grid}", spec.threads.0, spec.threads.0 / 32);
+        // A producer warpgroup comes on top of the spec's threads (see "Warp roles").
+        let producer = plan.warp_specialization.as_ref().map_or(String::new(), |w| format!(", plus a producer warpgroup: {} launched", spec.threads.0 + w.producer_threads));
+        let _ = writeln!(o, "  threads: {} ({} warps{groups}){producer}; grid: {grid}", spec.threads.0, spec.threads.0 / 32);
         if let Some(r) = &plan.raster {
             let _ = writeln!(o, "  block order: grouped rasterization, {} rows of tiles per group\n    why: {}", r.group, r.why);
         } else if let Some(why) = &plan.raster_reason {
@@ -320,7 +322,14 @@ pub fn explain(c: &Compiled) -> String {
         if plan.smem.staging_reuses_buffers { "reusing them" } else { "its own space: a store inside a loop" },
         if plan.smem.barriers > 0 { format!(", {} bytes of TMA mbarriers", plan.smem.barriers) } else { String::new() },
         plan.smem.total, plan.smem.budget);
-    let _ = writeln!(o, "  registers: about {} per thread (accumulators, double-buffered MMA operands, addressing)", plan.regs_per_thread);
+    // The estimate adds every fragment as if all were live at once; past what a thread may
+    // hold, say so rather than print an impossible count as if it were the kernel's.
+    let (limit, whose) = plan.warp_specialization.as_ref().map_or((255, "a thread may hold"), |w| (w.consumer_regs as u64, "setmaxnreg gives a consumer thread"));
+    if plan.regs_per_thread > limit {
+        let _ = writeln!(o, "  registers: about {} per thread if every fragment and MMA operand were live at once (accumulators, double-buffered MMA operands, addressing), more than the {limit} {whose}: ptxas keeps fragments whose lifetimes do not overlap in the same registers and spills the rest (`nvcc -Xptxas -v` reports both)", plan.regs_per_thread);
+    } else {
+        let _ = writeln!(o, "  registers: about {} per thread (accumulators, double-buffered MMA operands, addressing)", plan.regs_per_thread);
+    }
     if !plan.alignment.is_empty() {
         let _ = writeln!(o, "  launcher checks:");
         alignment_lines(&mut o, c);

@@ -133,6 +133,8 @@ fn check_and_explain_work_on_the_bundled_specs() {
     for needle in ["2 warpgroup(s)", "warpgroup MMA SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>", "_RS<GMMA::Major::K, GMMA::Major::MN>", "GMMA::Layout_MN_SW128_Atom",
                    "TMA (SM90_TMA_LOAD): 2 box(es) of 64x128 elements", "TMA multistage, warp-specialised", "bytes of TMA mbarriers",
                    "Warp roles", "producer: threads 256..383 (one warpgroup), setmaxnreg 40 registers",
+                   "threads: 256 (8 warps, 2 warpgroup(s)), plus a producer warpgroup: 384 launched",
+                   "per thread if every fragment and MMA operand were live at once", "more than the 232 setmaxnreg gives a consumer thread",
                    "Software pipelining", "tile t's gemm at spec 42 and tile t-1's gemm at spec 58 are issued together",
                    "after it (they use what it reads or writes): spec 56, and the assignment at spec 54"] {
         assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
