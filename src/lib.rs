@@ -78,7 +78,9 @@ pub fn check_spec(file: SourceFile) -> Result<Checked, (SourceFile, Vec<Diagnost
 fn parse_and_check(file: SourceFile, target: Option<target::Target>) -> Result<Checked, (SourceFile, Vec<Diagnostic>)> {
     let parsed = front::parse_spec_partial(&file);
     let Some(mut spec) = parsed.spec else { return Err((file, parsed.errors)) };
-    let target_errors = target.map(|t| front::apply_target(&mut spec, t)).unwrap_or_default();
+    let mut target_errors = target.map(|t| front::apply_target(&mut spec, t)).unwrap_or_default();
+    // Constants computed from the ones before them, with the target's values in place.
+    target_errors.extend(check::consts::fold(&mut spec));
     if !target_errors.is_empty() {
         let mut errors = parsed.errors;
         errors.extend(target_errors);

@@ -792,7 +792,9 @@ fn amd_recognises_softmax_attention_and_refuses_what_only_looks_like_it() {
     assert!(errs.contains("t.yaml:1:9: error: the gfx942 target has no lowering for this fused program: it is neither GEMM-shaped") && errs.contains("(one reason below)"), "{errs}");
     assert!(errs.contains("error: LDS over budget: the shared buffers need 67584 bytes (`Q_s` 33792, `K_s` 16896, `V_s` 16896) but gfx942 allows 65536 bytes per workgroup"), "{errs}");
     // A different scale inside exp2 than the spec's softmax: still attention, with that scale.
-    let c = compile_for(bundled("flash_attention_fwd_bf16.yaml").replace("scale_log2: 0.12751743082459868", "scale_log2: 0.09"), Target::Gfx90a).unwrap();
+    let other_scale = bundled("flash_attention_fwd_bf16.yaml").replace("scale_log2: 1.4426950408889634 / sqrt(D)", "scale_log2: 0.09");
+    assert!(other_scale.contains("scale_log2: 0.09"));
+    let c = compile_for(other_scale, Target::Gfx90a).unwrap();
     assert_eq!(c.plan.attention.as_ref().unwrap().scale_log2.value, 0.09);
     // A literal head dim is named in the generated code.
     let literal = bundled("flash_attention_fwd_d64_bf16.yaml").replace("[B, S, H, D]", "[B, S, H, 64]");
@@ -1725,4 +1727,34 @@ fn a_thread_count_amd_cannot_run_is_a_skipped_target_not_a_spec_error() {
     let Err((_, diags)) = tilegen::compile(SourceFile::new("t.yaml", spec.clone()), Target::Gfx942) else { panic!("gfx942 lowered 32 threads") };
     assert!(diags.iter().any(|d| d.message.contains("runs whole waves of 64 lanes")), "{diags:?}");
     assert!(diags.iter().all(|d| d.unsupported), "{diags:?}");
+}
+
+#[test]
+fn constant_expressions_fold_after_the_targets_overrides() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bias_gelu_bf16.yaml")).unwrap();
+    // out_scale computed from two constants before it, one of them a tile size sm90a overrides.
+    let spec = src.replacen("constants: {", "constants: {one_half: 0.25 * 2, ", 1).replace("out_scale: 0.5", "out_scale: one_half * f32(block_N) / block_N");
+    assert!(spec.contains("out_scale: one_half * f32(block_N) / block_N"), "{spec}");
+    for target in [Target::Sm80, Target::Sm90a] {
+        let c = compile_for(spec.clone(), target).unwrap();
+        let k = |name: &str| c.spec.constants.iter().find(|k| k.name.name == name).unwrap().value.kind.clone();
+        assert_eq!(k("out_scale"), tilegen::ast::ExprKind::Float(0.5, "0.5".into()), "{target}");
+        assert_eq!(k("one_half"), tilegen::ast::ExprKind::Float(0.5, "0.5".into()));
+    }
+    // Integer constants stay integers, with C++'s truncating `/` and the true ceiling.
+    let spec = src.replacen("constants: {", "constants: {q: -7 / 2, r: \"ceildiv(-7, 2)\", s: \"i32(2.9) + min(3, 4)\", ", 1);
+    let c = compile_for(spec, Target::Sm80).unwrap();
+    let k = |name: &str| c.spec.constants.iter().find(|k| k.name.name == name).unwrap().value.kind.clone();
+    assert_eq!((k("q"), k("r"), k("s")), (tilegen::ast::ExprKind::Int(-3), tilegen::ast::ExprKind::Int(-3), tilegen::ast::ExprKind::Int(5)));
+    // A derived tile size follows the target's override of the one it is computed from.
+    let bundled = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap();
+    let derived = bundled.replace("block_M: 128, block_N: 128,", "block_M: 64, block_N: 2 * block_M,");
+    assert_ne!(derived, bundled);
+    assert_eq!(compile_for(derived.clone(), Target::Sm80).unwrap().info.const_int("block_N"), Some(128));
+    let derived = derived.replace("sm90a: {constants: {block_N: 256,", "sm90a: {constants: {block_M: 128,");
+    assert!(derived.contains("sm90a: {constants: {block_M: 128,"), "{derived}");
+    let c = compile_for(derived, Target::Sm90a).unwrap();
+    assert_eq!(c.info.const_int("block_N"), Some(256));
+    let cu = rendered_cu(&c);
+    assert!(cu.contains("constexpr int block_N = 256;") && cu.contains("using TileShape = Shape<Int<block_M>, Int<block_N>, Int<block_K>>;"), "{cu}");
 }

@@ -32,7 +32,7 @@ constexpr int D = 128;  // spec 13
 constexpr int chunk = 64;  // spec 14
 constexpr int block_V = 64;  // spec 15
 [[maybe_unused]] constexpr int stages = 2;  // spec 16, not used on this target
-constexpr float scale = 0.08838834764831845f;  // spec 17
+constexpr float scale = 0.08838834764831843f;  // spec 17
 
 constexpr int kThreads = 128;  // spec 22: 2 waves of 64 lanes
 

@@ -33,7 +33,7 @@ constexpr int D = 128;
 constexpr int chunk = 64;
 constexpr int block_V = 64;
 constexpr int stages = 2;
-constexpr float scale = 0.08838834764831845f;
+constexpr float scale = 0.08838834764831843f;
 
 constexpr int kThreads = 128;
 

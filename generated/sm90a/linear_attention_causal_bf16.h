@@ -28,7 +28,7 @@ extern "C" {
 //   O      [B, S, H, D] bf16, row-major (the last index fastest) (output)
 // Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): D = 128, chunk = 64, block_V = 64, stages = 2,
-// scale = 0.08838834764831845.
+// scale = 0.08838834764831843.
 // Alignment:
 //   Q must be 16-byte aligned (TMA needs the base address and row strides of `Q` 16-byte aligned).
 //   K must be 16-byte aligned (TMA needs the base address and row strides of `K` 16-byte aligned).

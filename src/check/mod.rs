@@ -6,6 +6,7 @@
 //! each with its span and a hint. Target limits (MMA shapes, shared-memory budgets) are
 //! checked later, by layout inference, because they depend on what inference decides.
 
+pub mod consts;
 mod expr;
 mod stmt;
 

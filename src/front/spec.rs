@@ -302,11 +302,8 @@ impl Cx {
         for (_, k, v) in self.entries(node, "constants", &[]) {
             let Some(name) = self.ident(k, "constant name") else { continue };
             let Some(value) = self.expr(v, "a constant") else { continue };
-            if !matches!(value.kind, ExprKind::Int(_) | ExprKind::Float(..) | ExprKind::Bool(_)) {
-                self.err(Diagnostic::error(value.span, format!("constant `{}` must be a literal number", name.name))
-                    .hint("constants are integers like 128 or floats like 0.125"));
-                continue;
-            }
+            // Expressions (`2 * block_K`, `1.4426950408889634 / sqrt(D)`) are folded into
+            // literals once the target's overrides are in (`check::consts::fold`).
             if let ExprKind::Int(v) = value.kind && i32::try_from(v).is_err() {
                 self.err(Diagnostic::error(value.span, format!("constant `{}` is {v}, beyond the 32-bit `int` the generated code declares it as", name.name)));
                 continue;
