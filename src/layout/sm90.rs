@@ -473,10 +473,7 @@ impl<'a> Infer<'a> {
             self.err(Diagnostic::error(*span, format!("cluster {d:?} does not fit the {bm}x{bn} tile: at most 4 CTAs, and TMA multicast splits B's {bn} rows over the cluster's {} CTAs along M and A's {bm} rows over its {} along N, in whole 8-row pieces", d[0], d[1])));
             return;
         }
-        let Some(tree) = self.epilogue_tree(&shape, (ic, stored), (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
-        if !self.broadcasts_span_the_output(&tree, td) {
-            return;
-        }
+        let Some(tree) = self.epilogue_tree(&shape, (ic, stored, td), (&cc[0], &cc[1]), (bm, bn), batch.as_ref()) else { return };
         // An integer output: the spec converts by truncation and the EVT rounds from f32, so
         // only the i32 accumulator itself, stored as is (computed in i32), is exact.
         let dd = spec.tensors[td].dtype.0;
@@ -638,8 +635,10 @@ impl<'a> Infer<'a> {
     }
 
     /// The epilogue: the parallel blocks between the main loop and the store composed into
-    /// one expression of the accumulator.
-    fn epilogue_tree(&mut self, shape: &Shape<'a>, (ic, stored): (usize, usize), cc: (&String, &String), tile: (i64, i64), batch: Option<&BatchPlan>) -> Option<EvtNode> {
+    /// one expression of the accumulator, stored to tensor `out`; `None` (with the reason
+    /// reported) where a library epilogue cannot compute it, its broadcast vectors included
+    /// ([`Self::broadcasts_span_the_output`]).
+    fn epilogue_tree(&mut self, shape: &Shape<'a>, (ic, stored, out): (usize, usize, usize), cc: (&String, &String), tile: (i64, i64), batch: Option<&BatchPlan>) -> Option<EvtNode> {
         // Each buffer's value as a tree of the accumulator. The EVT computes in f32 and rounds
         // once, into the output, so a buffer it writes must hold f32, or be an f16 GEMM's f16
         // accumulator (there the EVT keeps f32 between statements where the spec rounds to f16:
@@ -678,7 +677,7 @@ impl<'a> Infer<'a> {
             }
         }
         match trees.into_iter().find(|(b, _)| *b == stored) {
-            Some((_, tree)) => Some(tree),
+            Some((_, tree)) => self.broadcasts_span_the_output(&tree, out).then_some(tree),
             None => {
                 self.off_path(shape.store.span, &format!("the store takes `{}`, which the epilogue never writes", self.spec.buffers[stored].name.name));
                 None
@@ -715,10 +714,7 @@ impl<'a> Infer<'a> {
             refuse_integer_output(self);
             return;
         }
-        let Some(tree) = self.epilogue_tree(shape, bufs, cc, tile, None) else { return };
-        if !self.broadcasts_span_the_output(&tree, d) {
-            return;
-        }
+        let Some(tree) = self.epilogue_tree(shape, (bufs.0, bufs.1, d), cc, tile, None) else { return };
         let integer_store = stores_accumulator_as_is(out.dtype.0, acc, &tree);
         if !out.dtype.0.is_float() && !integer_store {
             refuse_integer_output(self);
