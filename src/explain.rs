@@ -24,8 +24,11 @@ pub fn explain(c: &Compiled) -> String {
         let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's `threads: {}` are for the other lowerings); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
     } else {
         let groups = if plan.mmas.values().any(|m| m.wgmma.is_some()) { format!(", {} warpgroup(s)", spec.threads.0 / 128) } else { String::new() };
-        // A producer warpgroup comes on top of the spec's threads (see "Warp roles").
-        let producer = plan.warp_specialization.as_ref().map_or(String::new(), |w| format!(", plus a producer warpgroup: {} launched", spec.threads.0 + w.producer_threads));
+        // A producer warp(group) comes on top of the spec's threads (see "Warp roles").
+        let producer = plan.warp_specialization.as_ref().map(|w| (w.producer_threads, "warpgroup"))
+            .or_else(|| plan.dequant_wgmma.as_ref().map(|_| (crate::layout::WGMMA_PRODUCER_THREADS, "warpgroup")))
+            .or_else(|| plan.dequant_gemm.as_ref().and_then(|p| p.tma.as_ref()).map(|_| (crate::layout::PRODUCER_THREADS, "warp")))
+            .map_or(String::new(), |(n, what)| format!(", plus a producer {what}: {} launched", spec.threads.0 + n));
         let _ = writeln!(o, "  threads: {} ({} warps{groups}){producer}; grid: {grid}", spec.threads.0, spec.threads.0 / 32);
         if let Some(r) = &plan.raster {
             let _ = writeln!(o, "  block order: grouped rasterization, {} rows of tiles per group\n    why: {}", r.group, r.why);
