@@ -46,7 +46,7 @@ using Seq = ck::Sequence<Is...>;
 
 // Spec constants.
 constexpr ck::index_t D = 128;  // the head dim: the tensors' last dimension
-constexpr float scale_log2 = 0.12751743082459868f;  // spec line 16: the scores' scale inside exp2
+constexpr float scale_log2 = 0.12751743082459868f;  // spec 16: the scores' scale inside exp2
 // CK's softmax is in base e: exp2(x * scale_log2) = exp(x * scale_log2 * ln 2), so the
 // scores are scaled by scale_log2 * ln 2 before it.
 constexpr float kSoftmaxScale = scale_log2 * 0.693147180559945309f;

@@ -13,9 +13,8 @@ extern "C" {
 #endif
 
 // Launches gemm_bias_gelu_bf16 on `stream`; asynchronous, like a HIP kernel launch. `stream` must
-// belong to the current device. Safe to call from several host threads at once (the launcher
-// keeps no state beyond an atomic cache of device attributes). An output must not overlap any
-// other tensor.
+// belong to the current device. Safe to call from several host threads at once. An output must not
+// overlap any other tensor.
 //
 // Tensors (device pointers to packed arrays: no padding between rows):
 //   A      [M, K] bf16, row-major (input)

@@ -25,7 +25,7 @@
 
 namespace tilegen::w4a16_prefill_gemm_bf16 {
 
-// Spec constants.
+// Spec constants (gfx942's `targets:` entry, spec 38, sets block_M, block_N, block_K).
 constexpr int block_M = 64;  // spec 13
 constexpr int block_N = 64;  // spec 13
 constexpr int block_K = 128;  // spec 13

@@ -72,8 +72,8 @@ using ElementM_prev = float;  // fragment buffer `m_prev`
 using ElementL = float;  // fragment buffer `l`
 using ElementAlpha = float;  // fragment buffer `alpha`
 
-// Shared buffer `Q_s` (spec 23): gemm operand A, viewed as (M, K); dim 1 contiguous to match `Q` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
+// Shared buffer `Q_s` (spec 23): gemm operand A, viewed as (M, K); `D` (dim 1) contiguous to match
+// `Q` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutQ_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
@@ -81,8 +81,8 @@ using SmemLayoutQ_sAtom = decltype(composition(
 using SmemLayoutQ_s = decltype(tile_to_shape(
     SmemLayoutQ_sAtom{}, make_shape(Int<block_M>{}, Int<D>{})));  // (block_M, D)
 
-// Shared buffer `K_s` (spec 24): gemm operand B, viewed as (N, K); dim 1 contiguous to match `K` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
+// Shared buffer `K_s` (spec 24): gemm operand B, viewed as (N, K); `D` (dim 1) contiguous to match
+// `K` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutK_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
@@ -90,8 +90,8 @@ using SmemLayoutK_sAtom = decltype(composition(
 using SmemLayoutK_s = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<block_N>{}, Int<D>{}, Int<stages>{})));  // (block_N, D, stage)
 
-// Shared buffer `V_s` (spec 25): gemm operand B, viewed as (N, K); dim 1 contiguous to match `V` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte line's
+// Shared buffer `V_s` (spec 25): gemm operand B, viewed as (N, K); `D` (dim 1) contiguous to match
+// `V` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutV_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
@@ -201,19 +201,19 @@ flash_attention_fwd_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 42) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec line 26): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec 26): (MMA, MMA_M, MMA_N), float registers
 
   // MMA (spec 58) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec line 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec line 27): laid out as `S_f`, cute::bfloat16_t registers
-  Tensor m = make_tensor<ElementM>(Shape<Int<4>>{});  // fragment `m` (spec line 29): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<4>>{});  // fragment `m_prev` (spec line 30): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor l = make_tensor<ElementL>(Shape<Int<4>>{});  // fragment `l` (spec line 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<4>>{});  // fragment `alpha` (spec line 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec 27): laid out as `S_f`, cute::bfloat16_t registers
+  Tensor m = make_tensor<ElementM>(Shape<Int<4>>{});  // fragment `m` (spec 29): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<4>>{});  // fragment `m_prev` (spec 30): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor l = make_tensor<ElementL>(Shape<Int<4>>{});  // fragment `l` (spec 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<4>>{});  // fragment `alpha` (spec 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
 
   // Operand partitions of the MMA at spec 42.
   Tensor tCrQ_s = thr_mma0.partition_fragment_A(sQ_s);  // (MMA, MMA_M, MMA_K)

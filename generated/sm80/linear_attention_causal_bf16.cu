@@ -71,8 +71,8 @@ using ElementP_f = cute::bfloat16_t;  // fragment buffer `P_f`
 using ElementO_f = float;  // fragment buffer `O_f`
 using ElementS_f = float;  // fragment buffer `S_f`
 
-// Shared buffer `Q_s` (spec 24): gemm operand A, viewed as (M, K); dim 1 contiguous to match `Q` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
+// Shared buffer `Q_s` (spec 24): gemm operand A, viewed as (M, K); `D` (dim 1) contiguous to match
+// `Q` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutQ_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
@@ -80,8 +80,8 @@ using SmemLayoutQ_sAtom = decltype(composition(
 using SmemLayoutQ_s = decltype(tile_to_shape(
     SmemLayoutQ_sAtom{}, make_shape(Int<chunk>{}, Int<D>{}, Int<stages>{})));  // (chunk, D, stage)
 
-// Shared buffer `K_s` (spec 25): gemm operand B, viewed as (N, K); dim 1 contiguous to match `K` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
+// Shared buffer `K_s` (spec 25): gemm operand B, viewed as (N, K); `D` (dim 1) contiguous to match
+// `K` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
 // 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutK_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
@@ -89,9 +89,9 @@ using SmemLayoutK_sAtom = decltype(composition(
 using SmemLayoutK_s = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<chunk>{}, Int<D>{}, Int<stages>{})));  // (chunk, D, stage)
 
-// Shared buffer `V_s` (spec 26): gemm operand B, viewed as (N, K); dim 1 contiguous to match `V` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `V_s` (spec 26): gemm operand B, viewed as (N, K); `block_V` (dim 1) contiguous to
+// match `V` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte
+// line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutV_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
     Layout<Shape<Int<64>, Int<8>>, Stride<_1, Int<64>>>{}));
@@ -240,12 +240,12 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 40) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));  // fragment `A_f` (spec line 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));  // fragment `A_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
 
   // MMA (spec 45) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));  // fragment `O_f` (spec line 30): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
 
   // MMA (spec 49), adding into an accumulator declared above.
   TiledMma2 tiled_mma2;
@@ -254,10 +254,10 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 52) and its accumulator.
   TiledMma3 tiled_mma3;
   auto thr_mma3 = tiled_mma3.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));  // fragment `S_f` (spec line 31): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));  // fragment `S_f` (spec 31): (MMA, MMA_M, MMA_N), float registers
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(A_f);  // fragment `P_f` (spec line 29): laid out as `A_f`, cute::bfloat16_t registers
+  Tensor P_f = make_fragment_like<ElementP_f>(A_f);  // fragment `P_f` (spec 29): laid out as `A_f`, cute::bfloat16_t registers
 
   // Operand partitions of the MMA at spec 40.
   Tensor tCrQ_s0 = thr_mma0.partition_fragment_A(sQ_s(_, _, 0));  // (MMA, MMA_M, MMA_K)

@@ -26,7 +26,7 @@ namespace tilegen::flash_attention_fwd_bf16 {
 
 using namespace cute;
 
-// Spec constants.
+// Spec constants (sm90a's `targets:` entry, spec 68, sets block_N, stages, threads).
 constexpr int D = 128;
 constexpr int block_M = 128;
 constexpr int block_N = 128;
@@ -90,28 +90,28 @@ using ElementM_prev = float;  // fragment buffer `m_prev`
 using ElementL = float;  // fragment buffer `l`
 using ElementAlpha = float;  // fragment buffer `alpha`
 
-// Shared buffer `Q_s` (spec 23): gemm operand A, viewed as (M, K); dim 1 contiguous to match `Q` so
-// TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the 128-byte
-// swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory
-// descriptors.
+// Shared buffer `Q_s` (spec 23): gemm operand A, viewed as (M, K); `D` (dim 1) contiguous to match
+// `Q` so TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8 stretches of
+// 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on elements),
+// the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutQ_sAtom = GMMA::Layout_K_SW128_Atom<ElementQ_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutQ_s = decltype(tile_to_shape(
     SmemLayoutQ_sAtom{}, make_shape(Int<block_M>{}, Int<D>{})));  // (block_M, D)
 
-// Shared buffer `K_s` (spec 24): gemm operand B, viewed as (N, K); dim 1 contiguous to match `K` so
-// TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the 128-byte
-// swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory
-// descriptors.
+// Shared buffer `K_s` (spec 24): gemm operand B, viewed as (N, K); `D` (dim 1) contiguous to match
+// `K` so TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8 stretches of
+// 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on elements),
+// the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutK_sAtom = GMMA::Layout_K_SW128_Atom<ElementK_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutK_s = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<block_N>{}, Int<D>{}, Int<stages>{})));  // (block_N, D, stage)
 using SmemLayoutK_sTile = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<block_N>{}, Int<D>{})));  // one stage: what a tile's TMA loads write
 
-// Shared buffer `V_s` (spec 25): gemm operand B, viewed as (N, K); dim 1 contiguous to match `V` so
-// TMA boxes run along it; GMMA::Layout_MN_SW128_Atom: 8 rows of 64 elements with the 128-byte
-// swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory
-// descriptors.
+// Shared buffer `V_s` (spec 25): gemm operand B, viewed as (N, K); `D` (dim 1) contiguous to match
+// `V` so TMA boxes run along it; GMMA::Layout_MN_SW128_Atom: 64x8 in (MN, K) order, 8 stretches of
+// 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on elements),
+// the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutV_sAtom = GMMA::Layout_MN_SW128_Atom<ElementV_s>;  // 64x8 elements, Swizzle<3, 3, 3>
 using SmemLayoutV_s = decltype(tile_to_shape(
     SmemLayoutV_sAtom{}, make_shape(Int<D>{}, Int<block_N>{}, Int<stages>{})));  // (D, block_N, stage)
@@ -123,14 +123,14 @@ using SmemLayoutV_sTile = decltype(tile_to_shape(
 // 16 of every 64 accumulator rows, in the m16n8 pattern of mma.sync.
 using TiledMma0 = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{},
     Layout<Shape<Int<2>, _1, _1>>{}));  // warpgroups (M, N, K)
-static_assert(size(TiledMma0{}) == kThreads, "the MMA uses every thread of the block");
+static_assert(size(TiledMma0{}) == kThreads, "the MMA uses every consumer thread of the block");
 
 // gemm (spec 58): each of 2 warpgroups (stacked along M, 64 rows each) issues 1 64x128x16 warpgroup
 // MMA per 16-deep k-block, A from registers, B MN-major in shared memory; each warp holds 16 of
 // every 64 accumulator rows, in the m16n8 pattern of mma.sync.
 using TiledMma1 = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{},
     Layout<Shape<Int<2>, _1, _1>>{}));  // warpgroups (M, N, K)
-static_assert(size(TiledMma1{}) == kThreads, "the MMA uses every thread of the block");
+static_assert(size(TiledMma1{}) == kThreads, "the MMA uses every consumer thread of the block");
 // A comes from registers (`P_f`).
 
 // copy (spec 34): TMA: one thread issues 2 loads of 64x128 elements (the contiguous extent first,
@@ -289,19 +289,19 @@ flash_attention_fwd_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 42) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec line 26): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec 26): (MMA, MMA_M, MMA_N), float registers
 
   // MMA (spec 58) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec line 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec line 27): laid out as `S_f`, cute::bfloat16_t registers
-  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});  // fragment `m` (spec line 29): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<2>>{});  // fragment `m_prev` (spec line 30): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor l = make_tensor<ElementL>(Shape<Int<2>>{});  // fragment `l` (spec line 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<2>>{});  // fragment `alpha` (spec line 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec 27): laid out as `S_f`, cute::bfloat16_t registers
+  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});  // fragment `m` (spec 29): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<2>>{});  // fragment `m_prev` (spec 30): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor l = make_tensor<ElementL>(Shape<Int<2>>{});  // fragment `l` (spec 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<2>>{});  // fragment `alpha` (spec 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
 
   // Operand partitions of the warpgroup MMA at spec 42: shared-memory descriptors.
   Tensor tCrQ_s = thr_mma0.partition_fragment_A(sQ_s);  // (MMA, MMA_M, MMA_K)

@@ -14,10 +14,8 @@ extern "C" {
 #endif
 
 // Launches flash_attention_fwd_bf16 on `stream`; asynchronous, like a CUDA kernel launch. `stream`
-// must
-// belong to the current device. Safe to call from several host threads at once (the launcher
-// keeps no state beyond an atomic cache of device attributes). An output must not overlap any
-// other tensor.
+// must belong to the current device. Safe to call from several host threads at once. An output must
+// not overlap any other tensor.
 //
 // Tensors (device pointers to packed arrays: no padding between rows):
 //   Q      [B, S, H, D] bf16, row-major (the last index fastest) (input)

@@ -83,30 +83,30 @@ using ElementP_f = cute::bfloat16_t;  // fragment buffer `P_f`
 using ElementO_f = float;  // fragment buffer `O_f`
 using ElementS_f = float;  // fragment buffer `S_f`
 
-// Shared buffer `Q_s` (spec 24): gemm operand A, viewed as (M, K); dim 1 contiguous to match `Q` so
-// TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the 128-byte
-// swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory
-// descriptors.
+// Shared buffer `Q_s` (spec 24): gemm operand A, viewed as (M, K); `D` (dim 1) contiguous to match
+// `Q` so TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8 stretches of
+// 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on elements),
+// the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutQ_sAtom = GMMA::Layout_K_SW128_Atom<ElementQ_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutQ_s = decltype(tile_to_shape(
     SmemLayoutQ_sAtom{}, make_shape(Int<chunk>{}, Int<D>{}, Int<stages>{})));  // (chunk, D, stage)
 using SmemLayoutQ_sTile = decltype(tile_to_shape(
     SmemLayoutQ_sAtom{}, make_shape(Int<chunk>{}, Int<D>{})));  // one stage: what a tile's TMA loads write
 
-// Shared buffer `K_s` (spec 25): gemm operand B, viewed as (N, K); dim 1 contiguous to match `K` so
-// TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the 128-byte
-// swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory
-// descriptors.
+// Shared buffer `K_s` (spec 25): gemm operand B, viewed as (N, K); `D` (dim 1) contiguous to match
+// `K` so TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8 stretches of
+// 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on elements),
+// the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutK_sAtom = GMMA::Layout_K_SW128_Atom<ElementK_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutK_s = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<chunk>{}, Int<D>{}, Int<stages>{})));  // (chunk, D, stage)
 using SmemLayoutK_sTile = decltype(tile_to_shape(
     SmemLayoutK_sAtom{}, make_shape(Int<chunk>{}, Int<D>{})));  // one stage: what a tile's TMA loads write
 
-// Shared buffer `V_s` (spec 26): gemm operand B, viewed as (N, K); dim 1 contiguous to match `V` so
-// TMA boxes run along it; GMMA::Layout_MN_SW128_Atom: 8 rows of 64 elements with the 128-byte
-// swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory
-// descriptors.
+// Shared buffer `V_s` (spec 26): gemm operand B, viewed as (N, K); `block_V` (dim 1) contiguous to
+// match `V` so TMA boxes run along it; GMMA::Layout_MN_SW128_Atom: 64x8 in (MN, K) order, 8
+// stretches of 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on
+// elements), the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutV_sAtom = GMMA::Layout_MN_SW128_Atom<ElementV_s>;  // 64x8 elements, Swizzle<3, 3, 3>
 using SmemLayoutV_s = decltype(tile_to_shape(
     SmemLayoutV_sAtom{}, make_shape(Int<block_V>{}, Int<chunk>{}, Int<stages>{})));  // (block_V, chunk, stage)
@@ -115,8 +115,9 @@ using SmemLayoutV_sTile = decltype(tile_to_shape(
 
 // Shared buffer `S_s` (spec 27): gemm operand B, viewed as (N, K); written from `S_f`'s registers,
 // whose threads hold pairs of neighbouring columns, so dim 1 is contiguous (one 32-bit store per
-// pair); GMMA::Layout_MN_SW128_Atom: 8 rows of 64 elements with the 128-byte swizzle
-// (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors.
+// pair); GMMA::Layout_MN_SW128_Atom: 64x8 in (MN, K) order, 8 stretches of 64 contiguous elements
+// (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup
+// MMAs read through shared-memory descriptors.
 using SmemLayoutS_sAtom = GMMA::Layout_MN_SW128_Atom<ElementS_s>;  // 64x8 elements, Swizzle<3, 3, 3>
 using SmemLayoutS_s = decltype(tile_to_shape(
     SmemLayoutS_sAtom{}, make_shape(Int<block_V>{}, Int<D>{})));  // (block_V, D)
@@ -259,12 +260,12 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 40) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));  // fragment `A_f` (spec line 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));  // fragment `A_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
 
   // MMA (spec 45) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));  // fragment `O_f` (spec line 30): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
 
   // MMA (spec 49), adding into an accumulator declared above.
   TiledMma2 tiled_mma2;
@@ -273,10 +274,10 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 52) and its accumulator.
   TiledMma3 tiled_mma3;
   auto thr_mma3 = tiled_mma3.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));  // fragment `S_f` (spec line 31): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));  // fragment `S_f` (spec 31): (MMA, MMA_M, MMA_N), float registers
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(A_f);  // fragment `P_f` (spec line 29): laid out as `A_f`, cute::bfloat16_t registers
+  Tensor P_f = make_fragment_like<ElementP_f>(A_f);  // fragment `P_f` (spec 29): laid out as `A_f`, cute::bfloat16_t registers
 
   // Operand partitions of the warpgroup MMA at spec 40: shared-memory descriptors.
   Tensor tCrQ_s0 = thr_mma0.partition_fragment_A(sQ_s);  // (MMA, MMA_M, MMA_K, stage)

@@ -25,7 +25,7 @@ namespace tilegen::w4a16_prefill_gemm_bf16 {
 
 using namespace cute;
 
-// Spec constants.
+// Spec constants (sm90a's `targets:` entry, spec 36, sets block_M, block_K, stages).
 constexpr int block_M = 256;
 constexpr int block_N = 128;
 constexpr int block_K = 128;

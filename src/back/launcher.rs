@@ -63,6 +63,10 @@ pub struct HeaderCtx {
     pub source_ext: String,
     /// The banner's build command, one comment line each: the flags `tilegen build` uses.
     pub build: Vec<String>,
+    /// Where the target's `targets:` entry changed constants or the thread count, which and
+    /// at which spec line, for the constants' comment: `` (sm90a's `targets:` entry, spec 28,
+    /// sets block_N, block_K, stages)``; empty otherwise.
+    pub constants_note: String,
 }
 
 /// The header fields for a compiled spec.
@@ -81,7 +85,22 @@ pub fn header(c: &Compiled) -> HeaderCtx {
         runtime_header: if amd { "hip/hip_runtime.h" } else { "cuda_runtime.h" }.into(),
         source_ext: c.plan.target.source_extension().into(),
         build: build_lines(c.plan.target, &c.spec.kernel.name),
+        constants_note: constants_note(c),
     }
+}
+
+/// See [`HeaderCtx::constants_note`].
+fn constants_note(c: &Compiled) -> String {
+    let target = c.plan.target;
+    let Some(o) = c.spec.targets.iter().find(|o| o.target.name == target.name()) else { return String::new() };
+    let mut names: Vec<&str> = o.constants.iter().map(|k| k.name.name.as_str()).collect();
+    if o.threads.is_some() {
+        names.push("threads");
+    }
+    if names.is_empty() {
+        return String::new();
+    }
+    format!(" ({target}'s `targets:` entry, spec {}, sets {})", c.line(o.target.span), names.join(", "))
 }
 
 /// The build command a generated file's banner gives: for the NVIDIA targets the flags of

@@ -199,7 +199,7 @@ impl Infer<'_> {
                         continue;
                     };
                     let vector = (shape[d] as u64 * bytes).min(16);
-                    (d, format!("dim {d} contiguous to match `{}` so cp.async moves {vector}-byte vectors", self.spec.tensors[t].name.name))
+                    (d, format!("{} contiguous to match `{}` so cp.async moves {vector}-byte vectors", dim_label(&self.spec.buffers[i].shape, d), self.spec.tensors[t].name.name))
                 }
                 (None, _) => {
                     (cute_dims.last().copied().unwrap_or(0), "not filled from global memory, so K (or the last dim) is contiguous".to_string())
@@ -618,5 +618,16 @@ impl Infer<'_> {
             odd_rows: false,
             why,
         });
+    }
+}
+
+/// How a comment names dimension `d` of a buffer whose shape is `shape`: its extent's name
+/// with the index (`block_N (dim 1)`), or the index alone for a computed extent. The extent
+/// reads unambiguously beside the operand view's mode order, which can differ from the spec's.
+pub(super) fn dim_label(shape: &[crate::ast::Expr], d: usize) -> String {
+    match shape.get(d).map(|e| &e.kind) {
+        Some(crate::ast::ExprKind::Name(n)) => format!("`{n}` (dim {d})"),
+        Some(crate::ast::ExprKind::Int(v)) => format!("the extent {v} (dim {d})"),
+        _ => format!("dim {d}"),
     }
 }

@@ -93,7 +93,7 @@ impl Infer<'_> {
                     // The shared layout's contiguous dim was chosen for cp.async's vectors; it
                     // is the same one TMA boxes need (their first extent runs along it).
                     if let Some(l) = self.plan.shared.get_mut(&buffer) {
-                        l.why_contiguous = format!("dim {} contiguous to match `{tensor}` so TMA boxes run along it", l.contiguous_dim);
+                        l.why_contiguous = format!("{} contiguous to match `{tensor}` so TMA boxes run along it", super::copy::dim_label(&self.spec.buffers[buffer].shape, l.contiguous_dim));
                     }
                 }
             }

@@ -42,7 +42,10 @@ impl Infer<'_> {
                     // as CuTe's GMMA atom so that descriptors can be made from it. The sm80
                     // reason for the swizzle (ldmatrix's reads) no longer applies.
                     debug_assert_eq!(l.swizzle, SW128);
-                    l.why_swizzle = format!("{atom}: 8 rows of 64 elements with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors");
+                    // K-major atoms are 8x64 in (MN, K) order, MN-major ones 64x8: either way 8
+                    // stretches of 64 contiguous elements (128 bytes).
+                    let shape = if atom.contains("_MN_") { "64x8 in (MN, K) order" } else { "8x64 in (MN, K) order" };
+                    l.why_swizzle = format!("{atom}: {shape}, 8 stretches of 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through shared-memory descriptors");
                 }
             }
             Err(why) => self.plan.mma_sync_reason = Some(why),

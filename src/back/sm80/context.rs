@@ -365,7 +365,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         let owns = matches!(plan.fragments.get(&m.c), Some(FragmentLayout::MmaAccumulator { gemm }) if *gemm == sid);
         let accumulators = if !owns { Vec::new() } else { vec![LineCtx {
             code: format!("Tensor {} = partition_fragment_C(tiled_mma{sfx}, make_shape({}));", acc.name.name, acc_shape.join(", ")),
-            comment: format!("fragment `{}` (spec line {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, c.line(acc.span), cpp_type(acc.dtype.0)),
+            comment: format!("fragment `{}` (spec {}): (MMA, MMA_M, MMA_N), {} registers", acc.name.name, c.line(acc.span), cpp_type(acc.dtype.0)),
         }] };
         // mma.sync partitions one stage (the ldmatrix copies pick the stage); WGMMA makes a
         // descriptor per stage, so it partitions the whole staged tile.
@@ -460,7 +460,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 let src = &spec.buffers[plan.mmas[gemm].c].name.name;
                 fragments.push(LineCtx {
                     code: format!("Tensor {n} = make_fragment_like<{}>({src});", element_alias(n)),
-                    comment: format!("fragment `{n}` (spec line {}): laid out as `{src}`, {} registers", c.line(buf.span), cpp_type(buf.dtype.0)),
+                    comment: format!("fragment `{n}` (spec {}): laid out as `{src}`, {} registers", c.line(buf.span), cpp_type(buf.dtype.0)),
                 });
             }
             FragmentLayout::MmaAccumulator { .. } => {}
@@ -469,7 +469,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 let rows = m.rows_per_thread();
                 fragments.push(LineCtx {
                     code: format!("Tensor {n} = make_tensor<{}>(Shape<Int<{rows}>>{{}});", element_alias(n)),
-                    comment: format!("fragment `{n}` (spec line {}): one value per accumulator row this thread holds (2 per 16-row MMA tile)", c.line(buf.span)),
+                    comment: format!("fragment `{n}` (spec {}): one value per accumulator row this thread holds (2 per 16-row MMA tile)", c.line(buf.span)),
                 });
             }
         }

@@ -21,7 +21,7 @@ namespace tilegen::gemm_w8a8_bf16 {
 
 using namespace cute;
 
-// Spec constants.
+// Spec constants (sm80's `targets:` entry, spec 31, sets block_N, block_K).
 constexpr int block_M = 128;
 constexpr int block_N = 128;
 constexpr int block_K = 64;
@@ -41,18 +41,18 @@ using ElementB_s = int8_t;  // shared buffer `B_s`
 using ElementAcc = int32_t;  // fragment buffer `acc`
 using ElementOut = float;  // fragment buffer `out`
 
-// Shared buffer `A_s` (spec 16): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
-// cp.async moves 16-byte vectors; Swizzle<2,4,3> on a 8x64 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `A_s` (spec 16): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
+// match `A` so cp.async moves 16-byte vectors; Swizzle<2,4,3> on a 8x64 atom spreads each 128-byte
+// line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutA_sAtom = decltype(composition(
     Swizzle<2, 4, 3>{},
     Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));
 using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
 
-// Shared buffer `B_s` (spec 17): gemm operand B, viewed as (N, K); dim 1 contiguous to match `B` so
-// cp.async moves 16-byte vectors; Swizzle<2,4,3> on a 8x64 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `B_s` (spec 17): gemm operand B, viewed as (N, K); `block_K` (dim 1) contiguous to
+// match `B` so cp.async moves 16-byte vectors; Swizzle<2,4,3> on a 8x64 atom spreads each 128-byte
+// line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutB_sAtom = decltype(composition(
     Swizzle<2, 4, 3>{},
     Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));
@@ -146,10 +146,10 @@ gemm_w8a8_bf16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 25) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec line 18): (MMA, MMA_M, MMA_N), int32_t registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 18): (MMA, MMA_M, MMA_N), int32_t registers
 
   // Register fragments computed from the accumulators.
-  Tensor out = make_fragment_like<ElementOut>(acc);  // fragment `out` (spec line 19): laid out as `acc`, float registers
+  Tensor out = make_fragment_like<ElementOut>(acc);  // fragment `out` (spec 19): laid out as `acc`, float registers
 
   // Operand partitions of the MMA at spec 25.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)

@@ -129,9 +129,9 @@ using ElementS_s = cute::half_t;  // shared buffer `S_s`
 using ElementW_s = cute::half_t;  // shared buffer `W_s`
 using ElementAcc = float;  // fragment buffer `acc`
 
-// Shared buffer `A_s` (spec 14): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `A_s` (spec 14): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
+// match `A` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte
+// line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutA_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
     Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));
@@ -255,7 +255,7 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 26) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec line 18): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 18): (MMA, MMA_M, MMA_N), float registers
 
   // Operand partitions of the MMA at spec 26.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)

@@ -47,18 +47,18 @@ using ElementB_s = cute::half_t;  // shared buffer `B_s`
 using ElementAcc = cute::half_t;  // fragment buffer `acc`
 using ElementM = cute::half_t;  // fragment buffer `m`
 
-// Shared buffer `A_s` (spec 12): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
-// cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `A_s` (spec 12): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
+// match `A` so cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte
+// line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutA_sAtom = decltype(composition(
     Swizzle<2, 3, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
 
-// Shared buffer `B_s` (spec 13): gemm operand B, viewed as (N, K); dim 1 contiguous to match `B` so
-// cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `B_s` (spec 13): gemm operand B, viewed as (N, K); `block_N` (dim 1) contiguous to
+// match `B` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte
+// line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutB_sAtom = decltype(composition(
     Swizzle<3, 3, 3>{},
     Layout<Shape<Int<64>, Int<8>>, Stride<_1, Int<64>>>{}));
@@ -143,10 +143,10 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 21) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec line 14): (MMA, MMA_M, MMA_N), cute::half_t registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 14): (MMA, MMA_M, MMA_N), cute::half_t registers
 
   // Register fragments computed from the accumulators.
-  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});  // fragment `m` (spec line 15): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});  // fragment `m` (spec 15): one value per accumulator row this thread holds (2 per 16-row MMA tile)
 
   // Operand partitions of the MMA at spec 21.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)

@@ -44,7 +44,7 @@ namespace tilegen::stacked_linear_bf16 {
 using namespace cute;
 using namespace cutlass::epilogue::fusion;
 
-// Spec constants.
+// Spec constants (sm90a's `targets:` entry, spec 29, sets block_N, block_K, stages).
 constexpr int block_M = 128;
 constexpr int block_N = 256;
 constexpr int block_K = 64;

@@ -152,10 +152,10 @@ using ElementS_s = cute::half_t;  // shared buffer `S_s`
 using ElementW_s = cute::half_t;  // shared buffer `W_s`
 using ElementAcc = float;  // fragment buffer `acc`
 
-// Shared buffer `A_s` (spec 14): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
-// cp.async moves 16-byte vectors; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the
-// 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through
-// shared-memory descriptors.
+// Shared buffer `A_s` (spec 14): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
+// match `A` so cp.async moves 16-byte vectors; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8
+// stretches of 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on
+// elements), the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutA_sAtom = GMMA::Layout_K_SW128_Atom<ElementA_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{}, Int<stages>{})));  // (block_M, block_K, stage)
@@ -180,9 +180,9 @@ using SmemLayoutS_s = decltype(tile_to_shape(
     SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // Shared buffer `W_s` (spec 17): gemm operand B, viewed as (N, K); not filled from global memory,
-// so K (or the last dim) is contiguous; GMMA::Layout_K_SW128_Atom: 8 rows of 64 elements with the
-// 128-byte swizzle (Swizzle<3,3,3> on elements), the layout warpgroup MMAs read through
-// shared-memory descriptors.
+// so K (or the last dim) is contiguous; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8
+// stretches of 64 contiguous elements (128 bytes each) with the 128-byte swizzle (Swizzle<3,3,3> on
+// elements), the layout warpgroup MMAs read through shared-memory descriptors.
 using SmemLayoutW_sAtom = GMMA::Layout_K_SW128_Atom<ElementW_s>;  // 8x64 elements, Swizzle<3, 3, 3>
 using SmemLayoutW_s = decltype(tile_to_shape(
     SmemLayoutW_sAtom{}, make_shape(Int<block_N>{}, Int<block_K>{})));  // (block_N, block_K)
@@ -281,7 +281,7 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 26) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec line 18): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 18): (MMA, MMA_M, MMA_N), float registers
 
   // Operand partitions of the warpgroup MMA at spec 26: shared-memory descriptors.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s);  // (MMA, MMA_M, MMA_K, stage)

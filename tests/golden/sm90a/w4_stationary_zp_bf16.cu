@@ -146,9 +146,9 @@ using SmemLayoutW_sAtom = decltype(composition(
 using SmemLayoutW_s = decltype(tile_to_shape(
     SmemLayoutW_sAtom{}, make_shape(Int<block_N>{}, Int<block_K>{})));  // (block_N, block_K)
 
-// Shared buffer `A_s` (spec 18): gemm operand A, viewed as (M, K); dim 1 contiguous to match `A` so
-// cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte line's
-// 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
+// Shared buffer `A_s` (spec 18): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
+// match `A` so cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte
+// line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutA_sAtom = decltype(composition(
     Swizzle<2, 3, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
@@ -257,7 +257,7 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 28) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec line 19): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 19): (MMA, MMA_M, MMA_N), float registers
 
   // Operand partitions of the MMA at spec 28.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s);  // (MMA, MMA_M, MMA_K)
