@@ -74,14 +74,35 @@ pub fn read_spec(path: &Path) -> Result<SourceFile, GenError> {
 /// `-o generated` in the repository), or its file name when it lies outside that folder.
 pub fn banner_path(spec: &Path, out: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_default();
-    let spec = normalise(&cwd.join(spec));
-    let out = normalise(&cwd.join(out));
+    let spec = resolve(&cwd.join(spec));
+    let out = resolve(&cwd.join(out));
     let base = out.parent().unwrap_or(&out);
     match spec.strip_prefix(base) {
         Ok(rel) if rel.components().next().is_some() => {
             rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
         }
         _ => spec.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+    }
+}
+
+/// The absolute `path` with symbolic links resolved, so that two spellings of one folder
+/// compare equal: the longest existing prefix is canonicalised (an output root need not
+/// exist yet) and the rest appended, `.` and `dir/..` removed.
+fn resolve(path: &Path) -> PathBuf {
+    let path = normalise(path);
+    let mut existing = path.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return path,
+        }
     }
 }
 

@@ -46,6 +46,12 @@ fn gen_is_byte_identical_and_check_reports_drift() {
     assert_eq!(code, 0, "{text}");
     let (code, text) = tilegen(Path::new("/"), &["gen", "--check", specs.join("gemm_bf16.yaml").to_str().unwrap(), "-o", dir.path().join("generated").to_str().unwrap()]);
     assert_eq!(code, 0, "{text}");
+    // Through a symbolic link to the same folder: links are resolved before comparing.
+    let link = tempfile::tempdir().unwrap();
+    let linked = link.path().join("project");
+    std::os::unix::fs::symlink(dir.path(), &linked).unwrap();
+    let (code, text) = tilegen(&linked, &["gen", "--check", "specs/gemm_bf16.yaml", "-o", linked.join("generated").to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
 
     // An edited file: exit 1 with a unified diff.
     let cu = dir.path().join("generated/sm80/gemm_bf16.cu");

@@ -55,6 +55,11 @@ pub fn fold(spec: &mut Spec) -> Vec<Diagnostic> {
         match eval(&c.value, &known, &declared, &c.name.name) {
             Ok(v) => {
                 known.insert(c.name.name.clone(), v);
+                if let Val::Float(x) = v && let Some(d) = beyond_float(x, &c.value, &c.name.name) {
+                    errors.push(d);
+                    failed.push(c.name.name.clone());
+                    continue;
+                }
                 if literal {
                     continue;
                 }
@@ -65,11 +70,6 @@ pub fn fold(spec: &mut Spec) -> Vec<Diagnostic> {
                         continue;
                     }
                     Val::Int(n) => ExprKind::Int(n),
-                    Val::Float(x) if !x.is_finite() => {
-                        errors.push(Diagnostic::error(c.value.span, format!("constant `{}` evaluates to {x}, not a finite number", c.name.name)));
-                        failed.push(c.name.name.clone());
-                        continue;
-                    }
                     Val::Float(x) => ExprKind::Float(x, format!("{x:?}")),
                     Val::Bool(b) => ExprKind::Bool(b),
                 };
@@ -173,7 +173,13 @@ fn eval(e: &Expr, known: &BTreeMap<String, Val>, declared: &[String], constant: 
                         Val::Int(v) => Ok(Val::Int(v)),
                         v => {
                             let x = float_of(v)?.trunc();
-                            if x.is_finite() && x.abs() <= i64::MAX as f64 { Ok(Val::Int(x as i64)) } else { Err(overflow(e, constant)) }
+                            if x.is_nan() {
+                                Err(Diagnostic::error(e.span, format!("constant `{constant}` converts a NaN to an integer")))
+                            } else if x.is_finite() && x.abs() <= i64::MAX as f64 {
+                                Ok(Val::Int(x as i64))
+                            } else {
+                                Err(overflow(e, constant))
+                            }
                         }
                     }
                 }
@@ -187,7 +193,8 @@ fn eval(e: &Expr, known: &BTreeMap<String, Val>, declared: &[String], constant: 
                         "exp2" => x.exp2(),
                         "log" => x.ln(),
                         "log2" => x.log2(),
-                        _ => x,
+                        // f32: rounded to single precision, as the generated code would.
+                        _ => x as f32 as f64,
                     }))
                 }
                 other => Err(refuse(format!("`{other}`"))),
@@ -198,6 +205,25 @@ fn eval(e: &Expr, known: &BTreeMap<String, Val>, declared: &[String], constant: 
         ExprKind::Unary(UnOp::Not, _) => Err(refuse("`!`".into())),
         ExprKind::Slice(_) => Err(refuse("a slice".into())),
     }
+}
+
+/// Why float constant `name` = `x` cannot be the `float` the generated code declares: not a
+/// number, infinite (unless written as `inf` or `-inf`), beyond float's range, or a nonzero
+/// value that float rounds to zero.
+fn beyond_float(x: f64, e: &Expr, name: &str) -> Option<Diagnostic> {
+    let written_infinite = matches!(&e.kind, ExprKind::Float(_, spelling) if spelling.trim_start_matches('-') == "inf");
+    let why = if x.is_nan() {
+        "not a number".to_string()
+    } else if x.is_infinite() && !written_infinite {
+        format!("{x} (write `inf` for an infinite constant)")
+    } else if (x as f32).is_infinite() && !written_infinite {
+        format!("{x:e}, beyond the range of the `float` the generated code declares it as (at most {:e} in magnitude)", f32::MAX)
+    } else if x != 0.0 && x as f32 == 0.0 {
+        format!("{x:e}, which the `float` the generated code declares it as rounds to 0")
+    } else {
+        return None;
+    };
+    Some(Diagnostic::error(e.span, format!("constant `{name}` is {why}")))
 }
 
 fn overflow(e: &Expr, constant: &str) -> Diagnostic {

@@ -174,9 +174,9 @@ pub fn cpp_word(name: &str) -> bool {
 }
 
 /// Whether the checker refuses `name` for every target: a C++ or CUDA word ([`cpp_word`]),
-/// an intrinsic of the spec language or a dtype name.
+/// an intrinsic of the spec language, its literal `inf` or a dtype name.
 pub fn refused_name(name: &str) -> bool {
-    cpp_word(name) || crate::check::expr::INTRINSICS.contains(&name) || DType::from_name(name).is_some()
+    cpp_word(name) || crate::check::expr::INTRINSICS.contains(&name) || DType::from_name(name).is_some() || name == "inf"
 }
 
 impl Checker<'_> {
@@ -193,7 +193,7 @@ impl Checker<'_> {
                 .hint("tensors, constants, runtime sizes, block indices and buffers share one namespace; rename one"));
             return;
         }
-        if crate::check::expr::INTRINSICS.contains(&ident.name.as_str()) || DType::from_name(&ident.name).is_some() {
+        if crate::check::expr::INTRINSICS.contains(&ident.name.as_str()) || DType::from_name(&ident.name).is_some() || ident.name == "inf" {
             self.err(Diagnostic::error(ident.span, format!("`{}` is a built-in name and cannot be redeclared", ident.name)));
             return;
         }
