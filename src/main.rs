@@ -127,7 +127,14 @@ struct BuildOpts {
 
 fn parse_size(s: &str) -> Result<(String, i64), String> {
     let (k, v) = s.split_once('=').ok_or("expected NAME=VALUE")?;
-    Ok((k.to_string(), v.parse().map_err(|_| format!("`{v}` is not an integer"))?))
+    if k.trim().is_empty() {
+        return Err("expected NAME=VALUE, with a size's name before `=`".into());
+    }
+    let v: i64 = v.parse().map_err(|_| format!("`{v}` is not an integer"))?;
+    if v < 1 {
+        return Err(format!("{k} = {v}: a size must be at least 1"));
+    }
+    Ok((k.trim().to_string(), v))
 }
 
 fn parse_target(s: &str) -> Result<Target, String> {
@@ -319,6 +326,25 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
             return exit::FAILED;
         }
     };
+    // Sizes named on the command line: each once, and each one of the spec's runtime sizes.
+    let mut explicit = std::collections::BTreeMap::new();
+    for (name, value) in sizes {
+        let problem = if explicit.contains_key(&name) {
+            Some(format!("--size {name} is given twice"))
+        } else if let Some(v) = c.info.const_int(&name) {
+            Some(format!("`{name}` is a constant of the spec ({v}), not a runtime size"))
+        } else if !c.info.runtime_dims.contains(&name) {
+            let hint = tilegen::diag::did_you_mean(&name, c.info.runtime_dims.iter().map(String::as_str)).map(|h| format!("; {h}")).unwrap_or_default();
+            Some(format!("`{name}` is not a runtime size of {} (they are {}){hint}", c.file.path, c.info.runtime_dims.join(", ")))
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            eprintln!("tilegen: error: {p}");
+            return exit::USAGE;
+        }
+        explicit.insert(name, value);
+    }
     let mut tensors = std::collections::BTreeMap::new();
     // Inputs, and outputs the spec also reads (updated in place: their initial contents).
     for t in c.spec.tensors.iter().filter(|t| c.spec.starts_from(t)) {
@@ -335,7 +361,6 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
             }
         }
     }
-    let explicit = sizes.into_iter().collect();
     let line_of = |span: tilegen::diag::Span| c.file.line_col(span.start).0;
     let result = tilegen::interp::infer_sizes(&c.spec, &c.info, &tensors, &explicit)
         .and_then(|sizes| tilegen::interp::run(&c.spec, &c.info, &line_of, &sizes, &mut tensors));

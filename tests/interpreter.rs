@@ -145,10 +145,23 @@ fn run_refuses_sizes_the_spec_does_not_have_and_arrays_of_another_dtype() {
             .args(["run", spec, "--inputs"]).arg(&inputs).arg("--out").arg(out.path()).args(extra).output().unwrap();
         (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
-    // A misspelt size: an error that names the spec's sizes, not a silent success.
+    // A misspelt size: a command-line error (exit 2) that names the spec's sizes, not a silent
+    // success; so are a repeated size, a constant's name, an empty name and a size below 1.
     let (code, text) = run("specs/gemm_bf16.yaml", &["--size", "m=77"]);
-    assert_eq!(code, Some(1), "{text}");
-    assert!(text.contains("`m` is not a runtime size of this spec (they are M, N, K); did you mean `M`?"), "{text}");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("`m` is not a runtime size of specs/gemm_bf16.yaml (they are M, N, K); did you mean `M`?"), "{text}");
+    for (args, want) in [
+        (&["--size", "M=77", "--size", "M=78"][..], "--size M is given twice"),
+        (&["--size", "=5"][..], "with a size's name before `=`"),
+        (&["--size", "M=0"][..], "a size must be at least 1"),
+    ] {
+        let (code, text) = run("specs/gemm_bf16.yaml", args);
+        assert_eq!(code, Some(2), "{text}");
+        assert!(text.contains(want), "{text}");
+    }
+    let (code, text) = run("specs/flash_attention_fwd_bf16.yaml", &["--size", "D=128"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("`D` is a constant of the spec (128), not a runtime size"), "{text}");
     // bf16 arrays given to an f16 spec: bad input (exit 1), not an I/O failure (exit 3).
     let (code, text) = run("specs/gemm_f16.yaml", &[]);
     assert_eq!(code, Some(1), "{text}");

@@ -99,7 +99,7 @@ fn eval(e: &Expr, known: &BTreeMap<String, Val>, declared: &[String], constant: 
                     .hint(format!("move `{n}` before `{constant}`")))
             }
             None => Err(Diagnostic::error(e.span, format!("`{n}` is not a constant: `{constant}`'s value is fixed when the code is generated"))
-                .hint(format!("a constant may use {ALLOWED}"))),
+                .hint(super::python_literal(n).unwrap_or_else(|| format!("a constant may use {ALLOWED}")))),
         },
         ExprKind::Unary(UnOp::Neg, x) => match recurse(x)? {
             Val::Int(v) => v.checked_neg().map(Val::Int).ok_or_else(|| overflow(e, constant)),

@@ -173,6 +173,18 @@ pub fn cpp_word(name: &str) -> bool {
     CPP_WORDS.contains(&name) || standard_macro(name)
 }
 
+/// A hint for a Python spelling of a spec-language literal (`True`, `None`, `float('inf')`
+/// aside): the spec's `true`, `false` and `inf`.
+pub fn python_literal(name: &str) -> Option<String> {
+    let spec = match name {
+        "True" | "TRUE" => "true",
+        "False" | "FALSE" => "false",
+        "Inf" | "INF" | "Infinity" => "inf",
+        _ => return None,
+    };
+    Some(format!("the spec language writes it `{spec}`"))
+}
+
 /// Whether the checker refuses `name` for every target: a C++ or CUDA word ([`cpp_word`]),
 /// an intrinsic of the spec language, its literal `inf` or a dtype name.
 pub fn refused_name(name: &str) -> bool {
@@ -330,7 +342,8 @@ impl Checker<'_> {
             return Some(s.clone());
         }
         let fitting = self.info.symbols.iter().filter(|(_, s)| expected(s)).map(|(n, _)| n.as_str());
-        let hint = did_you_mean(&ident.name, fitting)
+        let hint = python_literal(&ident.name)
+            .or_else(|| did_you_mean(&ident.name, fitting))
             .or_else(|| did_you_mean(&ident.name, self.info.symbols.keys().map(String::as_str)))
             .unwrap_or_else(|| "declare it under tensors, constants, grid or buffers".into());
         self.err(Diagnostic::error(ident.span, format!("unknown name `{}`", ident.name)).hint(hint));

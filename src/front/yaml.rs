@@ -119,10 +119,27 @@ impl Builder<'_> {
         let open = value.matches(['(', '[']).count();
         let close = value.matches([')', ']']).count();
         let after = self.file.text.get(start + value.len()..)?.trim_start_matches([' ', '\t']);
-        (open > close && after.starts_with(',')).then(|| {
-            Diagnostic::error(node.span, format!("`{value}` is cut short by the `,` after it: inside `{{...}}` or `[...]` a comma separates entries, even within brackets"))
-                .hint("quote the whole value (`\"ceildiv(M, block_M)\"`) or write the mapping one key per line")
-        })
+        if open <= close || !after.starts_with(',') {
+            return None;
+        }
+        // The whole value as written: up to the first `,`, `}` or `]` outside its brackets.
+        let text = &self.file.text[*start..];
+        let mut depth = 0i32;
+        let end = text.char_indices().find(|&(_, ch)| {
+            match ch {
+                '(' | '[' => depth += 1,
+                ')' | ']' if depth > 0 => depth -= 1,
+                _ => {}
+            }
+            depth == 0 && matches!(ch, ',' | '}' | ']' | '\n')
+        }).map_or(text.len(), |(i, _)| i);
+        let whole = text[..end].trim_end();
+        let how = match self.stack.last() {
+            Some(Frame::Map(..)) => ", or write the mapping one key per line",
+            _ => "",
+        };
+        Some(Diagnostic::error(node.span, format!("`{value}` is cut short by the `,` after it: inside `{{...}}` or `[...]` a comma separates entries, even within brackets"))
+            .hint(format!("quote the whole value (`\"{whole}\"`){how}")))
     }
 }
 
