@@ -798,10 +798,22 @@ pub fn apply_target(spec: &mut Spec, target: crate::target::Target) -> Vec<Diagn
             continue;
         }
         for c in &o.constants {
-            if !spec.constants.iter().any(|k| k.name.name == c.name.name) {
+            let Some(base) = spec.constants.iter().find(|k| k.name.name == c.name.name) else {
                 let hint = did_you_mean(&c.name.name, spec.constants.iter().map(|k| k.name.name.as_str()))
                     .unwrap_or_else(|| "declare the constant under `constants` first".into());
                 errors.push(Diagnostic::error(c.name.span, format!("`{}` overrides a constant the spec does not declare", c.name.name)).hint(hint));
+                continue;
+            };
+            // Written numbers must keep the constant's kind: every use was checked for it.
+            let kind = |e: &Expr| match e.kind {
+                ExprKind::Int(_) => Some("an integer"),
+                ExprKind::Float(..) => Some("a float"),
+                ExprKind::Bool(_) => Some("a boolean"),
+                _ => None,
+            };
+            if let (Some(want), Some(have)) = (kind(&base.value), kind(&c.value)) && want != have {
+                errors.push(Diagnostic::error(c.value.span, format!("`{}` is {want}, but this override for {} makes it {have}", c.name.name, o.target.name))
+                    .label(base.value.span, "declared here"));
             }
         }
         if o.target.name != target.name() {
