@@ -355,7 +355,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       clear(S_f);
 
       // spec 45: gemm(Q_s, K_s, S_f, transpose_b=true)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+      // 8 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+      // k-block b+1 loads while b multiplies.
       copy(s2r_copy_Q_s, tXsQ_s(_, _, 0), tXrQ_s(_, _, 0));
       copy(s2r_copy_K_s, tXsK_s(_, _, 0, read_stage), tXrK_s(_, _, 0));
       CUTE_UNROLL
@@ -475,7 +476,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
 
       // spec 61: gemm(P_f, V_s, O_f)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+      // 4 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+      // k-block b+1 loads while b multiplies.
       // A is already in registers.
       copy(s2r_copy_V_s, tXsV_s(_, _, 0, read_stage), tXrV_s(_, _, 0));
       CUTE_UNROLL

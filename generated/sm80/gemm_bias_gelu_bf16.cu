@@ -244,7 +244,8 @@ gemm_bias_gelu_bf16_kernel(ElementA const* __restrict__ A,
       cp_async_fence();
 
       // spec 22: gemm(A_s, B_s, acc)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+      // 2 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+      // k-block b+1 loads while b multiplies.
       copy(s2r_copy_A_s, tXsA_s(_, _, 0, read_stage), tXrA_s(_, _, 0));
       copy(s2r_copy_B_s, tXsB_s(_, _, 0, read_stage), tXrB_s(_, _, 0));
       CUTE_UNROLL

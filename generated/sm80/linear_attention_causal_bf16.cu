@@ -431,7 +431,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       clear(A_f);
 
       // spec 40: gemm(Q_s, K_s, A_f, transpose_b=true)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+      // 8 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+      // k-block b+1 loads while b multiplies.
       copy(s2r_copy_Q_s0, tXsQ_s0(_, _, 0, read_stage), tXrQ_s0(_, _, 0));
       copy(s2r_copy_K_s0, tXsK_s0(_, _, 0, read_stage), tXrK_s0(_, _, 0));
       CUTE_UNROLL
@@ -459,7 +460,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       clear(O_f);
 
       // spec 45: gemm(Q_s, S_s, O_f)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+      // 8 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+      // k-block b+1 loads while b multiplies.
       copy(s2r_copy_Q_s1, tXsQ_s1(_, _, 0, read_stage), tXrQ_s1(_, _, 0));
       copy(s2r_copy_S_s, tXsS_s(_, _, 0), tXrS_s(_, _, 0));
       CUTE_UNROLL
@@ -481,7 +483,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
 
       // spec 49: gemm(P_f, V_s, O_f)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+      // 4 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+      // k-block b+1 loads while b multiplies.
       // A is already in registers.
       copy(s2r_copy_V_s2, tXsV_s2(_, _, 0, read_stage), tXrV_s2(_, _, 0));
       CUTE_UNROLL
@@ -528,7 +531,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
 
       // spec 52: gemm(K_s, V_s, S_f, transpose_a=true)
-      // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+      // 4 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+      // k-block b+1 loads while b multiplies.
       copy(s2r_copy_K_s3, tXsK_s3(_, _, 0, read_stage), tXrK_s3(_, _, 0));
       copy(s2r_copy_V_s3, tXsV_s3(_, _, 0, read_stage), tXrV_s3(_, _, 0));
       CUTE_UNROLL

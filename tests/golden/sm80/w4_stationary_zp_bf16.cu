@@ -416,7 +416,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     }
 
     // spec 28: gemm(A_s, W_s, acc, transpose_b=true)
-    // Registers double-buffer the ldmatrix loads: k-block b+1 loads while b multiplies.
+    // 2 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
+    // k-block b+1 loads while b multiplies.
     copy(s2r_copy_A_s, tXsA_s(_, _, 0), tXrA_s(_, _, 0));
     copy(s2r_copy_W_s, tXsW_s(_, _, 0), tXrW_s(_, _, 0));
     CUTE_UNROLL
