@@ -15,20 +15,17 @@ pub fn explain(c: &Compiled) -> String {
     let _ = writeln!(o, "kernel {} ({}), target {}", spec.kernel.name, c.file.path, plan.target);
     let grid = spec.grid.iter().map(|g| format!("{} = {}{}", g.var.name, c.file.snippet(g.extent.span), if g.descending { " (descending)" } else { "" })).collect::<Vec<_>>().join(", ");
     if (plan.collective.is_some() || plan.attention.is_some()) && plan.target.is_amd() {
-        let _ = writeln!(o, "  threads: 256 (4 waves of 64), set by the CK instance (the spec's `threads: {}` are for the other lowerings); grid: chosen by CK over the spec's tiles {grid}", spec.threads.0);
+        let _ = writeln!(o, "  threads: {} ({} waves of 64), set by the CK instance (the spec's `threads: {}` are for the other lowerings); grid: chosen by CK over the spec's tiles {grid}", crate::layout::CK_THREADS, crate::layout::CK_THREADS / 64, spec.threads.0);
     } else if let Some(t) = &plan.tile {
         let _ = writeln!(o, "  threads: {} ({} waves of 64); grid: {grid}", spec.threads.0, t.waves);
     } else if plan.rows.is_some() && plan.target.is_amd() {
         let _ = writeln!(o, "  threads: {} ({} waves of 64); grid: {grid}", spec.threads.0, spec.threads.0 / 64);
     } else if plan.collective.is_some() {
-        let _ = writeln!(o, "  threads: 384, set by the kernel schedule (the spec's `threads: {}` are for the other lowerings); grid: persistent, covering the spec's tiles {grid}", spec.threads.0);
+        let _ = writeln!(o, "  threads: {}, set by the kernel schedule (the spec's `threads: {}` are for the other lowerings); grid: persistent, covering the spec's tiles {grid}", crate::layout::COLLECTIVE_THREADS, spec.threads.0);
     } else {
         let groups = if plan.mmas.values().any(|m| m.wgmma.is_some()) { format!(", {} warpgroup(s)", spec.threads.0 / 128) } else { String::new() };
         // A producer warp(group) comes on top of the spec's threads (see "Warp roles").
-        let producer = plan.warp_specialization.as_ref().map(|w| (w.producer_threads, "warpgroup"))
-            .or_else(|| plan.dequant_wgmma.as_ref().map(|_| (crate::layout::WGMMA_PRODUCER_THREADS, "warpgroup")))
-            .or_else(|| plan.dequant_gemm.as_ref().and_then(|p| p.tma.as_ref()).map(|_| (crate::layout::PRODUCER_THREADS, "warp")))
-            .map_or(String::new(), |(n, what)| format!(", plus a producer {what}: {} launched", spec.threads.0 + n));
+        let producer = plan.producer().map_or(String::new(), |(n, what)| format!(", plus a producer {what}: {} launched", spec.threads.0 + n));
         let _ = writeln!(o, "  threads: {} ({} warps{groups}){producer}; grid: {grid}", spec.threads.0, spec.threads.0 / 32);
         if let Some(r) = &plan.raster {
             let _ = writeln!(o, "  block order: grouped rasterization, {} rows of tiles per group\n    why: {}", r.group, r.why);
@@ -678,7 +675,7 @@ fn explain_collective(o: &mut String, c: &Compiled, p: &crate::layout::Collectiv
         };
         let _ = writeln!(o, "  batch: {line}");
     }
-    let _ = writeln!(o, "\nWarp roles (384 threads)");
+    let _ = writeln!(o, "\nWarp roles ({} threads)", crate::layout::COLLECTIVE_THREADS);
     let _ = writeln!(o, "  warpgroup 0: producer; one warp issues the TMA loads of A and B into the {} shared stages (setmaxnreg down to 40 registers)", p.stages);
     let (cm, cn) = p.consumer_tile;
     if (cm, cn) == (bm, bn) {

@@ -287,6 +287,23 @@ pub struct Plan {
     pub rows: Option<rows::RowsPlan>,
 }
 
+/// Threads per block of the sm90a CUTLASS collectives: one producer and two consumer
+/// warpgroups, whichever kernel schedule.
+pub const COLLECTIVE_THREADS: i64 = 384;
+/// Threads per block of the composable_kernel instances the AMD targets map onto.
+pub const CK_THREADS: i64 = 256;
+
+impl Plan {
+    /// The producer warp or warpgroup a warp-specialised plan launches beside the spec's
+    /// threads (thread count and what it is), if any: the fused programs' and the 4-bit-weight
+    /// lowerings' TMA producers.
+    pub fn producer(&self) -> Option<(i64, &'static str)> {
+        self.warp_specialization.as_ref().map(|w| (w.producer_threads, "warpgroup"))
+            .or_else(|| self.dequant_wgmma.as_ref().map(|_| (WGMMA_PRODUCER_THREADS, "warpgroup")))
+            .or_else(|| self.dequant_gemm.as_ref().and_then(|p| p.tma.as_ref()).map(|_| (PRODUCER_THREADS, "warp")))
+    }
+}
+
 pub(crate) struct Infer<'a> {
     pub spec: &'a Spec,
     pub info: &'a Info,
@@ -312,7 +329,7 @@ pub(crate) struct Infer<'a> {
 /// The plan's alignment requirements that a tensor's fixed extent can never meet: its
 /// contiguous extent (a number or a constant) is not a whole number of the vectors that move it,
 /// so the launcher would refuse every call. One error each, at the tensor.
-fn literal_extents_never_aligned(spec: &Spec, info: &Info, plan: &Plan) -> Vec<Diagnostic> {
+fn fixed_extents_never_aligned(spec: &Spec, info: &Info, plan: &Plan) -> Vec<Diagnostic> {
     plan.alignment.iter().filter(|a| a.whole_rows).filter_map(|a| {
         let t = &spec.tensors[a.tensor];
         let n = info.fixed_extent(&t.shape[Alignment::contiguous_dim(t)])?;
@@ -328,7 +345,7 @@ pub fn infer(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagn
     if let Some(d) = threads_override_unused(spec, &plan) {
         return Err(vec![d]);
     }
-    let never_aligned = literal_extents_never_aligned(spec, info, &plan);
+    let never_aligned = fixed_extents_never_aligned(spec, info, &plan);
     if never_aligned.is_empty() { Ok(plan) } else { Err(never_aligned) }
 }
 
@@ -675,9 +692,9 @@ fn threads_override_unused(spec: &Spec, plan: &Plan) -> Option<Diagnostic> {
     let target = plan.target;
     let (n, span) = spec.targets.iter().find(|o| o.target.name == target.name())?.threads?;
     let by = if target.is_amd() && (plan.collective.is_some() || plan.attention.is_some()) {
-        "the composable_kernel instance this spec maps onto sets its own (256)"
+        format!("the composable_kernel instance this spec maps onto sets its own ({CK_THREADS})")
     } else if target == Target::Sm90a && plan.collective.is_some() {
-        "the CUTLASS collective this spec maps onto sets them by its kernel schedule (384)"
+        format!("the CUTLASS collective this spec maps onto sets them by its kernel schedule ({COLLECTIVE_THREADS})")
     } else {
         return None;
     };

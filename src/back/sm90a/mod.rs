@@ -289,8 +289,8 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let stages_name = spec.pipelined_stages(|_| true).map_or_else(|| p.stages.to_string(), |st| c.file.snippet(st.span).to_string());
     let ext = |v: i64, name: &str| if spec.constants.iter().any(|k| k.name.name == name && matches!(k.value.kind, crate::ast::ExprKind::Int(x) if x == v)) { format!("Int<{name}>") } else { format!("Int<{v}>") };
     let doc_launch = format!(
-        "persistent grid of at most one CTA per SM, in {}x{} clusters, 384 threads (one producer and two consumer warpgroups), about {} bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`",
-        p.cluster.0, p.cluster.1, p.smem_bytes);
+        "persistent grid of at most one CTA per SM, in {}x{} clusters, {} threads (one producer and two consumer warpgroups), about {} bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`",
+        p.cluster.0, p.cluster.1, crate::layout::COLLECTIVE_THREADS, p.smem_bytes);
     Context {
         header: header(c),
         why: p.why.clone(),
