@@ -188,9 +188,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     };
     let doc_constants = spec.constants.iter().map(|k| {
         let value = match c.info.symbols.get(&k.name.name) {
-            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Int(v))) => v.to_string(),
-            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Float(_, s))) => s.clone(),
-            Some(crate::check::Symbol::Constant(crate::check::ConstValue::Bool(b))) => b.to_string(),
+            Some(crate::check::Symbol::Constant(v)) => v.spelling(),
             _ => "?".into(),
         };
         format!("{} = {value}", k.name.name)

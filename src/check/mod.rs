@@ -45,6 +45,17 @@ pub enum ConstValue {
     Bool(bool),
 }
 
+impl ConstValue {
+    /// The value as the spec writes it (a float keeps its spelling).
+    pub fn spelling(&self) -> String {
+        match self {
+            ConstValue::Int(v) => v.to_string(),
+            ConstValue::Float(_, s) => s.clone(),
+            ConstValue::Bool(b) => b.to_string(),
+        }
+    }
+}
+
 /// What checking learned; later stages take it as proof that the spec was checked.
 #[derive(Clone, Debug)]
 pub struct Info {
@@ -176,13 +187,18 @@ pub fn cpp_word(name: &str) -> bool {
 /// A hint for a Python spelling of a spec-language literal (`True`, `None`, `float('inf')`
 /// aside): the spec's `true`, `false` and `inf`.
 pub fn python_literal(name: &str) -> Option<String> {
-    let spec = match name {
-        "True" | "TRUE" => "true",
-        "False" | "FALSE" => "false",
-        "Inf" | "INF" | "Infinity" => "inf",
-        _ => return None,
-    };
-    Some(format!("the spec language writes it `{spec}`"))
+    spec_literal(name).map(|spec| format!("the spec language writes it `{spec}`"))
+}
+
+/// The spec language's spelling of a literal written the Python (or C macro) way: `True`,
+/// `FALSE`, `Inf`.
+pub fn spec_literal(name: &str) -> Option<&'static str> {
+    match name {
+        "True" | "TRUE" => Some("true"),
+        "False" | "FALSE" => Some("false"),
+        "Inf" | "INF" | "Infinity" => Some("inf"),
+        _ => None,
+    }
 }
 
 /// Whether the checker refuses `name` for every target: a C++ or CUDA word ([`cpp_word`]),

@@ -232,8 +232,8 @@ impl Cx {
                     Some("false") => Some(false),
                     Some(other) => {
                         let mut d = Diagnostic::error(o.span, format!("`output` must be true or false, found `{other}`"));
-                        if other.eq_ignore_ascii_case("true") || other.eq_ignore_ascii_case("false") {
-                            d = d.hint(format!("write it in lower case: `output: {}`", other.to_ascii_lowercase()));
+                        if let Some(spec @ ("true" | "false")) = crate::check::spec_literal(other) {
+                            d = d.hint(format!("write it in lower case: `output: {spec}`"));
                         }
                         self.err(d);
                         None
@@ -601,8 +601,8 @@ impl Cx {
             Some((_, Expr { kind: ExprKind::Bool(b), .. })) => Some(*b),
             Some((_, e)) => {
                 let mut d = Diagnostic::error(e.span, format!("`{key}` must be true or false"));
-                if let ExprKind::Name(n) = &e.kind && matches!(n.as_str(), "True" | "False" | "TRUE" | "FALSE") {
-                    d = d.hint(format!("write it in lower case: `{key}={}`", n.to_ascii_lowercase()));
+                if let ExprKind::Name(n) = &e.kind && let Some(spec @ ("true" | "false")) = crate::check::spec_literal(n) {
+                    d = d.hint(format!("write it in lower case: `{key}={spec}`"));
                 }
                 self.err(d);
                 None
