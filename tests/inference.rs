@@ -624,9 +624,13 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     // The [64, 2] scale tile: 4-byte vectors, one per row, moved by the first 64 threads.
     let scales = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == "S_s").unwrap();
     assert_eq!((scales.vector_bits, scales.threads.shape), (32, (64, 1)));
-    // The launcher divides K exactly: Wq is [N, K/8], scales [N, K/128].
+    // The launcher divides K exactly: Wq is [N, K/8], scales [N, K/128]. K % 128 implies
+    // K % 8, and so that A's rows (K) are whole 8-element vectors and Wq's (K / 8) whole
+    // 4-word ones: neither is checked again.
     let cu = &rendered_cu(&c);
-    assert!(cu.contains("K % 8 != 0") && cu.contains("K % 128 != 0"), "divisibility checks");
+    assert!(cu.contains("if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {"), "divisibility checks");
+    assert!(!cu.contains("K % 8 != 0") && !cu.contains("(K / 8) % 4"), "implied checks are dropped");
+    assert!(cu.contains("if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {"), "the base pointer is still checked");
     assert!(cu.contains("if (tid < 64) {"), "the scale copy is guarded");
     assert!(cu.contains("b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);"));
     assert!(!cu.contains("sW_s") && !cu.contains("dequant_int4x8"), "W_s is never written");

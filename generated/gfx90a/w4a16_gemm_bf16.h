@@ -21,14 +21,13 @@ extern "C" {
 //   Wq     [N, (K / 8)] i32, row-major (input)
 //   scales [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
-// it); tiles at ragged edges are predicated.
+// Sizes: M, N, K >= 1, K a multiple of 128 (packed or grouped tensors divide it); tiles at ragged
+// edges are predicated.
 // Constants (fixed when this file was generated): block_M = 16, block_N = 32, block_K = 512, stages
 // = 4.
 // Alignment:
-//   A must be 8-byte aligned and K a multiple of 4 (copies of `A` move 8 bytes per access).
-//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (copies of `Wq` move 16 bytes per
-//   access).
+//   A must be 8-byte aligned (copies of `A` move 8 bytes per access).
+//   Wq must be 16-byte aligned (copies of `Wq` move 16 bytes per access).
 // Launch: a grid of ceildiv(N, block_N) x ceildiv(M, block_M) workgroups of 256 threads (4 waves of
 // 64), 62080 bytes of LDS each.
 //

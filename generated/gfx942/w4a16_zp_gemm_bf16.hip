@@ -239,16 +239,16 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
 extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M, int N, int K, hipStream_t stream)
 {
   using namespace tilegen::w4a16_zp_gemm_bf16;
-  if (M < 1 || N < 1 || K < 1 || K % 8 != 0 || K % 128 != 0) {
+  if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (A == nullptr || Wq == nullptr || scales == nullptr || zeros == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(A) % 8 != 0 || K % 4 != 0) {  // copies of `A` move 8 bytes per access
+  if (reinterpret_cast<uintptr_t>(A) % 8 != 0) {  // copies of `A` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // copies of `Wq` move 16 bytes per access
+  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // copies of `Wq` move 16 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));

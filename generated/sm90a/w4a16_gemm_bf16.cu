@@ -517,16 +517,16 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
 extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::w4a16_gemm_bf16;
-  if (M < 1 || N < 1 || K < 1 || K % 8 != 0 || K % 128 != 0) {
+  if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (A == nullptr || Wq == nullptr || scales == nullptr || C == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || K % 8 != 0) {  // TMA reads 16-byte aligned rows of `A`
+  if (reinterpret_cast<uintptr_t>(A) % 16 != 0) {  // TMA reads 16-byte aligned rows of `A`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // TMA reads 16-byte aligned rows of `Wq`
+  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // TMA reads 16-byte aligned rows of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length

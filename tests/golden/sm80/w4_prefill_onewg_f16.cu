@@ -461,16 +461,16 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
 extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::w4_prefill_onewg_f16;
-  if (M < 1 || N < 1 || K < 1 || K % 8 != 0 || K % 128 != 0) {
+  if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (A == nullptr || Wq == nullptr || scales == nullptr || C == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || K % 8 != 0) {  // cp.async moves 16-byte vectors of `A`
+  if (reinterpret_cast<uintptr_t>(A) % 16 != 0) {  // cp.async moves 16-byte vectors of `A`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // cp.async moves 16-byte vectors of `Wq`
+  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length

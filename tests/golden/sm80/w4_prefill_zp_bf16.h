@@ -24,14 +24,13 @@ extern "C" {
 //   scales [N, (K / 128)] bf16, row-major (input)
 //   zeros  [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
-// it); tiles at ragged edges are predicated.
+// Sizes: M, N, K >= 1, K a multiple of 128 (packed or grouped tensors divide it); tiles at ragged
+// edges are predicated.
 // Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 256, stages
 // = 3.
 // Alignment:
-//   A must be 16-byte aligned and K a multiple of 8 (cp.async moves 16-byte vectors of `A`).
-//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (cp.async moves 16-byte vectors of
-//   `Wq`).
+//   A must be 16-byte aligned (cp.async moves 16-byte vectors of `A`).
+//   Wq must be 16-byte aligned (cp.async moves 16-byte vectors of `Wq`).
 //   scales must be 4-byte aligned (cp.async moves `scales` 4 bytes at a time from 4-byte aligned
 //   addresses; rows of any length).
 //   zeros must be 4-byte aligned (cp.async moves `zeros` 4 bytes at a time from 4-byte aligned

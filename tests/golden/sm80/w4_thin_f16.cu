@@ -488,16 +488,16 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden, cudaStream_t stream)
 {
   using namespace tilegen::w4_thin_f16;
-  if (tokens < 1 || features < 1 || hidden < 1 || hidden % 8 != 0 || hidden % 256 != 0) {
+  if (tokens < 1 || features < 1 || hidden < 1 || hidden % 256 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (X == nullptr || Wp == nullptr || Sc == nullptr || Y == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || hidden % 8 != 0) {  // cp.async moves 16-byte vectors of `X`
+  if (reinterpret_cast<uintptr_t>(X) % 16 != 0) {  // cp.async moves 16-byte vectors of `X`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Wp) % 16 != 0 || (hidden / 8) % 4 != 0) {  // cp.async moves 16-byte vectors of `Wp`
+  if (reinterpret_cast<uintptr_t>(Wp) % 16 != 0) {  // cp.async moves 16-byte vectors of `Wp`
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {  // cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses; rows of any length

@@ -22,13 +22,12 @@ extern "C" {
 //   Wp     [features, (hidden / 8)] i32, row-major (input)
 //   Sc     [features, (hidden / 256)] f16, row-major (input)
 //   Y      [tokens, features] f16, row-major (output)
-// Sizes: tokens, features, hidden >= 1, hidden a multiple of 8, hidden a multiple of 256 (packed or
-// grouped tensors divide it); tiles at ragged edges are predicated.
+// Sizes: tokens, features, hidden >= 1, hidden a multiple of 256 (packed or grouped tensors divide
+// it); tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): rows = 8, cols = 64, depth = 512, stages = 3.
 // Alignment:
-//   X must be 16-byte aligned and hidden a multiple of 8 (cp.async moves 16-byte vectors of `X`).
-//   Wp must be 16-byte aligned and (hidden / 8) a multiple of 4 (cp.async moves 16-byte vectors of
-//   `Wp`).
+//   X must be 16-byte aligned (cp.async moves 16-byte vectors of `X`).
+//   Wp must be 16-byte aligned (cp.async moves 16-byte vectors of `Wp`).
 //   Sc must be 4-byte aligned (cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses;
 //   rows of any length).
 // Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, up to 76080 bytes of

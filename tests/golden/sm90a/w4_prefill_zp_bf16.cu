@@ -462,16 +462,16 @@ int launch(const void* A, const void* Wq, const void* scales, const void* zeros,
 extern "C" int tilegen_w4_prefill_zp_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M, int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::w4_prefill_zp_bf16;
-  if (M < 1 || N < 1 || K < 1 || K % 8 != 0 || K % 128 != 0) {
+  if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (A == nullptr || Wq == nullptr || scales == nullptr || zeros == nullptr || C == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || K % 8 != 0) {  // TMA reads 16-byte aligned rows of `A`
+  if (reinterpret_cast<uintptr_t>(A) % 16 != 0) {  // TMA reads 16-byte aligned rows of `A`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0 || (K / 8) % 4 != 0) {  // TMA reads 16-byte aligned rows of `Wq`
+  if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // TMA reads 16-byte aligned rows of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the epilogue stores 16-byte vectors of `C`

@@ -24,14 +24,13 @@ extern "C" {
 //   scales [N, (K / 128)] bf16, row-major (input)
 //   zeros  [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N, K >= 1, K a multiple of 8, K a multiple of 128 (packed or grouped tensors divide
-// it); tiles at ragged edges are predicated.
+// Sizes: M, N, K >= 1, K a multiple of 128 (packed or grouped tensors divide it); tiles at ragged
+// edges are predicated.
 // Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 256, stages
 // = 3.
 // Alignment:
-//   A must be 16-byte aligned and K a multiple of 8 (TMA reads 16-byte aligned rows of `A`).
-//   Wq must be 16-byte aligned and (K / 8) a multiple of 4 (TMA reads 16-byte aligned rows of
-//   `Wq`).
+//   A must be 16-byte aligned (TMA reads 16-byte aligned rows of `A`).
+//   Wq must be 16-byte aligned (TMA reads 16-byte aligned rows of `Wq`).
 //   C must be 16-byte aligned and N a multiple of 8 (the epilogue stores 16-byte vectors of `C`).
 // Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)) in clusters of one block, or with two
 // blocks along z in clusters of 1x1x2 (the pair splits k) when that grid would occupy at most half
