@@ -122,14 +122,10 @@ fn normalise(path: &Path) -> PathBuf {
 }
 
 /// The note for a spec that `target` has no lowering for (`diags`, every one
-/// [`unsupported`](crate::diag::Diagnostic::unsupported)): the first reason, without the
-/// count of reasons "below" that only the full report prints, and how to see them all.
+/// [`unsupported`](crate::diag::Diagnostic::unsupported)): the first reason (whose message
+/// leaves the pointer to the reasons that follow it to its hint) and how to see them all.
 pub fn skip_note(path: &str, target: Target, diags: &[crate::diag::Diagnostic]) -> String {
     let message = diags.first().map_or("", |d| d.message.as_str());
-    let message = match message.strip_suffix(" below)").and_then(|m| m.rfind(" (")) {
-        Some(at) => &message[..at],
-        None => message,
-    };
     format!("{path}: skipped for {target}: {message} (`--target {target}` gives every reason)")
 }
 

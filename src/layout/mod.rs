@@ -412,9 +412,9 @@ fn plan_for(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagno
                     let why = format!("neither GEMM-shaped (a composable_kernel device GEMM) nor softmax attention (CK's fused attention: {why})");
                     if let Err(errors) = tile(&mut cx, why.clone()) {
                         cx.err(Diagnostic::error(spec.kernel.span, format!(
-                            "the {target} target has no lowering for this fused program: it is {why}, and tilegen's tile lowering on MFMAs cannot take it ({} below)",
-                            reasons(errors.len())))
-                            .hint("this spec renders for sm80 and sm90a; `tilegen gen` skips it for AMD targets")
+                            "the {target} target has no lowering for this fused program: it is {why}, and tilegen's tile lowering on MFMAs cannot take it"))
+                            .hint(format!("the tile lowering's {} follow; this spec renders for sm80 and sm90a, and `tilegen gen` skips it for AMD targets",
+                                reasons(errors.len())))
                             .unsupported_on_target());
                         cx.errors.extend(errors);
                     }
