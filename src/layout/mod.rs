@@ -413,8 +413,8 @@ fn plan_for(spec: &Spec, info: &Info, target: Target) -> Result<Plan, Vec<Diagno
                     if let Err(errors) = tile(&mut cx, why.clone()) {
                         cx.err(Diagnostic::error(spec.kernel.span, format!(
                             "the {target} target has no lowering for this fused program: it is {why}, and tilegen's tile lowering on MFMAs cannot take it"))
-                            .hint(format!("the tile lowering's {} follow; this spec renders for sm80 and sm90a, and `tilegen gen` skips it for AMD targets",
-                                reasons(errors.len())))
+                            .hint(format!("{} from the tile lowering follow{}; this spec renders for sm80 and sm90a, and `tilegen gen` skips it for AMD targets",
+                                reasons(errors.len()), if errors.len() == 1 { "s" } else { "" }))
                             .unsupported_on_target());
                         cx.errors.extend(errors);
                     }
