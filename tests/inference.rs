@@ -180,7 +180,7 @@ fn sm90a_batched_gemm_takes_the_collectives_batch_mode_and_others_fall_back_to_w
     let c = compile_for(shared_a, Target::Sm90a).unwrap();
     assert_eq!(c.plan.collective.as_ref().and_then(|p| p.batch.as_ref()).map(|b| b.form), Some(BatchForm::SharedA));
     let cu = &rendered_cu(&c);
-    assert!(cu.contains("using LayoutA = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;  // row-major, one matrix for every batch (batch stride 0)")
+    assert!(cu.contains("// row-major, one matrix for every batch (batch stride 0)\nusing LayoutA = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;\n")
         && cu.contains("args.mainloop.dA = cute::make_stride(int64_t(K), cute::Int<1>{}, cute::Int<0>{});")
         && cu.contains("args.mainloop.dB = cute::make_stride(cute::Int<1>{}, int64_t(N), int64_t(K) * N);")
         && cu.contains("args.problem_shape = {M, N, K, batch};"), "{cu}");
@@ -241,17 +241,17 @@ fn sm90a_batched_epilogue_vectors_step_with_the_batch_and_fold_only_when_rows_al
     assert_eq!(form(&c), Some(BatchForm::Batched));
     let cu = &rendered_cu(&c);
     assert!(cu.contains("using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, int64_t>,")
-        && cu.contains("{static_cast<ElementBias const*>(bias), ElementBias(0.0f), {cute::Int<0>{}, cute::Int<1>{}, int64_t(N)}},  // bias"), "{cu}");
+        && cu.contains("// bias\n        {static_cast<ElementBias const*>(bias), ElementBias(0.0f), {cute::Int<0>{}, cute::Int<1>{}, int64_t(N)}},\n"), "{cu}");
     assert!(tilegen::explain::explain(&c).contains("D = plus(acc, row_broadcast(bias, per batch))"));
     // One scale per batch over the rows: a column broadcast stepping by M.
     let c = compile_for(batched_with_epilogue("bmm_bf16", "scale: {dtype: f32, shape: [batch, M]}", "acc[i, j] = acc[i, j] * scale[bz, by*block_M + i]"), Target::Sm90a).unwrap();
-    assert!(rendered_cu(&c).contains("{static_cast<ElementScale const*>(scale), ElementScale(0.0f), {cute::Int<1>{}, cute::Int<0>{}, int64_t(M)}},  // scale"));
+    assert!(rendered_cu(&c).contains("// scale\n        {static_cast<ElementScale const*>(scale), ElementScale(0.0f), {cute::Int<1>{}, cute::Int<0>{}, int64_t(M)}},\n"));
     // With B shared the batches fold into M while every epilogue vector is one value per
     // folded row: a packed [batch, M] vector is, and it needs no batch stride.
     let c = compile_for(batched_with_epilogue("linear3d_bf16", "scale: {dtype: f32, shape: [batch, M]}", "acc[i, j] = acc[i, j] * scale[bz, by*block_M + i]"), Target::Sm90a).unwrap();
     assert_eq!(form(&c), Some(BatchForm::FoldedIntoM));
     let cu = &rendered_cu(&c);
-    assert!(cu.contains("Stride<_1, _0, _0>, 1, false>;  // `scale`: one value per output row of every batch (the batches folded into M)")
+    assert!(cu.contains("// `scale`: one value per output row of every batch (the batches folded into M), broadcast along the\n// columns\nusing ColScale = Sm90ColBroadcast<0, TileShape, ElementScale, ElementCompute, Stride<_1, _0, _0>, 1, false>;\n")
         && !cu.contains("scale) % 16"), "{cu}");
     assert!(!c.plan.alignment.iter().any(|a| c.spec.tensors[a.tensor].name.name == "scale"), "a column broadcast is read element by element");
     assert!(cu.contains("args.problem_shape = {batch * M, N, K, 1};"), "{cu}");
@@ -266,7 +266,7 @@ fn sm90a_batched_epilogue_vectors_step_with_the_batch_and_fold_only_when_rows_al
         let p = c.plan.collective.as_ref().unwrap();
         assert!(p.why.contains(&format!("with one B for every batch (B's batch stride is 0; the batches do not fold into M because the epilogue's vector `{name}` is not one value per folded row)")), "{}", p.why);
         let cu = &rendered_cu(&c);
-        assert!(cu.contains("using LayoutB = cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>;  // row-major, one matrix for every batch (batch stride 0)")
+        assert!(cu.contains("// row-major, one matrix for every batch (batch stride 0)\nusing LayoutB = cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>;\n")
             && cu.contains("args.mainloop.dB = cute::make_stride(cute::Int<1>{}, int64_t(N), cute::Int<0>{});")
             && cu.contains("args.problem_shape = {M, N, K, batch};") && !cu.contains("2147483647 (one GEMM"), "{cu}");
     }

@@ -95,7 +95,8 @@ extern "C" int tilegen_gemm_bias_relu_bf16(const void* A, const void* B, const v
   if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || K % 8 != 0) {  // A is read in 16-byte vectors along K
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || N % 8 != 0) {  // B is read in 16-byte vectors along its contiguous dimension
+  // B is read in 16-byte vectors along its contiguous dimension
+  if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(bias) % 16 != 0 || N % 8 != 0) {  // the epilogue reads the vector in 16-byte pieces

@@ -102,10 +102,18 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 59904 of 65536 bytes.
-  __shared__ ElementQ_s Q_s[chunk][D + 4];  // spec 24: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementK_s K_s[chunk][D + 4];  // spec 25: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementV_s V_s[chunk][block_V + 4];  // spec 26: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementS_s S_s[D][block_V + 4];  // spec 27: 17408 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 24: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementQ_s Q_s[chunk][D + 4];
+  // spec 25: 16896 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementK_s K_s[chunk][D + 4];
+  // spec 26: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementV_s V_s[chunk][block_V + 4];
+  // spec 27: 17408 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementS_s S_s[D][block_V + 4];
 
   // Fragments, in registers.
   // `A_f` (spec 28): [64, 64] f32, waves 2x1 (rows x columns); each holds 2x4 blocks.
@@ -193,7 +201,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::bhalf4_t const b_cols = load_vec<4>(&K_s[A_f_col + bj * 16 + lane_row][k0]);  // B (`K_s`): column A_f_col + bj * 16 + lane_row of the block
+        // B (`K_s`): column A_f_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_vec<4>(&K_s[A_f_col + bj * 16 + lane_row][k0]);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           A_f[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], A_f[bi][bj]);
@@ -209,7 +218,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         for (int r = 0; r < 4; ++r) {
           int const i = P_f_row + bi * 16 + lane_row;
           int const j = P_f_col + bj * 16 + lane_col + r;
-          P_f[bi][bj][r] = ck::type_convert<ck::bhalf_t>((j <= i ? A_f[bi][bj][r] * scale : 0.0f));  // spec 42: P_f[i, j] = select(j <= i, A_f[i, j] * scale, 0.0)
+          // spec 42: P_f[i, j] = select(j <= i, A_f[i, j] * scale, 0.0)
+          P_f[bi][bj][r] = ck::type_convert<ck::bhalf_t>((j <= i ? A_f[bi][bj][r] * scale : 0.0f));
         }
       }
     }
@@ -236,7 +246,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::bhalf4_t const b_cols = load_col4(&S_s[k0][O_f_col + bj * 16 + lane_row], block_V + 4);  // B (`S_s`): column O_f_col + bj * 16 + lane_row of the block
+        // B (`S_s`): column O_f_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_col4(&S_s[k0][O_f_col + bj * 16 + lane_row], block_V + 4);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           O_f[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], O_f[bi][bj]);
@@ -262,7 +273,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // `P_f` is already in the MFMA operand layout: its block (bi, kk) is this step's A.
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::bhalf4_t const b_cols = load_col4(&V_s[k0][O_f_col + bj * 16 + lane_row], block_V + 4);  // B (`V_s`): column O_f_col + bj * 16 + lane_row of the block
+        // B (`V_s`): column O_f_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_col4(&V_s[k0][O_f_col + bj * 16 + lane_row], block_V + 4);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           O_f[bi][bj] = mfma_16x16x16(b_cols, P_f[bi][kk], O_f[bi][bj]);
@@ -292,7 +304,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::bhalf4_t const b_cols = load_col4(&V_s[k0][S_f_col + bj * 16 + lane_row], block_V + 4);  // B (`V_s`): column S_f_col + bj * 16 + lane_row of the block
+        // B (`V_s`): column S_f_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_col4(&V_s[k0][S_f_col + bj * 16 + lane_row], block_V + 4);
         #pragma unroll
         for (int bi = 0; bi < 4; ++bi) {
           S_f[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], S_f[bi][bj]);

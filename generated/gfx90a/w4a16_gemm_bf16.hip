@@ -94,10 +94,14 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 62080 of 65536 bytes.
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 17: 16512 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 17: 16512 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];
   __shared__ ElementWq_s Wq_s[block_N][block_K / 8];  // spec 18: 8192 bytes; unpadded: read along its rows
   __shared__ ElementS_s S_s[block_N][block_K / 128];  // spec 19: 256 bytes; unpadded: read along its rows
-  __shared__ ElementW_s W_s[block_N][block_K + 4];  // spec 20: 33024 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 20: 33024 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementW_s W_s[block_N][block_K + 4];
   __shared__ float ksplit[2][16][32];  // 4096 bytes: the k-split partial sums, one slice per wave group
 
   // Fragments, in registers.
@@ -167,7 +171,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
       #pragma unroll
       for (int bj = 0; bj < 1; ++bj) {
-        ck::bhalf4_t const b_cols = load_vec<4>(&W_s[acc_col + bj * 16 + lane_row][k0]);  // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
+        // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_vec<4>(&W_s[acc_col + bj * 16 + lane_row][k0]);
         #pragma unroll
         for (int bi = 0; bi < 1; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);

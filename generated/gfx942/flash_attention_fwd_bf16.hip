@@ -53,7 +53,9 @@ constexpr float kSoftmaxScale = scale_log2 * 0.693147180559945309f;
 
 // No mask: every query attends to every key (as the probe confirmed).
 using DeviceAttention = ck::tensor_operation::device::DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle<
-    2, 1, 1, 1, 1,                  // NumDimG (batch, heads), NumDimM (queries), NumDimN (keys), NumDimK (head dim of Q·Kᵀ), NumDimO (head dim of O)
+    // NumDimG (batch, heads), NumDimM (queries), NumDimN (keys), NumDimK (head dim of Q·Kᵀ),
+    // NumDimO (head dim of O)
+    2, 1, 1, 1, 1,
     ElementQ, ElementK,             // ADataType (Q), BDataType (K)
     ElementV, ElementO,             // B1DataType (V), CDataType (O)
     ck::Tuple<>, ck::Tuple<>,       // D0sDataType, D1sDataType: no bias on either product
@@ -98,16 +100,20 @@ extern "C" int tilegen_flash_attention_fwd_bf16(const void* Q, const void* K, co
   if (Q == nullptr || K == nullptr || V == nullptr || O == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Q) % 16 != 0) {  // the attention instance moves queries in 16-byte vectors along the head dim
+  // the attention instance moves queries in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(Q) % 16 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(K) % 16 != 0) {  // the attention instance moves keys in 16-byte vectors along the head dim
+  // the attention instance moves keys in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(K) % 16 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(V) % 16 != 0) {  // the attention instance moves values in 16-byte vectors along the head dim
+  // the attention instance moves values in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(V) % 16 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(O) % 16 != 0) {  // the attention instance moves the output in 16-byte vectors along the head dim
+  // the attention instance moves the output in 16-byte vectors along the head dim
+  if (reinterpret_cast<uintptr_t>(O) % 16 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (int64_t(B) * S * H * D > INT32_MAX) {  // CK's descriptors index with 32-bit offsets

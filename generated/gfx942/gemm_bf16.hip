@@ -74,10 +74,12 @@ extern "C" int tilegen_gemm_bf16(const void* A, const void* B, void* C, int M, i
   if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || K % 8 != 0) {  // A is read in 16-byte vectors along K
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || N % 8 != 0) {  // B is read in 16-byte vectors along its contiguous dimension
+  // B is read in 16-byte vectors along its contiguous dimension
+  if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(C) % 8 != 0 || N % 4 != 0) {  // the output is written in CK's C-transfer vectors of 4 elements
+  // the output is written in CK's C-transfer vectors of 4 elements
+  if (reinterpret_cast<uintptr_t>(C) % 8 != 0 || N % 4 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   try {

@@ -147,7 +147,8 @@ gemm_bias_gelu_bf16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 22) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 16): (MMA, MMA_M, MMA_N), float registers
+  // fragment `acc` (spec 16): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // Operand partitions of the MMA at spec 22.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
@@ -172,16 +173,19 @@ gemm_bias_gelu_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // -> coordinates
+    // -> coordinates
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
     // spec 21: copy(B[k*block_K, bx*block_N], B_s)
-    Tensor mB_t = make_tensor(mB.data(), select<1, 0>(mB.layout()));  // `B` with its dims swapped: CuTe's (N, K) operand order
+    // `B` with its dims swapped: CuTe's (N, K) operand order
+    Tensor mB_t = make_tensor(mB.data(), select<1, 0>(mB.layout()));
     G2SCopyB_s g2s_copy_B;
     auto g2s_thr_B = g2s_copy_B.get_slice(tid);
     Tensor gB = local_tile(mB_t, make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));  // -> coordinates
+    // -> coordinates
+    Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));
     Tensor tBgB = g2s_thr_B.partition_S(gB);  // (CPY, CPY_0, CPY_1, k)
     Tensor tBsB = g2s_thr_B.partition_D(sB_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tBcB = g2s_thr_B.partition_S(idB);  // (CPY, CPY_0, CPY_1, k)
@@ -266,11 +270,13 @@ gemm_bias_gelu_bf16_kernel(ElementA const* __restrict__ A,
   // spec 23: parallel(i, j)
   // Element-wise over `acc` in registers: each thread visits the elements it owns.
   {
-    Tensor tCcacc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));  // -> (row, col)
+    // -> (row, col)
+    Tensor tCcacc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
       int const j = get<1>(tCcacc(e));
-      acc(e) = gelu_erf(acc(e) + ((bx * block_N + j < N) ? static_cast<float>(bias[bx * block_N + j]) : 0.f)) * out_scale;  // spec 24
+      // spec 24
+      acc(e) = gelu_erf(acc(e) + ((bx * block_N + j < N) ? static_cast<float>(bias[bx * block_N + j]) : 0.f)) * out_scale;
     }
   }
 

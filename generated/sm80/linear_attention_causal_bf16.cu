@@ -224,28 +224,37 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   int const bz = blockIdx.z;
 
   // Global tensors (64-bit strides).
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // Q [B, S, H, D]
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // K [B, S, H, D]
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // V [B, S, H, D]
-  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // O [B, S, H, D]
+  // Q [B, S, H, D]
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // K [B, S, H, D]
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // V [B, S, H, D]
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // O [B, S, H, D]
+  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (chunk, D, stage)
   Tensor sK_s = make_tensor(make_smem_ptr(smem.mainloop.K_s.data()), SmemLayoutK_s{});  // (chunk, D, stage)
   Tensor sV_s = make_tensor(make_smem_ptr(smem.mainloop.V_s.data()), SmemLayoutV_s{});  // (block_V, chunk, stage)
   Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_V, D)
-  Tensor sK_s_t = make_tensor(sK_s.data(), swap_mn(sK_s.layout()));  // (D, chunk, stage): `K_s` with its modes swapped, as a transposed gemm operand
-  Tensor sS_s_t = make_tensor(sS_s.data(), swap_mn(sS_s.layout()));  // (D, block_V): `S_s` with its modes swapped, in the (row, col) order of the accumulator written into it
+  // (D, chunk, stage): `K_s` with its modes swapped, as a transposed gemm operand
+  Tensor sK_s_t = make_tensor(sK_s.data(), swap_mn(sK_s.layout()));
+  // (D, block_V): `S_s` with its modes swapped, in the (row, col) order of the accumulator written
+  // into it
+  Tensor sS_s_t = make_tensor(sS_s.data(), swap_mn(sS_s.layout()));
 
   // MMA (spec 40) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));  // fragment `A_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  // fragment `A_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));
 
   // MMA (spec 45) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));
 
   // MMA (spec 49), adding into an accumulator declared above.
   TiledMma2 tiled_mma2;
@@ -254,10 +263,12 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 52) and its accumulator.
   TiledMma3 tiled_mma3;
   auto thr_mma3 = tiled_mma3.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));  // fragment `S_f` (spec 31): (MMA, MMA_M, MMA_N), float registers
+  // fragment `S_f` (spec 31): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(A_f);  // fragment `P_f` (spec 29): laid out as `A_f`, cute::bfloat16_t registers
+  // fragment `P_f` (spec 29): laid out as `A_f`, cute::bfloat16_t registers
+  Tensor P_f = make_fragment_like<ElementP_f>(A_f);
 
   // Operand partitions of the MMA at spec 40.
   Tensor tCrQ_s0 = thr_mma0.partition_fragment_A(sQ_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
@@ -284,7 +295,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   Tensor tXrS_s = s2r_thr_S_s.retile_D(tCrS_s);
 
   // Operand partitions of the MMA at spec 49.
-  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));
   Tensor tCrV_s2 = thr_mma2.partition_fragment_B(sV_s(_, _, 0));  // (MMA, MMA_N, MMA_K)
   auto s2r_copy_V_s2 = make_tiled_copy_B(S2RCopyAtomV_s2{}, tiled_mma2);
   auto s2r_thr_V_s2 = s2r_copy_V_s2.get_slice(tid);
@@ -332,7 +344,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     G2SCopyQ_s g2s_copy_Q;
     auto g2s_thr_Q = g2s_copy_Q.get_slice(tid);
     Tensor gQ = local_tile(mQ_tile, make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
-    Tensor idQ = local_tile(make_identity_tensor(shape(mQ_tile)), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));  // -> coordinates
+    // -> coordinates
+    Tensor idQ = local_tile(make_identity_tensor(shape(mQ_tile)), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));
     Tensor tQgQ = g2s_thr_Q.partition_S(gQ);  // (CPY, CPY_0, CPY_1, t)
     Tensor tQsQ = g2s_thr_Q.partition_D(sQ_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tQcQ = g2s_thr_Q.partition_S(idQ);  // (CPY, CPY_0, CPY_1, t)
@@ -341,16 +354,19 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     G2SCopyK_s g2s_copy_K;
     auto g2s_thr_K = g2s_copy_K.get_slice(tid);
     Tensor gK = local_tile(mK_tile, make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
-    Tensor idK = local_tile(make_identity_tensor(shape(mK_tile)), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));  // -> coordinates
+    // -> coordinates
+    Tensor idK = local_tile(make_identity_tensor(shape(mK_tile)), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));
     Tensor tKgK = g2s_thr_K.partition_S(gK);  // (CPY, CPY_0, CPY_1, t)
     Tensor tKsK = g2s_thr_K.partition_D(sK_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tKcK = g2s_thr_K.partition_S(idK);  // (CPY, CPY_0, CPY_1, t)
     // spec 38: copy(V[bz, t*chunk:, by, bx*block_V:], V_s)
-    Tensor mV_t = make_tensor(mV(bz, _, by, _).data(), select<1, 0>(mV(bz, _, by, _).layout()));  // the 2-D slice of `V` the tile lies in, `V` with its dims swapped: CuTe's (N, K) operand order
+    // the 2-D slice of `V` the tile lies in, `V` with its dims swapped: CuTe's (N, K) operand order
+    Tensor mV_t = make_tensor(mV(bz, _, by, _).data(), select<1, 0>(mV(bz, _, by, _).layout()));
     G2SCopyV_s g2s_copy_V;
     auto g2s_thr_V = g2s_copy_V.get_slice(tid);
     Tensor gV = local_tile(mV_t, make_shape(Int<block_V>{}, Int<chunk>{}), make_coord(bx, _));  // (tile, tile, t)
-    Tensor idV = local_tile(make_identity_tensor(shape(mV_t)), make_shape(Int<block_V>{}, Int<chunk>{}), make_coord(bx, _));  // -> coordinates
+    // -> coordinates
+    Tensor idV = local_tile(make_identity_tensor(shape(mV_t)), make_shape(Int<block_V>{}, Int<chunk>{}), make_coord(bx, _));
     Tensor tVgV = g2s_thr_V.partition_S(gV);  // (CPY, CPY_0, CPY_1, t)
     Tensor tVsV = g2s_thr_V.partition_D(sV_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tVcV = g2s_thr_V.partition_S(idV);  // (CPY, CPY_0, CPY_1, t)
@@ -447,7 +463,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 41: parallel(i, j)
       // Element-wise over `P_f` in registers: each thread visits the elements it owns.
       {
-        Tensor tCcP_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<chunk>{}, Int<chunk>{})));  // -> (row, col)
+        // -> (row, col)
+        Tensor tCcP_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<chunk>{}, Int<chunk>{})));
         CUTE_UNROLL
         for (int e = 0; e < size(P_f); ++e) {
           int const i = get<0>(tCcP_f(e));

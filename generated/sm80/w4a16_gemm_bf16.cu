@@ -168,7 +168,8 @@ constexpr int kRowA_s = block_K + 16;  // elements per row, padded
 constexpr int kStageA_s = block_M * kRowA_s;
 using SmemLayoutA_s = decltype(composition(
     Swizzle<1, 3, 3>{},
-    Layout<Shape<Int<block_M>, Int<block_K>, Int<stages>>, Stride<Int<kRowA_s>, _1, Int<kStageA_s>>>{}));  // (block_M, block_K, stage)
+    // (block_M, block_K, stage)
+    Layout<Shape<Int<block_M>, Int<block_K>, Int<stages>>, Stride<Int<kRowA_s>, _1, Int<kStageA_s>>>{}));
 // Shared buffer `Wq_s` (spec 18): each thread's packed words, 16 bytes at a time; Swizzle<1,4,2>:
 // the first layout under which the cp.async writes and the 16-byte reads of each thread's four
 // words hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen).
@@ -176,7 +177,8 @@ constexpr int kRowWq_s = (block_K / 8);  // words per row
 constexpr int kStageWq_s = block_N * kRowWq_s;
 using SmemLayoutWq_s = decltype(composition(
     Swizzle<1, 4, 2>{},
-    Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>, Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));  // (block_N, (block_K / 8), stage)
+    // (block_N, (block_K / 8), stage)
+    Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>, Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageA_s % 128 == 0 && kStageWq_s % 128 == 0, "stages are translates of stage 0");
@@ -189,7 +191,8 @@ constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
+// (block_N, slot, stage)
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).
@@ -235,8 +238,10 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const by = blockIdx.y;
 
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
-  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, slot, stage)
+  // (block_N, (block_K / 8), stage)
+  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});
+  // (block_N, slot, stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});
   int const m0 = by * block_M;  // spec 25: the rows of `A` (and of `C`)
   int const n0 = bx * block_N;  // spec 26: the weight rows (columns of `C`)
 
@@ -246,7 +251,9 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   constexpr int kRowsA = 8 * kMTiles;
   constexpr int kChunksA = kRowsA * block_K / 8 / kThreads;  // copy(A[by*block_M, k*block_K], A_s)
   constexpr int kChunksWq = block_N * (block_K / 8) / 4 / kThreads;  // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s)
-  constexpr int kScaleCopiesPerRow = (block_K / 128) / 2 + (kOddRows ? 1 : 0);  // copy(scales[bx*block_N, k*(block_K/128)], S_s): 4 bytes per copy; a row that starts mid-word takes one more
+  // copy(scales[bx*block_N, k*(block_K/128)], S_s): 4 bytes per copy; a row that starts mid-word
+  // takes one more
+  constexpr int kScaleCopiesPerRow = (block_K / 128) / 2 + (kOddRows ? 1 : 0);
   constexpr int kScaleCopies = block_N * kScaleCopiesPerRow;  // the first threads copy one each
   static_assert(kChunksA * kThreads * 8 == kRowsA * block_K && kChunksWq * kThreads * 4 == block_N * (block_K / 8) && kScaleCopies <= kThreads,
                 "whole chunks per thread");
@@ -345,7 +352,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       Wq_rd[h][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
-      scales_rd[h][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));  // one slot later in rows that start mid-word
+      // one slot later in rows that start mid-word
+      scales_rd[h][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));
       asm volatile("" : "+r"(Wq_rd[h][s]), "+r"(scales_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -378,9 +386,11 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage * kStageWq_s * sizeof(ElementWq_s));
       uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;  // twice
+      // twice
+      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
       uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
-      constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;  // the zero point 8
+      // the zero point 8
+      constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
@@ -451,7 +461,9 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
     }
   }
-  __syncthreads();  // every copy has landed (each tile's was waited for) and every thread is done: the partial sums take the stages' place
+  // every copy has landed (each tile's was waited for) and every thread is done: the partial sums
+  // take the stages' place
+  __syncthreads();
 
   // spec 30: copy(acc, C[by*block_M, bx*block_N])
   // Each k share's Cᵀ fragment (rows w_row, w_row + 8; columns 8 mt + 2t, +1) into shared memory,
@@ -501,7 +513,8 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));

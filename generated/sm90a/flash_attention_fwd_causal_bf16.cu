@@ -219,10 +219,14 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   int const bz = blockIdx.z;
 
   // Global tensors (64-bit strides).
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // Q [B, S, H, D]
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // K [B, S, H, D]
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // V [B, S, H, D]
-  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // O [B, S, H, D]
+  // Q [B, S, H, D]
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // K [B, S, H, D]
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // V [B, S, H, D]
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // O [B, S, H, D]
+  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (block_M, D)
@@ -252,7 +256,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     if (tid == kThreads) {
       // spec 36: copy(Q[bz, bx*block_M:, by, :], Q_s)
       {
-        Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));  // `mQ_tma`'s coordinates, in the tensor map's mode order
+        // `mQ_tma`'s coordinates, in the tensor map's mode order
+        Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));
         Tensor gQ = local_tile(mQ_tma(_, _, bz, by), make_shape(Int<block_M>{}, Int<D>{}), make_coord(bx, 0));
         auto tma_thr_Q = tma_Q_s.get_slice(0);
         set_barrier_transaction_bytes(smem.full_Q_s, kTmaBytesQ_s);
@@ -261,13 +266,17 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 41: the loads of pipelined(t, min(ceildiv(S, block_N), ceildiv((bx + 1) * block_M,
       // block_N)), stages)
       {
-        Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));  // `mK_tma`'s coordinates, in the tensor map's mode order
-        Tensor gK = local_tile(mK_tma(_, _, bz, by), make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
+        // `mK_tma`'s coordinates, in the tensor map's mode order
+        Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));
+        // (tile, tile, t)
+        Tensor gK = local_tile(mK_tma(_, _, bz, by), make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));
         auto tma_thr_K = tma_K_s.get_slice(0);
         Tensor tKgK = tma_thr_K.partition_S(gK);  // (TMA, TMA_0, TMA_1, t)
         Tensor tKsK = tma_thr_K.partition_D(sK_s);  // (TMA, TMA_0, TMA_1, stage)
-        Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));  // `mV_tma`'s coordinates, in the tensor map's mode order
-        Tensor gV = local_tile(mV_tma(_, _, bz, by), make_shape(Int<D>{}, Int<block_N>{}), make_coord(0, _));  // (tile, tile, t)
+        // `mV_tma`'s coordinates, in the tensor map's mode order
+        Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));
+        // (tile, tile, t)
+        Tensor gV = local_tile(mV_tma(_, _, bz, by), make_shape(Int<D>{}, Int<block_N>{}), make_coord(0, _));
         auto tma_thr_V = tma_V_s.get_slice(0);
         Tensor tVgV = tma_thr_V.partition_S(gV);  // (TMA, TMA_0, TMA_1, t)
         Tensor tVsV = tma_thr_V.partition_D(sV_s);  // (TMA, TMA_0, TMA_1, stage)
@@ -290,26 +299,36 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 45) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  // fragment `S_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // MMA (spec 61) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec 29): laid out as `S_f`, cute::bfloat16_t registers
-  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});  // fragment `m` (spec 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<2>>{});  // fragment `m_prev` (spec 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor l = make_tensor<ElementL>(Shape<Int<2>>{});  // fragment `l` (spec 33): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<2>>{});  // fragment `alpha` (spec 34): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  // fragment `P_f` (spec 29): laid out as `S_f`, cute::bfloat16_t registers
+  Tensor P_f = make_fragment_like<ElementP_f>(S_f);
+  // fragment `m` (spec 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});
+  // fragment `m_prev` (spec 32): one value per accumulator row this thread holds (2 per 16-row MMA
+  // tile)
+  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<2>>{});
+  // fragment `l` (spec 33): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor l = make_tensor<ElementL>(Shape<Int<2>>{});
+  // fragment `alpha` (spec 34): one value per accumulator row this thread holds (2 per 16-row MMA
+  // tile)
+  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<2>>{});
 
   // Operand partitions of the warpgroup MMA at spec 45: shared-memory descriptors.
   Tensor tCrQ_s = thr_mma0.partition_fragment_A(sQ_s);  // (MMA, MMA_M, MMA_K)
   Tensor tCrK_s = thr_mma0.partition_fragment_B(sK_s);  // (MMA, MMA_N, MMA_K, stage)
 
   // Operand partitions of the warpgroup MMA at spec 61: shared-memory descriptors (A: registers).
-  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));
   Tensor tCrV_s = thr_mma1.partition_fragment_B(sV_s);  // (MMA, MMA_N, MMA_K, stage)
 
   // spec 36: copy(Q[bz, bx*block_M:, by, :], Q_s)
@@ -377,7 +396,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         // spec 47: parallel(i, j)
         // Element-wise over `S_f` in registers: each thread visits the elements it owns.
         {
-          Tensor tCcS_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));  // -> (row, col)
+          // -> (row, col)
+          Tensor tCcS_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));
           CUTE_UNROLL
           for (int e = 0; e < size(S_f); ++e) {
             int const i = get<0>(tCcS_f(e));
@@ -509,7 +529,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       during_mma(t);
       warpgroup_wait<0>();  // tile t - 1's second gemm is done
       warpgroup_fence_operand(O_f);
-      arrive_barrier(smem.empty_t[prev_stage]);  // this thread is done with tile t - 1's stage: the producer may refill it
+      // this thread is done with tile t - 1's stage: the producer may refill it
+      arrive_barrier(smem.empty_t[prev_stage]);
       after_mma();
       prev_stage = read_stage;
       if (++read_stage == stages) {

@@ -80,11 +80,15 @@ using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree for the spec's element-wise epilogue (spec 24).
 using Acc = Sm90AccFetch;  // the accumulator
-using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;  // `bias`: one value per output column, broadcast down the rows
-using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;  // plus(Acc, RowBias)
-using Node2 = Sm90EVT<Sm90Compute<cutlass::epilogue::thread::GELU, ElementCompute, ElementCompute, RoundStyle>, Node1>;  // epilogue::thread::GELU(Node1)
+// `bias`: one value per output column, broadcast down the rows
+using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;
+// plus(Acc, RowBias)
+using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;
+// epilogue::thread::GELU(Node1)
+using Node2 = Sm90EVT<Sm90Compute<cutlass::epilogue::thread::GELU, ElementCompute, ElementCompute, RoundStyle>, Node1>;
 using Scalar1 = Sm90ScalarBroadcast<ElementCompute, Stride<_0, _0, _0>, 1>;  // the constant out_scale
-using Epilogue = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, ElementCompute, RoundStyle>, Node2, Scalar1>;  // multiplies(Node2, Scalar1)
+// multiplies(Node2, Scalar1)
+using Epilogue = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, ElementCompute, RoundStyle>, Node2, Scalar1>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

@@ -79,10 +79,13 @@ using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree for the spec's element-wise epilogue (spec 25).
 using Acc = Sm90AccFetch;  // the accumulator
-using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;  // `bias`: one value per output column, broadcast down the rows
-using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;  // plus(Acc, RowBias)
+// `bias`: one value per output column, broadcast down the rows
+using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;
+// plus(Acc, RowBias)
+using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;
 using Scalar1 = Sm90ScalarBroadcast<ElementCompute, Stride<_0, _0, _0>, 1>;  // the constant 0.0f
-using Epilogue = Sm90EVT<Sm90Compute<cutlass::maximum, ElementD, ElementCompute, RoundStyle>, Node1, Scalar1>;  // maximum(Node1, Scalar1)
+// maximum(Node1, Scalar1)
+using Epilogue = Sm90EVT<Sm90Compute<cutlass::maximum, ElementD, ElementCompute, RoundStyle>, Node1, Scalar1>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

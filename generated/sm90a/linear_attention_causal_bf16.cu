@@ -231,18 +231,25 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   int const bz = blockIdx.z;
 
   // Global tensors (64-bit strides).
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // Q [B, S, H, D]
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // K [B, S, H, D]
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // V [B, S, H, D]
-  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // O [B, S, H, D]
+  // Q [B, S, H, D]
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // K [B, S, H, D]
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // V [B, S, H, D]
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // O [B, S, H, D]
+  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (chunk, D, stage)
   Tensor sK_s = make_tensor(make_smem_ptr(smem.mainloop.K_s.data()), SmemLayoutK_s{});  // (chunk, D, stage)
   Tensor sV_s = make_tensor(make_smem_ptr(smem.mainloop.V_s.data()), SmemLayoutV_s{});  // (block_V, chunk, stage)
   Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s{});  // (block_V, D)
-  Tensor sK_s_t = make_tensor(sK_s.data(), swap_mn(sK_s.layout()));  // (D, chunk, stage): `K_s` with its modes swapped, as a transposed gemm operand
-  Tensor sS_s_t = make_tensor(sS_s.data(), swap_mn(sS_s.layout()));  // (D, block_V): `S_s` with its modes swapped, in the (row, col) order of the accumulator written into it
+  // (D, chunk, stage): `K_s` with its modes swapped, as a transposed gemm operand
+  Tensor sK_s_t = make_tensor(sK_s.data(), swap_mn(sK_s.layout()));
+  // (D, block_V): `S_s` with its modes swapped, in the (row, col) order of the accumulator written
+  // into it
+  Tensor sS_s_t = make_tensor(sS_s.data(), swap_mn(sS_s.layout()));
 
   // The mbarriers TMA loads complete on: one thread initialises them, the fence makes the
   // initialisation visible to the TMA unit, the barrier to every thread.
@@ -260,12 +267,14 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 40) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));  // fragment `A_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  // fragment `A_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor A_f = partition_fragment_C(tiled_mma0, make_shape(Int<chunk>{}, Int<chunk>{}));
 
   // MMA (spec 45) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<chunk>{}, Int<block_V>{}));
 
   // MMA (spec 49), adding into an accumulator declared above.
   TiledMma2 tiled_mma2;
@@ -274,10 +283,12 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 52) and its accumulator.
   TiledMma3 tiled_mma3;
   auto thr_mma3 = tiled_mma3.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));  // fragment `S_f` (spec 31): (MMA, MMA_M, MMA_N), float registers
+  // fragment `S_f` (spec 31): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma3, make_shape(Int<D>{}, Int<block_V>{}));
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(A_f);  // fragment `P_f` (spec 29): laid out as `A_f`, cute::bfloat16_t registers
+  // fragment `P_f` (spec 29): laid out as `A_f`, cute::bfloat16_t registers
+  Tensor P_f = make_fragment_like<ElementP_f>(A_f);
 
   // Operand partitions of the warpgroup MMA at spec 40: shared-memory descriptors.
   Tensor tCrQ_s0 = thr_mma0.partition_fragment_A(sQ_s);  // (MMA, MMA_M, MMA_K, stage)
@@ -288,7 +299,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   Tensor tCrS_s = thr_mma1.partition_fragment_B(sS_s);  // (MMA, MMA_N, MMA_K)
 
   // Operand partitions of the warpgroup MMA at spec 49: shared-memory descriptors (A: registers).
-  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));
   Tensor tCrV_s2 = thr_mma2.partition_fragment_B(sV_s);  // (MMA, MMA_N, MMA_K, stage)
 
   // Operand partitions of the warpgroup MMA at spec 52: shared-memory descriptors.
@@ -323,20 +335,26 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMAs read the current stage through descriptors.
   {
     // spec 36: copy(Q[bz, t*chunk:, by, :], Q_s)
-    Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));  // `mQ_tma`'s coordinates, in the tensor map's mode order
-    Tensor gQ = local_tile(mQ_tma(_, _, bz, by), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
+    // `mQ_tma`'s coordinates, in the tensor map's mode order
+    Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));
+    // (tile, tile, t)
+    Tensor gQ = local_tile(mQ_tma(_, _, bz, by), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));
     auto tma_thr_Q = tma_Q_s.get_slice(0);
     Tensor tQgQ = tma_thr_Q.partition_S(gQ);  // (TMA, TMA_0, TMA_1, t)
     Tensor tQsQ = tma_thr_Q.partition_D(sQ_s);  // (TMA, TMA_0, TMA_1, stage)
     // spec 37: copy(K[bz, t*chunk:, by, :], K_s)
-    Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));  // `mK_tma`'s coordinates, in the tensor map's mode order
-    Tensor gK = local_tile(mK_tma(_, _, bz, by), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
+    // `mK_tma`'s coordinates, in the tensor map's mode order
+    Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));
+    // (tile, tile, t)
+    Tensor gK = local_tile(mK_tma(_, _, bz, by), make_shape(Int<chunk>{}, Int<D>{}), make_coord(_, 0));
     auto tma_thr_K = tma_K_s.get_slice(0);
     Tensor tKgK = tma_thr_K.partition_S(gK);  // (TMA, TMA_0, TMA_1, t)
     Tensor tKsK = tma_thr_K.partition_D(sK_s);  // (TMA, TMA_0, TMA_1, stage)
     // spec 38: copy(V[bz, t*chunk:, by, bx*block_V:], V_s)
-    Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));  // `mV_tma`'s coordinates, in the tensor map's mode order
-    Tensor gV = local_tile(mV_tma(_, _, bz, by), make_shape(Int<block_V>{}, Int<chunk>{}), make_coord(bx, _));  // (tile, tile, t)
+    // `mV_tma`'s coordinates, in the tensor map's mode order
+    Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));
+    // (tile, tile, t)
+    Tensor gV = local_tile(mV_tma(_, _, bz, by), make_shape(Int<block_V>{}, Int<chunk>{}), make_coord(bx, _));
     auto tma_thr_V = tma_V_s.get_slice(0);
     Tensor tVgV = tma_thr_V.partition_S(gV);  // (TMA, TMA_0, TMA_1, t)
     Tensor tVsV = tma_thr_V.partition_D(sV_s);  // (TMA, TMA_0, TMA_1, stage)
@@ -391,7 +409,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 41: parallel(i, j)
       // Element-wise over `P_f` in registers: each thread visits the elements it owns.
       {
-        Tensor tCcP_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<chunk>{}, Int<chunk>{})));  // -> (row, col)
+        // -> (row, col)
+        Tensor tCcP_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<chunk>{}, Int<chunk>{})));
         CUTE_UNROLL
         for (int e = 0; e < size(P_f); ++e) {
           int const i = get<0>(tCcP_f(e));

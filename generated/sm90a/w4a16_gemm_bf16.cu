@@ -187,14 +187,16 @@ static_assert(kSpanWords * sizeof(ElementWq_s) == 128 && kSpan == 4 * 2 * 32,
 constexpr int kStageA_s = block_M * block_K;
 template <int kRows>
 using SmemLayoutA_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementA_s>>,
-    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageA_s>>>>;  // (kRows, block_K, stage)
+    // (kRows, block_K, stage)
+    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageA_s>>>>;
 // Shared buffer `Wq_s` (spec 18): each thread's packed words, 16 bytes at a time; 256-deep spans of
 // 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which
 // the 16-byte reads of each thread's four words hit eight different 16-byte bank groups in every
 // quarter-warp (checked by tilegen).
 constexpr int kStageWq_s = block_N * (block_K / 8);
 using SmemLayoutWq_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementWq_s>>,
-    Layout<Shape<Int<block_N>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<block_N * kSpanWords>>, Int<kStageWq_s>>>>;  // (block_N, (block_K / 8), stage)
+    // (block_N, (block_K / 8), stage)
+    Layout<Shape<Int<block_N>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<block_N * kSpanWords>>, Int<kStageWq_s>>>>;
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
 static_assert(8 * kSpan * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(ElementWq_s) % 1024 == 0 && block_N * kSpanWords * sizeof(ElementWq_s) % 1024 == 0,
@@ -215,7 +217,8 @@ inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int
   cuuint64_t const row_bytes = cuuint64_t(K) * sizeof(ElementA);
   cuuint64_t const span_dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(M), cuuint64_t(K / kSpan)};
   cuuint64_t const line_dims[3] = {kLineA, cuuint64_t(K / kLineA), cuuint64_t(M)};
-  cuuint64_t const strides[3] = {kLineA * sizeof(ElementA), row_bytes, kSpan * sizeof(ElementA)};  // bytes, dims 1..3 (1..2 for lines)
+  // bytes, dims 1..3 (1..2 for lines)
+  cuuint64_t const strides[3] = {kLineA * sizeof(ElementA), row_bytes, kSpan * sizeof(ElementA)};
   cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, odd_rows ? 3 : 4, const_cast<ElementA*>(A),
@@ -230,7 +233,8 @@ inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int
 inline CUresult tma_map_Wq(CUtensorMap* map, ElementWq const* Wq, int N, int K, bool odd_rows) {
   cuuint64_t const span_dims[3] = {kSpanWords, cuuint64_t(N), cuuint64_t(K / kSpan)};
   cuuint64_t const word_dims[2] = {cuuint64_t(K / 8), cuuint64_t(N)};
-  cuuint64_t const strides[2] = {cuuint64_t((K / 8)) * sizeof(ElementWq), kSpanWords * sizeof(ElementWq)};  // bytes, dims 1..2 (1 for words)
+  // bytes, dims 1..2 (1 for words)
+  cuuint64_t const strides[2] = {cuuint64_t((K / 8)) * sizeof(ElementWq), kSpanWords * sizeof(ElementWq)};
   cuuint32_t const box[3] = {kSpanWords, block_N, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3, const_cast<ElementWq*>(Wq),
@@ -246,7 +250,8 @@ constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
+// (block_N, slot, stage)
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).
@@ -295,9 +300,12 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const by = blockIdx.y;
 
   constexpr int kRowsA = 8 * kMTiles;
-  Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s<kRowsA>{});  // (kRowsA, block_K, stage)
-  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, slot, stage)
+  // (kRowsA, block_K, stage)
+  Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s<kRowsA>{});
+  // (block_N, (block_K / 8), stage)
+  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});
+  // (block_N, slot, stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});
   int const m0 = by * block_M;  // spec 25: the rows of `A` (and of `C`)
   int const n0 = bx * block_N;  // spec 26: the weight rows (columns of `C`)
 
@@ -308,7 +316,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const num_tiles = ((K + block_K - 1) / block_K);
   if (tid == 0) {
     for (int stage = 0; stage < stages; ++stage) {
-      initialize_barrier(smem.full[stage], 1 + kProducerThreads);  // lane 0's, with the bytes, and every lane's scale copies
+      // lane 0's, with the bytes, and every lane's scale copies
+      initialize_barrier(smem.full[stage], 1 + kProducerThreads);
       initialize_barrier(smem.empty[stage], kThreads);  // every consumer thread
     }
   }
@@ -339,7 +348,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       scales_src[i] = scales + int64_t(scales_in[i] ? n0 + row : 0) * (K / 128) + (scales_in[i] ? scales_first[i] : slot);
       scales_dst[i] = cast_smem_ptr_to_uint(&sS_s(row, slot, 0));
     }
-    uint32_t const tma_bytes = uint32_t(tma_rows * block_K * sizeof(ElementA_s) + kStageWq_s * sizeof(ElementWq_s));  // box rows of `A` and a tile of `Wq`
+    // box rows of `A` and a tile of `Wq`
+    uint32_t const tma_bytes = uint32_t(tma_rows * block_K * sizeof(ElementA_s) + kStageWq_s * sizeof(ElementWq_s));
     for (int j = 0; j < num_tiles; ++j) {
       int const stage = j % stages;
       if (j >= stages) {
@@ -360,7 +370,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
           }
         } else {
           CUTE_UNROLL
-          for (int span = 0; span < kSpans; ++span) {  // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
+          // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
+          for (int span = 0; span < kSpans; ++span) {
             SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
                                    smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
           }
@@ -403,7 +414,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wq_rd[r][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));  // one slot later in rows that start mid-word
+      // one slot later in rows that start mid-word
+      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));
       asm volatile("" : "+r"(Wq_rd[r][s]), "+r"(scales_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -435,9 +447,11 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage * kStageWq_s * sizeof(ElementWq_s));
       uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;  // twice
+      // twice
+      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
       uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
-      constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;  // the zero point 8
+      // the zero point 8
+      constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
@@ -479,7 +493,9 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
     }
   }
-  consumer_sync();  // every load has landed (each tile's was waited for) and every consumer is done: the partial sums take the stages' place
+  // every load has landed (each tile's was waited for) and every consumer is done: the partial sums
+  // take the stages' place
+  consumer_sync();
 
   // spec 30: copy(acc, C[by*block_M, bx*block_N])
   // Each k share's Cᵀ fragment (rows w_row, w_row + 8; columns 8 mt + 2t, +1) into shared memory,
@@ -529,7 +545,8 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // TMA reads 16-byte aligned rows of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));

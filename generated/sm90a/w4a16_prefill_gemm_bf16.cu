@@ -225,8 +225,10 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const k_half = kSplitK == 2 ? int(cute::block_rank_in_cluster()) : 0;
   int const first_tile = k_half * ((num_tiles + 1) / 2);
   int const last_tile = kSplitK == 2 && k_half == 0 ? (num_tiles + 1) / 2 : num_tiles;
-  Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s<kRowsA>{});  // (kRowsA, block_K, stage)
-  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, (block_K / 8), stage)
+  // (kRowsA, block_K, stage)
+  Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s<kRowsA>{});
+  // (block_N, (block_K / 8), stage)
+  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});
 
   if (tid == 0) {
     for (int stage = 0; stage < stages; ++stage) {
@@ -245,7 +247,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     // held before.
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (tid == kThreads) {
-      Tensor gA = local_tile(tma_A.get_tma_tensor(make_shape(M, K)), make_shape(Int<kRowsA>{}, Int<block_K>{}), make_coord(by, _));  // every k-tile of the block's rows
+      // every k-tile of the block's rows
+      Tensor gA = local_tile(tma_A.get_tma_tensor(make_shape(M, K)), make_shape(Int<kRowsA>{}, Int<block_K>{}), make_coord(by, _));
       Tensor gWq = local_tile(tma_Wq.get_tma_tensor(make_shape(N, (K / 8))), make_shape(Int<block_N>{}, Int<(block_K / 8)>{}), make_coord(bx, _));
       auto tma_thr_A = tma_A.get_slice(0);
       auto tma_thr_Wq = tma_Wq.get_slice(0);
@@ -345,9 +348,11 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
         int const i = 16 * k16 / kGroup;
         uint32_t const bias_lo = kNegBias, bias_hi = kNegBias;
         uint32_t* const a_regs = w_regs + 4 * k16;
-        a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], byte_sel, scale2[0][i], bias_lo);  // row w_row, k 2t, 2t + 1
+        // row w_row, k 2t, 2t + 1
+        a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], byte_sel, scale2[0][i], bias_lo);
         a_regs[1] = dequant_int4x2<ElementW_s>((&words_hi.x)[2 * h], byte_sel, scale2[1][i], bias_hi);  // row w_row + 8
-        a_regs[2] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h + 1], byte_sel, scale2[0][i], bias_lo);  // row w_row, k 2t + 8, 2t + 9
+        // row w_row, k 2t + 8, 2t + 9
+        a_regs[2] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h + 1], byte_sel, scale2[0][i], bias_lo);
         a_regs[3] = dequant_int4x2<ElementW_s>((&words_hi.x)[2 * h + 1], byte_sel, scale2[1][i], bias_hi);
         warpgroup_arrive();
         gemm(tiled_mma, W_s(_, _, k16), tCrA_s(_, _, k16, stage), acc);

@@ -387,9 +387,13 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
 /// Longest comment line, in characters, before `tidy` wraps it.
 const COMMENT_WIDTH: usize = 100;
 
-/// Strips trailing spaces, collapses runs of blank lines left by template control flow, and
-/// wraps comment-only lines longer than [`COMMENT_WIDTH`] at word boundaries, so that the
-/// generated source reads well in a review.
+/// Code lines wider than this lose their trailing comment to the line(s) above them.
+const CODE_WIDTH: usize = 120;
+
+/// Strips trailing spaces, collapses runs of blank lines left by template control flow,
+/// moves the trailing comment of a code line wider than [`CODE_WIDTH`] onto its own line(s)
+/// above the code, and wraps comment-only lines longer than [`COMMENT_WIDTH`] at word
+/// boundaries, so that the generated source reads well in a review (and a side-by-side diff).
 pub(crate) fn tidy(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut blank = 0;
@@ -403,7 +407,14 @@ pub(crate) fn tidy(text: &str) -> String {
         } else {
             blank = 0;
         }
-        for wrapped in wrap_comment(line) {
+        let (comment, code) = match trailing_comment(line) {
+            Some(at) if line.chars().count() > CODE_WIDTH => {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                (Some(format!("{indent}{}", &line[at..])), line[..at].trim_end())
+            }
+            _ => (None, line),
+        };
+        for wrapped in comment.iter().flat_map(|c| wrap_comment(c)).chain(wrap_comment(code)) {
             out.push_str(&wrapped);
             out.push('\n');
         }
@@ -412,6 +423,27 @@ pub(crate) fn tidy(text: &str) -> String {
         out.pop();
     }
     out
+}
+
+/// Where the `//` comment after code on `line` starts (outside string and character
+/// literals); `None` for a line without one or one that is all comment.
+fn trailing_comment(line: &str) -> Option<usize> {
+    let bytes = line.as_bytes();
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        match (quote, bytes[i]) {
+            (Some(_), b'\\') => i += 1,
+            (Some(q), b) if b == q => quote = None,
+            (None, b'"' | b'\'') => quote = Some(bytes[i]),
+            (None, b'/') if bytes.get(i + 1) == Some(&b'/') => {
+                return (!line[..i].trim().is_empty()).then_some(i);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Splits a `// ...` line wider than [`COMMENT_WIDTH`] into several, keeping its indent.
@@ -478,11 +510,28 @@ mod tests {
     #[test]
     fn long_comments_wrap_and_code_stays() {
         let long = format!("  // {}", "word ".repeat(40));
-        let out = tidy(&format!("{long}\nint x = 1;  // {}\n", "y".repeat(120)));
+        let code = format!("  int x = f({});", "y, ".repeat(40));
+        let out = tidy(&format!("{long}\n{code}\n"));
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 4, "{out}");
         assert!(lines[..3].iter().all(|l| l.starts_with("  // word") && l.chars().count() <= COMMENT_WIDTH), "{out}");
         assert_eq!(lines[..3].iter().map(|l| l.matches("word").count()).sum::<usize>(), 40, "no word is lost");
-        assert!(lines[3].starts_with("int x = 1;") && lines[3].len() > COMMENT_WIDTH, "code lines are never split");
+        assert_eq!(lines[3], code, "code lines are never split");
+    }
+
+    #[test]
+    fn wide_code_lines_lose_their_trailing_comment_to_the_line_above() {
+        let code = format!("    Tensor t = make_tensor({});", "a".repeat(100));
+        let out = tidy(&format!("{code}  // the tile (spec 12)\n  short();  // stays\n"));
+        assert_eq!(out, format!("    // the tile (spec 12)\n{code}\n  short();  // stays\n"));
+        // A long comment moved up wraps like any other; the code line is left whole.
+        let out = tidy(&format!("{code}  // {}\n", "word ".repeat(30)));
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.len() == 3 && lines[..2].iter().all(|l| l.starts_with("    // word")) && lines[2] == code, "{out}");
+        // `//` inside a string or character literal is not a comment.
+        let quoted = format!("  puts(\"http://{}\"); char c = '/';", "x".repeat(120));
+        assert_eq!(tidy(&quoted), format!("{quoted}\n"));
+        assert_eq!(trailing_comment("  f(\"a\\\"//\");  // c"), Some(15));
+        assert_eq!(trailing_comment("  // all comment"), None);
     }
 }

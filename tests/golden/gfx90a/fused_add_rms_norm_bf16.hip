@@ -99,8 +99,10 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 64];  // the reductions' per-wave partials
 
-  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
-  ElementRs rs[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `rs` (spec 14): 32 values per thread: (row, vector, element)
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];
+  // fragment `rs` (spec 14): 32 values per thread: (row, vector, element)
+  ElementRs rs[kRowsPerThread][kVectorsPerRow][kVector];
   ElementMs ms[kRowsPerThread];  // fragment `ms` (spec 15): one value per row this thread holds
 
   Vec<ElementW, kVector> W_vec[kVectorsPerRow];  // `W` at the thread's columns (read as `W[j]` below)
@@ -165,7 +167,8 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        xs[rr][vv][ee] = ck::type_convert<float>(ck::type_convert<ck::bhalf_t>(static_cast<float>(xs[rr][vv][ee] + rs[rr][vv][ee])));  // spec 20: xs[i, j] = bf16(xs[i, j] + rs[i, j])
+        // spec 20: xs[i, j] = bf16(xs[i, j] + rs[i, j])
+        xs[rr][vv][ee] = ck::type_convert<float>(ck::type_convert<ck::bhalf_t>(static_cast<float>(xs[rr][vv][ee] + rs[rr][vv][ee])));
         rs[rr][vv][ee] = xs[rr][vv][ee] * xs[rr][vv][ee];  // spec 21: rs[i, j] = xs[i, j] * xs[i, j]
       }
     }
@@ -220,7 +223,8 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        xs[rr][vv][ee] = xs[rr][vv][ee] * ms[rr] * ck::type_convert<float>(W_vec[vv][ee]);  // spec 27: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        // spec 27: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        xs[rr][vv][ee] = xs[rr][vv][ee] * ms[rr] * ck::type_convert<float>(W_vec[vv][ee]);
       }
     }
   }
@@ -260,7 +264,8 @@ extern "C" int tilegen_fused_add_rms_norm_bf16(const void* X, const void* W, voi
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(R) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `R`

@@ -89,8 +89,12 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 8960 of 65536 bytes.
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 13: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementB_s B_s[block_K][block_N + 4];  // spec 14: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 13: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];
+  // spec 14: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementB_s B_s[block_K][block_N + 4];
 
   // Fragments, in registers.
   // `acc` (spec 15): [64, 64] f32, waves 2x1 (rows x columns); each holds 2x4 blocks.
@@ -137,7 +141,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::bhalf4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);  // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);
@@ -156,7 +161,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
         for (int r = 0; r < 4; ++r) {
           int const i = acc_row + bi * 16 + lane_row;
           int const j = acc_col + bj * 16 + lane_col + r;
-          acc[bi][bj][r] = (bx * block_N + j > by * block_M + i ? 0.0f : acc[bi][bj][r]);  // spec 24: acc[i, j] = select(bx*block_N + j > by*block_M + i, 0.0, acc[i, j])
+          // spec 24: acc[i, j] = select(bx*block_N + j > by*block_M + i, 0.0, acc[i, j])
+          acc[bi][bj][r] = (bx * block_N + j > by * block_M + i ? 0.0f : acc[bi][bj][r]);
         }
       }
     }

@@ -95,8 +95,10 @@ rms_norm_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 64];  // the reductions' per-wave partials
 
-  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
-  ElementSq sq[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `sq` (spec 14): 32 values per thread: (row, vector, element)
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];
+  // fragment `sq` (spec 14): 32 values per thread: (row, vector, element)
+  ElementSq sq[kRowsPerThread][kVectorsPerRow][kVector];
   ElementMs ms[kRowsPerThread];  // fragment `ms` (spec 15): one value per row this thread holds
 
   Vec<ElementW, kVector> W_vec[kVectorsPerRow];  // `W` at the thread's columns (read as `W[j]` below)
@@ -173,7 +175,8 @@ rms_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        xs[rr][vv][ee] = xs[rr][vv][ee] * ms[rr] * ck::type_convert<float>(W_vec[vv][ee]);  // spec 24: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        // spec 24: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        xs[rr][vv][ee] = xs[rr][vv][ee] * ms[rr] * ck::type_convert<float>(W_vec[vv][ee]);
       }
     }
   }
@@ -213,7 +216,8 @@ extern "C" int tilegen_rms_norm_bf16(const void* X, const void* W, void* Y, int 
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Y) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `Y`

@@ -94,7 +94,8 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   int const row_lane = tid % kThreadsPerRow;
   int const bx = blockIdx.x;
 
-  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];
   ElementMx mx[kRowsPerThread];  // fragment `mx` (spec 14): one value per row this thread holds
   ElementSum sum[kRowsPerThread];  // fragment `sum` (spec 15): one value per row this thread holds
   ElementInv inv[kRowsPerThread];  // fragment `inv` (spec 16): one value per row this thread holds
@@ -157,7 +158,8 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        xs[rr][vv][ee] = exp2f((xs[rr][vv][ee] - mx[rr]) * log2e);  // spec 24: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+        // spec 24: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+        xs[rr][vv][ee] = exp2f((xs[rr][vv][ee] - mx[rr]) * log2e);
       }
     }
   }

@@ -95,7 +95,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 64];  // the reductions' per-wave partials
 
-  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];
   ElementMx mx[kRowsPerThread];  // fragment `mx` (spec 14): one value per row this thread holds
   ElementPrev prev[kRowsPerThread];  // fragment `prev` (spec 15): one value per row this thread holds
   ElementSum sum[kRowsPerThread];  // fragment `sum` (spec 16): one value per row this thread holds
@@ -144,7 +145,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
         #pragma unroll
         for (int ee = 0; ee < kVector; ++ee) {
           int const j = (row_lane + kThreadsPerRow * vv) * kVector + ee;  // the tile's column
-          xs[rr][vv][ee] = (k * block_N + j < N ? xs[rr][vv][ee] : -INFINITY);  // spec 24: xs[i, j] = select(k*block_N + j < N, xs[i, j], -inf)
+          // spec 24: xs[i, j] = select(k*block_N + j < N, xs[i, j], -inf)
+          xs[rr][vv][ee] = (k * block_N + j < N ? xs[rr][vv][ee] : -INFINITY);
         }
       }
     }
@@ -179,7 +181,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
       for (int vv = 0; vv < kVectorsPerRow; ++vv) {
         #pragma unroll
         for (int ee = 0; ee < kVector; ++ee) {
-          xs[rr][vv][ee] = exp2f((xs[rr][vv][ee] - mx[rr]) * log2e);  // spec 29: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+          // spec 29: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+          xs[rr][vv][ee] = exp2f((xs[rr][vv][ee] - mx[rr]) * log2e);
         }
       }
     }
@@ -187,7 +190,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
     // spec 30: parallel(i)
     #pragma unroll
     for (int rr = 0; rr < kRowsPerThread; ++rr) {
-      sum[rr] = sum[rr] * exp2f((prev[rr] - mx[rr]) * log2e);  // spec 31: sum[i] = sum[i] * exp2((prev[i] - mx[i]) * log2e)
+      // spec 31: sum[i] = sum[i] * exp2((prev[i] - mx[i]) * log2e)
+      sum[rr] = sum[rr] * exp2f((prev[rr] - mx[rr]) * log2e);
     }
 
     // spec 32: reduce_sum(xs, sum, clear=false)
@@ -245,7 +249,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
       for (int vv = 0; vv < kVectorsPerRow; ++vv) {
         #pragma unroll
         for (int ee = 0; ee < kVector; ++ee) {
-          xs[rr][vv][ee] = exp2f((xs[rr][vv][ee] - mx[rr]) * log2e) * sum[rr];  // spec 39: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e) * sum[i]
+          // spec 39: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e) * sum[i]
+          xs[rr][vv][ee] = exp2f((xs[rr][vv][ee] - mx[rr]) * log2e) * sum[rr];
         }
       }
     }

@@ -99,8 +99,12 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
   __shared__ ElementWq_s Wq_s[block_N][block_K / 8];  // spec 14: 256 bytes; unpadded: read along its rows
   __shared__ ElementS_s S_s[block_N][block_K / 16];  // spec 15: 64 bytes; unpadded: read along its rows
   __shared__ ElementZ_s Z_s[block_N][block_K / 16];  // spec 16: 64 bytes; unpadded: read along its rows
-  __shared__ ElementW_s W_s[block_N][block_K + 4];  // spec 17: 1152 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 18: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 17: 1152 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementW_s W_s[block_N][block_K + 4];
+  // spec 18: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];
 
   // Fragments, in registers.
   // `acc` (spec 19): [64, 16] f32, waves 2x1 (rows x columns); each holds 2x1 blocks.
@@ -173,7 +177,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
       }
       #pragma unroll
       for (int bj = 0; bj < 1; ++bj) {
-        ck::bhalf4_t const b_cols = load_vec<4>(&W_s[acc_col + bj * 16 + lane_row][k0]);  // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
+        // B (`W_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_vec<4>(&W_s[acc_col + bj * 16 + lane_row][k0]);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);

@@ -104,9 +104,15 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 17408 of 65536 bytes.
-  __shared__ ElementQ_s Q_s[block_M][D + 4];  // spec 25: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementK_s K_s[block_N][D + 4];  // spec 26: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementV_s V_s[block_N][D + 4];  // spec 27: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 25: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementQ_s Q_s[block_M][D + 4];
+  // spec 26: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementK_s K_s[block_N][D + 4];
+  // spec 27: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementV_s V_s[block_N][D + 4];
 
   // Fragments, in registers.
   // `S_f` (spec 28): [64, 32] f32, waves 2x1 (rows x columns); each holds 2x2 blocks.
@@ -200,7 +206,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
       }
       #pragma unroll
       for (int bj = 0; bj < 2; ++bj) {
-        ck::bhalf4_t const b_cols = load_vec<4>(&K_s[S_f_col + bj * 16 + lane_row][k0]);  // B (`K_s`): column S_f_col + bj * 16 + lane_row of the block
+        // B (`K_s`): column S_f_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_vec<4>(&K_s[S_f_col + bj * 16 + lane_row][k0]);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           S_f[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], S_f[bi][bj]);
@@ -216,7 +223,9 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
         for (int r = 0; r < 4; ++r) {
           int const i = S_f_row + bi * 16 + lane_row;
           int const j = S_f_col + bj * 16 + lane_col + r;
-          S_f[bi][bj][r] = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) && t * block_N + j < S ? S_f[bi][bj][r] : -INFINITY);  // spec 46: S_f[i, j] = select(t*block_N + j <= bx*block_M + i && t*block_N + j + window > bx*block_M + i && t*block_N + j < S, S_f[i, j], -inf)
+          // spec 46: S_f[i, j] = select(t*block_N + j <= bx*block_M + i && t*block_N + j + window >
+          // bx*block_M + i && t*block_N + j < S, S_f[i, j], -inf)
+          S_f[bi][bj][r] = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) && t * block_N + j < S ? S_f[bi][bj][r] : -INFINITY);
         }
       }
     }
@@ -244,7 +253,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     // spec 50: parallel(i): each lane on its own registers
     #pragma unroll
     for (int bi = 0; bi < 2; ++bi) {
-      alpha[bi] = (m[bi] == -INFINITY ? 1.0f : exp2f((m_prev[bi] - m[bi]) * scale_log2));  // spec 51: alpha[i] = select(m[i] == -inf, 1.0, exp2((m_prev[i] - m[i]) * scale_log2))
+      // spec 51: alpha[i] = select(m[i] == -inf, 1.0, exp2((m_prev[i] - m[i]) * scale_log2))
+      alpha[bi] = (m[bi] == -INFINITY ? 1.0f : exp2f((m_prev[bi] - m[bi]) * scale_log2));
       l[bi] *= alpha[bi];  // spec 52: l[i] *= alpha[i]
     }
     // spec 53: parallel(i, j): each lane on its own registers
@@ -254,7 +264,9 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
       for (int bj = 0; bj < 2; ++bj) {
         #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          S_f[bi][bj][r] = (m[bi] == -INFINITY ? 0.0f : exp2f(S_f[bi][bj][r] * scale_log2 - m[bi] * scale_log2));  // spec 54: S_f[i, j] = select(m[i] == -inf, 0.0, exp2(S_f[i, j] * scale_log2 - m[i] * scale_log2))
+          // spec 54: S_f[i, j] = select(m[i] == -inf, 0.0, exp2(S_f[i, j] * scale_log2 - m[i] *
+          // scale_log2))
+          S_f[bi][bj][r] = (m[bi] == -INFINITY ? 0.0f : exp2f(S_f[bi][bj][r] * scale_log2 - m[bi] * scale_log2));
           P_f[bi][bj][r] = ck::type_convert<ck::bhalf_t>(S_f[bi][bj][r]);  // spec 55: P_f[i, j] = S_f[i, j]
         }
       }
@@ -294,7 +306,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
       // `P_f` is already in the MFMA operand layout: its block (bi, kk) is this step's A.
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::bhalf4_t const b_cols = load_col4(&V_s[k0][O_f_col + bj * 16 + lane_row], D + 4);  // B (`V_s`): column O_f_col + bj * 16 + lane_row of the block
+        // B (`V_s`): column O_f_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_col4(&V_s[k0][O_f_col + bj * 16 + lane_row], D + 4);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           O_f[bi][bj] = mfma_16x16x16(b_cols, P_f[bi][kk], O_f[bi][bj]);

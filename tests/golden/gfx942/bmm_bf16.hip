@@ -92,8 +92,12 @@ bmm_bf16_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 17664 of 65536 bytes.
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 14: 9216 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementB_s B_s[block_K][block_N + 4];  // spec 15: 8448 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 14: 9216 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];
+  // spec 15: 8448 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementB_s B_s[block_K][block_N + 4];
 
   // Fragments, in registers.
   // `acc` (spec 16): [128, 128] f32, waves 2x1 (rows x columns); each holds 4x8 blocks.
@@ -141,7 +145,8 @@ bmm_bf16_kernel(ElementA const* __restrict__ A,
       }
       #pragma unroll
       for (int bj = 0; bj < 8; ++bj) {
-        ck::bhalf4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);  // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);
         #pragma unroll
         for (int bi = 0; bi < 4; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);

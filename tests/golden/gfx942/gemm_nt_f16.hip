@@ -90,8 +90,12 @@ gemm_nt_f16_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 17408 of 65536 bytes.
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 13: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementB_s B_s[block_N][block_K + 4];  // spec 14: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 13: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];
+  // spec 14: 8704 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementB_s B_s[block_N][block_K + 4];
 
   // Fragments, in registers.
   // `acc` (spec 15): [64, 64] f32, waves 2x1 (rows x columns); each holds 2x4 blocks.
@@ -139,7 +143,8 @@ gemm_nt_f16_kernel(ElementA const* __restrict__ A,
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::half4_t const b_cols = load_vec<4>(&B_s[acc_col + bj * 16 + lane_row][k0]);  // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::half4_t const b_cols = load_vec<4>(&B_s[acc_col + bj * 16 + lane_row][k0]);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);

@@ -90,8 +90,12 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 8960 of 65536 bytes.
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 12: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementB_s B_s[block_K][block_N + 4];  // spec 13: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 12: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];
+  // spec 13: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementB_s B_s[block_K][block_N + 4];
 
   // Fragments, in registers.
   // `acc` (spec 14): [64, 64] f16, waves 2x1 (rows x columns); each holds 2x4 blocks.
@@ -142,7 +146,8 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
       }
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        ck::half4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);  // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::half4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);
         #pragma unroll
         for (int bi = 0; bi < 2; ++bi) {
           acc[bi][bj] = convert4<ck::half_t>(mfma_16x16x16(b_cols, a_rows[bi], convert4<float>(acc[bi][bj])));
@@ -173,7 +178,8 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 4; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        acc[bi][bj][r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) - ck::type_convert<float>(m[bi]));  // spec 24: acc[i, j] = acc[i, j] - m[i]
+        // spec 24: acc[i, j] = acc[i, j] - m[i]
+        acc[bi][bj][r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) - ck::type_convert<float>(m[bi]));
       }
     }
   }

@@ -103,10 +103,12 @@ extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* 
   if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || K % 16 != 0) {  // A is read in 16-byte vectors along K
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || K % 16 != 0) {  // B is read in 16-byte vectors along its contiguous dimension
+  // B is read in 16-byte vectors along its contiguous dimension
+  if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || K % 16 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(b_scale) % 16 != 0 || N % 4 != 0) {  // the epilogue reads the vector in 16-byte pieces
+  // the epilogue reads the vector in 16-byte pieces
+  if (reinterpret_cast<uintptr_t>(b_scale) % 16 != 0 || N % 4 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the output is written in 16-byte vectors

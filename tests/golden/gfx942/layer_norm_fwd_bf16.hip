@@ -103,8 +103,10 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 64];  // the reductions' per-wave partials
 
-  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `xs` (spec 16): 32 values per thread: (row, vector, element)
-  ElementSq sq[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `sq` (spec 17): 32 values per thread: (row, vector, element)
+  // fragment `xs` (spec 16): 32 values per thread: (row, vector, element)
+  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];
+  // fragment `sq` (spec 17): 32 values per thread: (row, vector, element)
+  ElementSq sq[kRowsPerThread][kVectorsPerRow][kVector];
   ElementMean mean[kRowsPerThread];  // fragment `mean` (spec 18): one value per row this thread holds
   ElementRstd rstd[kRowsPerThread];  // fragment `rstd` (spec 19): one value per row this thread holds
 
@@ -182,7 +184,8 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
       for (int ee = 0; ee < kVector; ++ee) {
         int const j = (row_lane + kThreadsPerRow * vv) * kVector + ee;  // the tile's column
         xs[rr][vv][ee] = xs[rr][vv][ee] - mean[rr];  // spec 26: xs[i, j] = xs[i, j] - mean[i]
-        sq[rr][vv][ee] = (j < N ? xs[rr][vv][ee] * xs[rr][vv][ee] : 0.0f);  // spec 27: sq[i, j] = select(j < N, xs[i, j] * xs[i, j], 0.0)
+        // spec 27: sq[i, j] = select(j < N, xs[i, j] * xs[i, j], 0.0)
+        sq[rr][vv][ee] = (j < N ? xs[rr][vv][ee] * xs[rr][vv][ee] : 0.0f);
       }
     }
   }
@@ -216,7 +219,8 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        xs[rr][vv][ee] = xs[rr][vv][ee] * rstd[rr] * ck::type_convert<float>(gamma_vec[vv][ee]) + ck::type_convert<float>(beta_vec[vv][ee]);  // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
+        // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
+        xs[rr][vv][ee] = xs[rr][vv][ee] * rstd[rr] * ck::type_convert<float>(gamma_vec[vv][ee]) + ck::type_convert<float>(beta_vec[vv][ee]);
       }
     }
   }
@@ -282,10 +286,12 @@ extern "C" int tilegen_layer_norm_fwd_bf16(const void* X, const void* gamma, con
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(gamma) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `gamma` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `gamma` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(gamma) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(beta) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `beta` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `beta` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(beta) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Y) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `Y`

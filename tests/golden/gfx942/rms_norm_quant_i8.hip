@@ -111,8 +111,10 @@ rms_norm_quant_i8_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 64];  // the reductions' per-wave partials
 
-  ElementYs ys[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `ys` (spec 15): 32 values per thread: (row, vector, element)
-  ElementAx ax[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `ax` (spec 16): 32 values per thread: (row, vector, element)
+  // fragment `ys` (spec 15): 32 values per thread: (row, vector, element)
+  ElementYs ys[kRowsPerThread][kVectorsPerRow][kVector];
+  // fragment `ax` (spec 16): 32 values per thread: (row, vector, element)
+  ElementAx ax[kRowsPerThread][kVectorsPerRow][kVector];
   ElementRs rs[kRowsPerThread];  // fragment `rs` (spec 17): one value per row this thread holds
   ElementSc sc[kRowsPerThread];  // fragment `sc` (spec 18): one value per row this thread holds
 
@@ -190,7 +192,8 @@ rms_norm_quant_i8_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        ys[rr][vv][ee] = ys[rr][vv][ee] * rs[rr] * ck::type_convert<float>(W_vec[vv][ee]);  // spec 27: ys[i, j] = ys[i, j] * rs[i] * f32(W[j])
+        // spec 27: ys[i, j] = ys[i, j] * rs[i] * f32(W[j])
+        ys[rr][vv][ee] = ys[rr][vv][ee] * rs[rr] * ck::type_convert<float>(W_vec[vv][ee]);
         ax[rr][vv][ee] = fabsf(ys[rr][vv][ee]);  // spec 28: ax[i, j] = abs(ys[i, j])
       }
     }
@@ -279,7 +282,8 @@ extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, 
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Q) % 8 != 0 || N % 8 != 0) {  // the row tile moves 8-byte vectors of `Q`

@@ -96,7 +96,8 @@ rms_norm_wide_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 64];  // the reductions' per-wave partials
 
-  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];  // fragment `xs` (spec 15): 32 values per thread: (row, vector, element)
+  // fragment `xs` (spec 15): 32 values per thread: (row, vector, element)
+  ElementXs xs[kRowsPerThread][kVectorsPerRow][kVector];
   ElementSs ss[kRowsPerThread];  // fragment `ss` (spec 16): one value per row this thread holds
 
   // spec 18: clear(ss)
@@ -208,7 +209,8 @@ rms_norm_wide_bf16_kernel(ElementX const* __restrict__ X,
         for (int vv = 0; vv < kVectorsPerRow; ++vv) {
           #pragma unroll
           for (int ee = 0; ee < kVector; ++ee) {
-            xs[rr][vv][ee] = xs[rr][vv][ee] * ss[rr] * ck::type_convert<float>(W_chunk[vv][ee]);  // spec 29: xs[i, j] = xs[i, j] * ss[i] * f32(W[k*block_N + j])
+            // spec 29: xs[i, j] = xs[i, j] * ss[i] * f32(W[k*block_N + j])
+            xs[rr][vv][ee] = xs[rr][vv][ee] * ss[rr] * ck::type_convert<float>(W_chunk[vv][ee]);
           }
         }
       }
@@ -250,7 +252,8 @@ extern "C" int tilegen_rms_norm_wide_bf16(const void* X, const void* W, void* Y,
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Y) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `Y`

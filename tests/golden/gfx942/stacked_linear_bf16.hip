@@ -98,8 +98,12 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 17664 of 65536 bytes.
-  __shared__ ElementA_s A_s[block_M][block_K + 4];  // spec 15: 9216 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
-  __shared__ ElementB_s B_s[block_K][block_N + 4];  // spec 16: 8448 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in different banks
+  // spec 15: 9216 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementA_s A_s[block_M][block_K + 4];
+  // spec 16: 8448 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // different banks
+  __shared__ ElementB_s B_s[block_K][block_N + 4];
 
   // Fragments, in registers.
   // `acc` (spec 17): [128, 128] f32, waves 2x1 (rows x columns); each holds 4x8 blocks.
@@ -147,7 +151,8 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
       }
       #pragma unroll
       for (int bj = 0; bj < 8; ++bj) {
-        ck::bhalf4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);  // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        // B (`B_s`): column acc_col + bj * 16 + lane_row of the block
+        ck::bhalf4_t const b_cols = load_col4(&B_s[k0][acc_col + bj * 16 + lane_row], block_N + 4);
         #pragma unroll
         for (int bi = 0; bi < 4; ++bi) {
           acc[bi][bj] = mfma_16x16x16(b_cols, a_rows[bi], acc[bi][bj]);
@@ -163,7 +168,8 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
         int const j = acc_col + bj * 16 + lane_col + r;
-        acc[bi][bj][r] = gelu_erf(acc[bi][bj][r] + ((bz < batch && bx * block_N + j < N) ? ck::type_convert<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));  // spec 25: acc[i, j] = gelu(acc[i, j] + f32(bias[bz, bx*block_N + j]))
+        // spec 25: acc[i, j] = gelu(acc[i, j] + f32(bias[bz, bx*block_N + j]))
+        acc[bi][bj][r] = gelu_erf(acc[bi][bj][r] + ((bz < batch && bx * block_N + j < N) ? ck::type_convert<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));
       }
     }
   }

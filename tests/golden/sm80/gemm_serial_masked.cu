@@ -132,7 +132,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
   // MMA (spec 21) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 15): (MMA, MMA_M, MMA_N), float registers
+  // fragment `acc` (spec 15): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // Operand partitions of the MMA at spec 21.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s);  // (MMA, MMA_M, MMA_K)
@@ -181,7 +182,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
     // spec 20: copy(B[k*block_K, bx*block_N], B_s)
     {
       __syncthreads();  // earlier readers of sB_s are done
-      Tensor mB_t = make_tensor(mB.data(), select<1, 0>(mB.layout()));  // `B` with its dims swapped: CuTe's (N, K) operand order
+      // `B` with its dims swapped: CuTe's (N, K) operand order
+      Tensor mB_t = make_tensor(mB.data(), select<1, 0>(mB.layout()));
       G2SCopyB_s g2s_copy_B;
       auto g2s_thr_B = g2s_copy_B.get_slice(tid);
       Tensor gB = local_tile(mB_t, make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, k));
@@ -227,7 +229,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
     // spec 23: parallel(i, j)
     // Element-wise over `acc` in registers: each thread visits the elements it owns.
     {
-      Tensor tCcacc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));  // -> (row, col)
+      // -> (row, col)
+      Tensor tCcacc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));
       CUTE_UNROLL
       for (int e = 0; e < size(acc); ++e) {
         int const i = get<0>(tCcacc(e));

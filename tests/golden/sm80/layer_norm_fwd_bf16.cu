@@ -85,7 +85,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
@@ -103,12 +104,17 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 32];  // the reductions' per-warp partials
 
-  Tensor xs = make_tensor<ElementXs>(RowTileValues{});  // fragment `xs` (spec 16): 32 values per thread: (row, vector, element)
-  Tensor sq = make_tensor<ElementSq>(RowTileValues{});  // fragment `sq` (spec 17): 32 values per thread: (row, vector, element)
-  Tensor mean = make_tensor<ElementMean>(Shape<Int<kRowsPerThread>>{});  // fragment `mean` (spec 18): one value per row this thread holds
-  Tensor rstd = make_tensor<ElementRstd>(Shape<Int<kRowsPerThread>>{});  // fragment `rstd` (spec 19): one value per row this thread holds
+  // fragment `xs` (spec 16): 32 values per thread: (row, vector, element)
+  Tensor xs = make_tensor<ElementXs>(RowTileValues{});
+  // fragment `sq` (spec 17): 32 values per thread: (row, vector, element)
+  Tensor sq = make_tensor<ElementSq>(RowTileValues{});
+  // fragment `mean` (spec 18): one value per row this thread holds
+  Tensor mean = make_tensor<ElementMean>(Shape<Int<kRowsPerThread>>{});
+  // fragment `rstd` (spec 19): one value per row this thread holds
+  Tensor rstd = make_tensor<ElementRstd>(Shape<Int<kRowsPerThread>>{});
 
-  cutlass::AlignedArray<ElementGamma, kVector> gamma_vec[kVectorsPerRow];  // `gamma` at the thread's columns (read as `gamma[j]` below)
+  // `gamma` at the thread's columns (read as `gamma[j]` below)
+  cutlass::AlignedArray<ElementGamma, kVector> gamma_vec[kVectorsPerRow];
   CUTE_UNROLL
   for (int vv = 0; vv < kVectorsPerRow; ++vv) {
     int64_t const col = (row_lane + kThreadsPerRow * vv) * kVector;
@@ -118,7 +124,8 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
       gamma_vec[vv].fill(ElementGamma(0));
     }
   }
-  cutlass::AlignedArray<ElementBeta, kVector> beta_vec[kVectorsPerRow];  // `beta` at the thread's columns (read as `beta[j]` below)
+  // `beta` at the thread's columns (read as `beta[j]` below)
+  cutlass::AlignedArray<ElementBeta, kVector> beta_vec[kVectorsPerRow];
   CUTE_UNROLL
   for (int vv = 0; vv < kVectorsPerRow; ++vv) {
     int64_t const col = (row_lane + kThreadsPerRow * vv) * kVector;
@@ -182,7 +189,8 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
       for (int ee = 0; ee < kVector; ++ee) {
         int const j = (row_lane + kThreadsPerRow * vv) * kVector + ee;  // the tile's column
         xs(rr, vv, ee) = xs(rr, vv, ee) - mean(rr);  // spec 26: xs[i, j] = xs[i, j] - mean[i]
-        sq(rr, vv, ee) = (j < N ? xs(rr, vv, ee) * xs(rr, vv, ee) : 0.0f);  // spec 27: sq[i, j] = select(j < N, xs[i, j] * xs[i, j], 0.0)
+        // spec 27: sq[i, j] = select(j < N, xs[i, j] * xs[i, j], 0.0)
+        sq(rr, vv, ee) = (j < N ? xs(rr, vv, ee) * xs(rr, vv, ee) : 0.0f);
       }
     }
   }
@@ -216,7 +224,8 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
-        xs(rr, vv, ee) = xs(rr, vv, ee) * rstd(rr) * static_cast<float>(gamma_vec[vv][ee]) + static_cast<float>(beta_vec[vv][ee]);  // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
+        // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
+        xs(rr, vv, ee) = xs(rr, vv, ee) * rstd(rr) * static_cast<float>(gamma_vec[vv][ee]) + static_cast<float>(beta_vec[vv][ee]);
       }
     }
   }
@@ -282,10 +291,12 @@ extern "C" int tilegen_layer_norm_fwd_bf16(const void* X, const void* gamma, con
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(gamma) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `gamma` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `gamma` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(gamma) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(beta) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `beta` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `beta` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(beta) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Y) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `Y`

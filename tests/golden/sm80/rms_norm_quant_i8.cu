@@ -95,7 +95,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 rms_norm_quant_i8_kernel(ElementX const* __restrict__ X,
@@ -111,10 +112,14 @@ rms_norm_quant_i8_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 32];  // the reductions' per-warp partials
 
-  Tensor ys = make_tensor<ElementYs>(RowTileValues{});  // fragment `ys` (spec 15): 32 values per thread: (row, vector, element)
-  Tensor ax = make_tensor<ElementAx>(RowTileValues{});  // fragment `ax` (spec 16): 32 values per thread: (row, vector, element)
-  Tensor rs = make_tensor<ElementRs>(Shape<Int<kRowsPerThread>>{});  // fragment `rs` (spec 17): one value per row this thread holds
-  Tensor sc = make_tensor<ElementSc>(Shape<Int<kRowsPerThread>>{});  // fragment `sc` (spec 18): one value per row this thread holds
+  // fragment `ys` (spec 15): 32 values per thread: (row, vector, element)
+  Tensor ys = make_tensor<ElementYs>(RowTileValues{});
+  // fragment `ax` (spec 16): 32 values per thread: (row, vector, element)
+  Tensor ax = make_tensor<ElementAx>(RowTileValues{});
+  // fragment `rs` (spec 17): one value per row this thread holds
+  Tensor rs = make_tensor<ElementRs>(Shape<Int<kRowsPerThread>>{});
+  // fragment `sc` (spec 18): one value per row this thread holds
+  Tensor sc = make_tensor<ElementSc>(Shape<Int<kRowsPerThread>>{});
 
   cutlass::AlignedArray<ElementW, kVector> W_vec[kVectorsPerRow];  // `W` at the thread's columns (read as `W[j]` below)
   CUTE_UNROLL
@@ -190,7 +195,8 @@ rms_norm_quant_i8_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
-        ys(rr, vv, ee) = ys(rr, vv, ee) * rs(rr) * static_cast<float>(W_vec[vv][ee]);  // spec 27: ys[i, j] = ys[i, j] * rs[i] * f32(W[j])
+        // spec 27: ys[i, j] = ys[i, j] * rs[i] * f32(W[j])
+        ys(rr, vv, ee) = ys(rr, vv, ee) * rs(rr) * static_cast<float>(W_vec[vv][ee]);
         ax(rr, vv, ee) = fabsf(ys(rr, vv, ee));  // spec 28: ax[i, j] = abs(ys[i, j])
       }
     }
@@ -279,7 +285,8 @@ extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, 
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Q) % 8 != 0 || N % 8 != 0) {  // the row tile moves 8-byte vectors of `Q`

@@ -90,7 +90,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 softmax_bf16_kernel(ElementX const* __restrict__ X,
@@ -103,10 +104,14 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
   int const row_lane = tid % kThreadsPerRow;
   int const bx = blockIdx.x;
 
-  Tensor xs = make_tensor<ElementXs>(RowTileValues{});  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
-  Tensor mx = make_tensor<ElementMx>(Shape<Int<kRowsPerThread>>{});  // fragment `mx` (spec 14): one value per row this thread holds
-  Tensor sum = make_tensor<ElementSum>(Shape<Int<kRowsPerThread>>{});  // fragment `sum` (spec 15): one value per row this thread holds
-  Tensor inv = make_tensor<ElementInv>(Shape<Int<kRowsPerThread>>{});  // fragment `inv` (spec 16): one value per row this thread holds
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  Tensor xs = make_tensor<ElementXs>(RowTileValues{});
+  // fragment `mx` (spec 14): one value per row this thread holds
+  Tensor mx = make_tensor<ElementMx>(Shape<Int<kRowsPerThread>>{});
+  // fragment `sum` (spec 15): one value per row this thread holds
+  Tensor sum = make_tensor<ElementSum>(Shape<Int<kRowsPerThread>>{});
+  // fragment `inv` (spec 16): one value per row this thread holds
+  Tensor inv = make_tensor<ElementInv>(Shape<Int<kRowsPerThread>>{});
 
   // spec 18: copy(X[bx*block_M, 0], xs)
   // Each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns
@@ -166,7 +171,8 @@ softmax_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
-        xs(rr, vv, ee) = fast_exp2((xs(rr, vv, ee) - mx(rr)) * log2e);  // spec 24: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+        // spec 24: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+        xs(rr, vv, ee) = fast_exp2((xs(rr, vv, ee) - mx(rr)) * log2e);
       }
     }
   }

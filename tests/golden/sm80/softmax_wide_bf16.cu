@@ -89,7 +89,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
@@ -103,10 +104,14 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 32];  // the reductions' per-warp partials
 
-  Tensor xs = make_tensor<ElementXs>(RowTileValues{});  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
-  Tensor mx = make_tensor<ElementMx>(Shape<Int<kRowsPerThread>>{});  // fragment `mx` (spec 14): one value per row this thread holds
-  Tensor prev = make_tensor<ElementPrev>(Shape<Int<kRowsPerThread>>{});  // fragment `prev` (spec 15): one value per row this thread holds
-  Tensor sum = make_tensor<ElementSum>(Shape<Int<kRowsPerThread>>{});  // fragment `sum` (spec 16): one value per row this thread holds
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  Tensor xs = make_tensor<ElementXs>(RowTileValues{});
+  // fragment `mx` (spec 14): one value per row this thread holds
+  Tensor mx = make_tensor<ElementMx>(Shape<Int<kRowsPerThread>>{});
+  // fragment `prev` (spec 15): one value per row this thread holds
+  Tensor prev = make_tensor<ElementPrev>(Shape<Int<kRowsPerThread>>{});
+  // fragment `sum` (spec 16): one value per row this thread holds
+  Tensor sum = make_tensor<ElementSum>(Shape<Int<kRowsPerThread>>{});
 
   // spec 18: fill(mx, -inf)
   fill(mx, -INFINITY);
@@ -146,7 +151,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
         CUTE_UNROLL
         for (int ee = 0; ee < kVector; ++ee) {
           int const j = (row_lane + kThreadsPerRow * vv) * kVector + ee;  // the tile's column
-          xs(rr, vv, ee) = (k * block_N + j < N ? xs(rr, vv, ee) : -INFINITY);  // spec 24: xs[i, j] = select(k*block_N + j < N, xs[i, j], -inf)
+          // spec 24: xs[i, j] = select(k*block_N + j < N, xs[i, j], -inf)
+          xs(rr, vv, ee) = (k * block_N + j < N ? xs(rr, vv, ee) : -INFINITY);
         }
       }
     }
@@ -181,7 +187,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
       for (int vv = 0; vv < kVectorsPerRow; ++vv) {
         CUTE_UNROLL
         for (int ee = 0; ee < kVector; ++ee) {
-          xs(rr, vv, ee) = fast_exp2((xs(rr, vv, ee) - mx(rr)) * log2e);  // spec 29: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+          // spec 29: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e)
+          xs(rr, vv, ee) = fast_exp2((xs(rr, vv, ee) - mx(rr)) * log2e);
         }
       }
     }
@@ -189,7 +196,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
     // spec 30: parallel(i)
     CUTE_UNROLL
     for (int rr = 0; rr < kRowsPerThread; ++rr) {
-      sum(rr) = sum(rr) * fast_exp2((prev(rr) - mx(rr)) * log2e);  // spec 31: sum[i] = sum[i] * exp2((prev[i] - mx[i]) * log2e)
+      // spec 31: sum[i] = sum[i] * exp2((prev[i] - mx[i]) * log2e)
+      sum(rr) = sum(rr) * fast_exp2((prev(rr) - mx(rr)) * log2e);
     }
 
     // spec 32: reduce_sum(xs, sum, clear=false)
@@ -247,7 +255,8 @@ softmax_wide_bf16_kernel(ElementX const* __restrict__ X,
       for (int vv = 0; vv < kVectorsPerRow; ++vv) {
         CUTE_UNROLL
         for (int ee = 0; ee < kVector; ++ee) {
-          xs(rr, vv, ee) = fast_exp2((xs(rr, vv, ee) - mx(rr)) * log2e) * sum(rr);  // spec 39: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e) * sum[i]
+          // spec 39: xs[i, j] = exp2((xs[i, j] - mx[i]) * log2e) * sum[i]
+          xs(rr, vv, ee) = fast_exp2((xs(rr, vv, ee) - mx(rr)) * log2e) * sum(rr);
         }
       }
     }

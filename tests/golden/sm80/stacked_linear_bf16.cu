@@ -139,8 +139,10 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
 
   // Global tensors (64-bit strides).
   Tensor mA = make_tensor(make_gmem_ptr(A), make_shape(M, K), make_stride(int64_t(K), _1{}));  // A [M, K], row-major
-  Tensor mB = make_tensor(make_gmem_ptr(B), make_shape(batch, K, N), make_stride(int64_t(N) * K, int64_t(N), _1{}));  // B [batch, K, N]
-  Tensor mC = make_tensor(make_gmem_ptr(C), make_shape(batch, M, N), make_stride(int64_t(N) * M, int64_t(N), _1{}));  // C [batch, M, N]
+  // B [batch, K, N]
+  Tensor mB = make_tensor(make_gmem_ptr(B), make_shape(batch, K, N), make_stride(int64_t(N) * K, int64_t(N), _1{}));
+  // C [batch, M, N]
+  Tensor mC = make_tensor(make_gmem_ptr(C), make_shape(batch, M, N), make_stride(int64_t(N) * M, int64_t(N), _1{}));
 
   // Shared tensors.
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
@@ -149,7 +151,8 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 23) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 17): (MMA, MMA_M, MMA_N), float registers
+  // fragment `acc` (spec 17): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // Operand partitions of the MMA at spec 23.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
@@ -174,16 +177,19 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // -> coordinates
+    // -> coordinates
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
     // spec 22: copy(B[bz, k*block_K:, bx*block_N:], B_s)
-    Tensor mB_t = make_tensor(mB(bz, _, _).data(), select<1, 0>(mB(bz, _, _).layout()));  // the 2-D slice of `B` the tile lies in, `B` with its dims swapped: CuTe's (N, K) operand order
+    // the 2-D slice of `B` the tile lies in, `B` with its dims swapped: CuTe's (N, K) operand order
+    Tensor mB_t = make_tensor(mB(bz, _, _).data(), select<1, 0>(mB(bz, _, _).layout()));
     G2SCopyB_s g2s_copy_B;
     auto g2s_thr_B = g2s_copy_B.get_slice(tid);
     Tensor gB = local_tile(mB_t, make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));  // -> coordinates
+    // -> coordinates
+    Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));
     Tensor tBgB = g2s_thr_B.partition_S(gB);  // (CPY, CPY_0, CPY_1, k)
     Tensor tBsB = g2s_thr_B.partition_D(sB_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tBcB = g2s_thr_B.partition_S(idB);  // (CPY, CPY_0, CPY_1, k)
@@ -268,11 +274,13 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
   // spec 24: parallel(i, j)
   // Element-wise over `acc` in registers: each thread visits the elements it owns.
   {
-    Tensor tCcacc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));  // -> (row, col)
+    // -> (row, col)
+    Tensor tCcacc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
       int const j = get<1>(tCcacc(e));
-      acc(e) = gelu_erf(acc(e) + ((bz < batch && bx * block_N + j < N) ? static_cast<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));  // spec 25
+      // spec 25
+      acc(e) = gelu_erf(acc(e) + ((bz < batch && bx * block_N + j < N) ? static_cast<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));
     }
   }
 

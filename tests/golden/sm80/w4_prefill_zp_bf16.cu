@@ -148,7 +148,8 @@ using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<3, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
-    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
+    // (block_N, block_K/8, stage)
+    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));
 
 // Shared buffer `S_s` (spec 17): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -158,7 +159,8 @@ using SmemLayoutS_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    // (block_N, block_K/128, stage)
+    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));
 
 // Shared buffer `Z_s` (spec 18): not a gemm operand; dim 1 contiguous to match `zeros` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -168,7 +170,8 @@ using SmemLayoutZ_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutZ_s = decltype(tile_to_shape(
-    SmemLayoutZ_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    // (block_N, block_K/128, stage)
+    SmemLayoutZ_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));
 
 // gemm (spec 29): 4 warps as 2x2: each warp owns a 32x32 accumulator tile, the squarest split of
 // 64x64 (best operand reuse).
@@ -270,25 +273,33 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
 
   // Global tensors (64-bit strides).
   Tensor mA = make_tensor(make_gmem_ptr(A), make_shape(M, K), make_stride(int64_t(K), _1{}));  // A [M, K], row-major
-  Tensor mWq = make_tensor(make_gmem_ptr(Wq), make_shape(N, (K / 8)), make_stride(int64_t((K / 8)), _1{}));  // Wq [N, (K / 8)], row-major
-  Tensor mscales = make_tensor(make_gmem_ptr(scales), make_shape(N, (K / 128)), make_stride(int64_t((K / 128)), _1{}));  // scales [N, (K / 128)], row-major
-  Tensor mzeros = make_tensor(make_gmem_ptr(zeros), make_shape(N, (K / 128)), make_stride(int64_t((K / 128)), _1{}));  // zeros [N, (K / 128)], row-major
+  // Wq [N, (K / 8)], row-major
+  Tensor mWq = make_tensor(make_gmem_ptr(Wq), make_shape(N, (K / 8)), make_stride(int64_t((K / 8)), _1{}));
+  // scales [N, (K / 128)], row-major
+  Tensor mscales = make_tensor(make_gmem_ptr(scales), make_shape(N, (K / 128)), make_stride(int64_t((K / 128)), _1{}));
+  // zeros [N, (K / 128)], row-major
+  Tensor mzeros = make_tensor(make_gmem_ptr(zeros), make_shape(N, (K / 128)), make_stride(int64_t((K / 128)), _1{}));
   Tensor mC = make_tensor(make_gmem_ptr(C), make_shape(M, N), make_stride(int64_t(N), _1{}));  // C [M, N], row-major
 
   // Shared tensors.
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
-  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, block_K/8, stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, block_K/128, stage)
-  Tensor sZ_s = make_tensor(make_smem_ptr(smem.mainloop.Z_s.data()), SmemLayoutZ_s<kOddRows>{});  // (block_N, block_K/128, stage)
+  // (block_N, block_K/8, stage)
+  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});
+  // (block_N, block_K/128, stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});
+  // (block_N, block_K/128, stage)
+  Tensor sZ_s = make_tensor(make_smem_ptr(smem.mainloop.Z_s.data()), SmemLayoutZ_s<kOddRows>{});
 
   // MMA (spec 29) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 20): (MMA, MMA_M, MMA_N), float registers
+  // fragment `acc` (spec 20): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // Operand partitions of the MMA at spec 29.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
-  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
+  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
+  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
   auto s2r_thr_A_s = s2r_copy_A_s.get_slice(tid);
   Tensor tXsA_s = s2r_thr_A_s.partition_S(sA_s);
@@ -305,7 +316,8 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // -> coordinates
+    // -> coordinates
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -313,23 +325,28 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyWq_s g2s_copy_Wq;
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // -> coordinates
+    // -> coordinates
+    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);  // (CPY, CPY_0, CPY_1, k)
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);  // (CPY, CPY_0, CPY_1, k)
     // spec 26: copy(scales[bx*block_N, k*(block_K/128)], S_s)
     G2SCopyS_s g2s_copy_scales;
     auto g2s_thr_scales = g2s_copy_scales.get_slice(tid);
-    Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));  // -> coordinates
+    // (tile, tile, k)
+    Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
+    // -> coordinates
+    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
     Tensor tscalesgscales = g2s_thr_scales.partition_S(gscales);  // (CPY, CPY_0, CPY_1, k)
     Tensor tscalessscales = g2s_thr_scales.partition_D(sS_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tscalescscales = g2s_thr_scales.partition_S(idscales);  // (CPY, CPY_0, CPY_1, k)
     // spec 27: copy(zeros[bx*block_N, k*(block_K/128)], Z_s)
     G2SCopyZ_s g2s_copy_zeros;
     auto g2s_thr_zeros = g2s_copy_zeros.get_slice(tid);
-    Tensor gzeros = local_tile(mzeros, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idzeros = local_tile(make_identity_tensor(shape(mzeros)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));  // -> coordinates
+    // (tile, tile, k)
+    Tensor gzeros = local_tile(mzeros, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
+    // -> coordinates
+    Tensor idzeros = local_tile(make_identity_tensor(shape(mzeros)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
     Tensor tzerosgzeros = g2s_thr_zeros.partition_S(gzeros);  // (CPY, CPY_0, CPY_1, k)
     Tensor tzerosszeros = g2s_thr_zeros.partition_D(sZ_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tzerosczeros = g2s_thr_zeros.partition_S(idzeros);  // (CPY, CPY_0, CPY_1, k)
@@ -449,7 +466,8 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
         static_assert(decltype(size<2>(typename decltype(tiled_mma)::AtomShape_MNK{}))::value == 16 &&
                       decltype(size<1>(typename decltype(tiled_mma)::Atom::LayoutB_TV{}))::value == 4,
                       "the unpacking below follows the m16n8k16 B fragment: k = 2t, 2t+1, 2t+8, 2t+9 of thread t");
-        Tensor tCcW_s = thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})));  // (MMA, MMA_N, MMA_K) -> (n, k)
+        // (MMA, MMA_N, MMA_K) -> (n, k)
+        Tensor tCcW_s = thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})));
         // This thread's values of a k-block sit at k = 2t, 2t+1 (and 8 more): byte t of the block's
         // words.
         uint32_t const byte_sel = 0x0400u + 0x0101u * (get<1>(tCcW_s(0, 0, 0)) % 8 / 2);
@@ -460,9 +478,12 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
           CUTE_UNROLL
           for (int j = 0; j < size<1>(tCrW_s); ++j) {
             int const b_row = get<0>(tCcW_s(0, j, 0));
-            uint4 const b_words = *reinterpret_cast<uint4 const*>(&sWq_s(b_row, 2 * k_block, read_stage));  // k-blocks k_block and k_block + 1 of row b_row
-            uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u;  // the row's scale, twice
-            uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);  // the row's zero point from `Z_s`, as dequant_int4x2 takes it
+            // k-blocks k_block and k_block + 1 of row b_row
+            uint4 const b_words = *reinterpret_cast<uint4 const*>(&sWq_s(b_row, 2 * k_block, read_stage));
+            // the row's scale, twice
+            uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u;
+            // the row's zero point from `Z_s`, as dequant_int4x2 takes it
+            uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);
             Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));
             Tensor b1 = recast<uint32_t>(tCrW_s(_, j, k_block + 1));
             b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);
@@ -534,10 +555,12 @@ extern "C" int tilegen_w4_prefill_zp_bf16(const void* A, const void* Wq, const v
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {  // cp.async moves `zeros` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  // cp.async moves `zeros` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the epilogue stores 16-byte vectors of `C`

@@ -167,7 +167,8 @@ constexpr int kRowX_t = depth + 16;  // elements per row, padded
 constexpr int kStageX_t = rows * kRowX_t;
 using SmemLayoutX_t = decltype(composition(
     Swizzle<1, 3, 3>{},
-    Layout<Shape<Int<rows>, Int<depth>, Int<stages>>, Stride<Int<kRowX_t>, _1, Int<kStageX_t>>>{}));  // (rows, depth, stage)
+    // (rows, depth, stage)
+    Layout<Shape<Int<rows>, Int<depth>, Int<stages>>, Stride<Int<kRowX_t>, _1, Int<kStageX_t>>>{}));
 // Shared buffer `P_t` (spec 15): each thread's packed words, 16 bytes at a time; Swizzle<1,4,2>:
 // the first layout under which the cp.async writes and the 16-byte reads of each thread's four
 // words hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen).
@@ -175,7 +176,8 @@ constexpr int kRowP_t = (depth / 8);  // words per row
 constexpr int kStageP_t = cols * kRowP_t;
 using SmemLayoutP_t = decltype(composition(
     Swizzle<1, 4, 2>{},
-    Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>, Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));  // (cols, (depth / 8), stage)
+    // (cols, (depth / 8), stage)
+    Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>, Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageX_t % 128 == 0 && kStageP_t % 128 == 0, "stages are translates of stage 0");
@@ -188,7 +190,8 @@ constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
+// (cols, slot, stage)
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
@@ -244,7 +247,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   constexpr int kRowsA = 8 * kMTiles;
   constexpr int kChunksX = kRowsA * depth / 8 / kThreads;  // copy(X[mb*rows, kt*depth], X_t)
   constexpr int kChunksWp = cols * (depth / 8) / 4 / kThreads;  // copy(Wp[nb*cols, kt*(depth/8)], P_t)
-  constexpr int kScaleCopiesPerRow = (depth / 256) / 2 + (kOddRows ? 1 : 0);  // copy(Sc[nb*cols, kt*(depth/256)], S_t): 4 bytes per copy; a row that starts mid-word takes one more
+  // copy(Sc[nb*cols, kt*(depth/256)], S_t): 4 bytes per copy; a row that starts mid-word takes one
+  // more
+  constexpr int kScaleCopiesPerRow = (depth / 256) / 2 + (kOddRows ? 1 : 0);
   constexpr int kScaleCopies = cols * kScaleCopiesPerRow;  // the first threads copy one each
   static_assert(kChunksX * kThreads * 8 == kRowsA * depth && kChunksWp * kThreads * 4 == cols * (depth / 8) && kScaleCopies <= kThreads,
                 "whole chunks per thread");
@@ -344,7 +349,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       Wp_rd[h][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
-      Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));  // one slot later in rows that start mid-word
+      // one slot later in rows that start mid-word
+      Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));
       asm volatile("" : "+r"(Wp_rd[h][s]), "+r"(Sc_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -377,9 +383,11 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage * kStageP_t * sizeof(ElementP_t));
       uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;  // twice
+      // twice
+      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
       uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
-      constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;  // the zero point 7
+      // the zero point 7
+      constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
@@ -450,7 +458,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
       }
     }
   }
-  __syncthreads();  // every copy has landed (each tile's was waited for) and every thread is done: the partial sums take the stages' place
+  // every copy has landed (each tile's was waited for) and every thread is done: the partial sums
+  // take the stages' place
+  __syncthreads();
 
   // spec 27: copy(y, Y[mb*rows, nb*cols])
   // Each k share's Cᵀ fragment (rows w_row, w_row + 8; columns 8 mt + 2t, +1) into shared memory,
@@ -500,7 +510,8 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   if (reinterpret_cast<uintptr_t>(Wp) % 16 != 0) {  // cp.async moves 16-byte vectors of `Wp`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {  // cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  // cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((features + cols - 1) / cols));

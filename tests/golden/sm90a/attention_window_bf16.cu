@@ -207,10 +207,14 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   int const bz = blockIdx.z;
 
   // Global tensors (64-bit strides).
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // Q [B, S, H, D]
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // K [B, S, H, D]
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // V [B, S, H, D]
-  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // O [B, S, H, D]
+  // Q [B, S, H, D]
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // K [B, S, H, D]
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // V [B, S, H, D]
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  // O [B, S, H, D]
+  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (block_M, D)
@@ -234,32 +238,43 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMA (spec 44) and its accumulator.
   TiledMma0 tiled_mma0;
   auto thr_mma0 = tiled_mma0.get_slice(tid);
-  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `S_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  // fragment `S_f` (spec 28): (MMA, MMA_M, MMA_N), float registers
+  Tensor S_f = partition_fragment_C(tiled_mma0, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // MMA (spec 59) and its accumulator.
   TiledMma1 tiled_mma1;
   auto thr_mma1 = tiled_mma1.get_slice(tid);
-  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  // fragment `O_f` (spec 30): (MMA, MMA_M, MMA_N), float registers
+  Tensor O_f = partition_fragment_C(tiled_mma1, make_shape(Int<block_M>{}, Int<D>{}));
 
   // Register fragments computed from the accumulators.
-  Tensor P_f = make_fragment_like<ElementP_f>(S_f);  // fragment `P_f` (spec 29): laid out as `S_f`, cute::bfloat16_t registers
-  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});  // fragment `m` (spec 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<2>>{});  // fragment `m_prev` (spec 32): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor l = make_tensor<ElementL>(Shape<Int<2>>{});  // fragment `l` (spec 33): one value per accumulator row this thread holds (2 per 16-row MMA tile)
-  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<2>>{});  // fragment `alpha` (spec 34): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  // fragment `P_f` (spec 29): laid out as `S_f`, cute::bfloat16_t registers
+  Tensor P_f = make_fragment_like<ElementP_f>(S_f);
+  // fragment `m` (spec 31): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor m = make_tensor<ElementM>(Shape<Int<2>>{});
+  // fragment `m_prev` (spec 32): one value per accumulator row this thread holds (2 per 16-row MMA
+  // tile)
+  Tensor m_prev = make_tensor<ElementM_prev>(Shape<Int<2>>{});
+  // fragment `l` (spec 33): one value per accumulator row this thread holds (2 per 16-row MMA tile)
+  Tensor l = make_tensor<ElementL>(Shape<Int<2>>{});
+  // fragment `alpha` (spec 34): one value per accumulator row this thread holds (2 per 16-row MMA
+  // tile)
+  Tensor alpha = make_tensor<ElementAlpha>(Shape<Int<2>>{});
 
   // Operand partitions of the warpgroup MMA at spec 44: shared-memory descriptors.
   Tensor tCrQ_s = thr_mma0.partition_fragment_A(sQ_s);  // (MMA, MMA_M, MMA_K)
   Tensor tCrK_s = thr_mma0.partition_fragment_B(sK_s);  // (MMA, MMA_N, MMA_K, stage)
 
   // Operand partitions of the warpgroup MMA at spec 59: shared-memory descriptors (A: registers).
-  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  // (MMA, MMA_M, MMA_K): `P_f`'s registers as the A operand
+  Tensor tCrP_f = make_tensor(P_f.data(), acc_as_operand_a(P_f.layout()));
   Tensor tCrV_s = thr_mma1.partition_fragment_B(sV_s);  // (MMA, MMA_N, MMA_K, stage)
 
   // spec 36: copy(Q[bz, bx*block_M:, by, :], Q_s)
   {
     __syncthreads();  // earlier readers of sQ_s are done
-    Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));  // `mQ_tma`'s coordinates, in the tensor map's mode order
+    // `mQ_tma`'s coordinates, in the tensor map's mode order
+    Tensor mQ_tma = tma_Q_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mQ.layout())));
     Tensor gQ = local_tile(mQ_tma(_, _, bz, by), make_shape(Int<block_M>{}, Int<D>{}), make_coord(bx, 0));
     auto tma_thr_Q = tma_Q_s.get_slice(0);
     if (tid == 0) {  // one thread issues the tile's TMA loads
@@ -286,14 +301,18 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   // MMAs read the current stage through descriptors.
   {
     // spec 41: copy(K[bz, t*block_N:, by, :], K_s)
-    Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));  // `mK_tma`'s coordinates, in the tensor map's mode order
-    Tensor gK = local_tile(mK_tma(_, _, bz, by), make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
+    // `mK_tma`'s coordinates, in the tensor map's mode order
+    Tensor mK_tma = tma_K_s.get_tma_tensor(shape(select<1, 3, 0, 2>(mK.layout())));
+    // (tile, tile, t)
+    Tensor gK = local_tile(mK_tma(_, _, bz, by), make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));
     auto tma_thr_K = tma_K_s.get_slice(0);
     Tensor tKgK = tma_thr_K.partition_S(gK);  // (TMA, TMA_0, TMA_1, t)
     Tensor tKsK = tma_thr_K.partition_D(sK_s);  // (TMA, TMA_0, TMA_1, stage)
     // spec 42: copy(V[bz, t*block_N:, by, :], V_s)
-    Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));  // `mV_tma`'s coordinates, in the tensor map's mode order
-    Tensor gV = local_tile(mV_tma(_, _, bz, by), make_shape(Int<D>{}, Int<block_N>{}), make_coord(0, _));  // (tile, tile, t)
+    // `mV_tma`'s coordinates, in the tensor map's mode order
+    Tensor mV_tma = tma_V_s.get_tma_tensor(shape(select<3, 1, 0, 2>(mV.layout())));
+    // (tile, tile, t)
+    Tensor gV = local_tile(mV_tma(_, _, bz, by), make_shape(Int<D>{}, Int<block_N>{}), make_coord(0, _));
     auto tma_thr_V = tma_V_s.get_slice(0);
     Tensor tVgV = tma_thr_V.partition_S(gV);  // (TMA, TMA_0, TMA_1, t)
     Tensor tVsV = tma_thr_V.partition_D(sV_s);  // (TMA, TMA_0, TMA_1, stage)
@@ -348,12 +367,14 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 45: parallel(i, j)
       // Element-wise over `S_f` in registers: each thread visits the elements it owns.
       {
-        Tensor tCcS_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));  // -> (row, col)
+        // -> (row, col)
+        Tensor tCcS_f = thr_mma0.partition_C(make_identity_tensor(make_shape(Int<block_M>{}, Int<block_N>{})));
         CUTE_UNROLL
         for (int e = 0; e < size(S_f); ++e) {
           int const i = get<0>(tCcS_f(e));
           int const j = get<1>(tCcS_f(e));
-          S_f(e) = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) && t * block_N + j < S ? S_f(e) : -INFINITY);  // spec 46
+          // spec 46
+          S_f(e) = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) && t * block_N + j < S ? S_f(e) : -INFINITY);
         }
       }
 
@@ -399,7 +420,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
         for (int r = 0; r < size<0>(S_f_rc); ++r) {
           CUTE_UNROLL
           for (int c = 0; c < size<1>(S_f_rc); ++c) {
-            S_f_rc(r, c) = (m(r) == -INFINITY ? 0.0f : fast_exp2(S_f_rc(r, c) * scale_log2 - m(r) * scale_log2));  // spec 54
+            // spec 54
+            S_f_rc(r, c) = (m(r) == -INFINITY ? 0.0f : fast_exp2(S_f_rc(r, c) * scale_log2 - m(r) * scale_log2));
             P_f_rc(r, c) = static_cast<ElementP_f>(S_f_rc(r, c));  // spec 55
           }
         }

@@ -83,7 +83,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
@@ -99,9 +100,12 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 32];  // the reductions' per-warp partials
 
-  Tensor xs = make_tensor<ElementXs>(RowTileValues{});  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
-  Tensor rs = make_tensor<ElementRs>(RowTileValues{});  // fragment `rs` (spec 14): 32 values per thread: (row, vector, element)
-  Tensor ms = make_tensor<ElementMs>(Shape<Int<kRowsPerThread>>{});  // fragment `ms` (spec 15): one value per row this thread holds
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  Tensor xs = make_tensor<ElementXs>(RowTileValues{});
+  // fragment `rs` (spec 14): 32 values per thread: (row, vector, element)
+  Tensor rs = make_tensor<ElementRs>(RowTileValues{});
+  // fragment `ms` (spec 15): one value per row this thread holds
+  Tensor ms = make_tensor<ElementMs>(Shape<Int<kRowsPerThread>>{});
 
   cutlass::AlignedArray<ElementW, kVector> W_vec[kVectorsPerRow];  // `W` at the thread's columns (read as `W[j]` below)
   CUTE_UNROLL
@@ -165,7 +169,8 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
-        xs(rr, vv, ee) = static_cast<float>(cute::bfloat16_t(static_cast<float>(xs(rr, vv, ee) + rs(rr, vv, ee))));  // spec 20: xs[i, j] = bf16(xs[i, j] + rs[i, j])
+        // spec 20: xs[i, j] = bf16(xs[i, j] + rs[i, j])
+        xs(rr, vv, ee) = static_cast<float>(cute::bfloat16_t(static_cast<float>(xs(rr, vv, ee) + rs(rr, vv, ee))));
         rs(rr, vv, ee) = xs(rr, vv, ee) * xs(rr, vv, ee);  // spec 21: rs[i, j] = xs[i, j] * xs[i, j]
       }
     }
@@ -220,7 +225,8 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
-        xs(rr, vv, ee) = xs(rr, vv, ee) * ms(rr) * static_cast<float>(W_vec[vv][ee]);  // spec 27: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        // spec 27: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        xs(rr, vv, ee) = xs(rr, vv, ee) * ms(rr) * static_cast<float>(W_vec[vv][ee]);
       }
     }
   }
@@ -260,7 +266,8 @@ extern "C" int tilegen_fused_add_rms_norm_bf16(const void* X, const void* W, voi
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(R) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `R`

@@ -144,7 +144,8 @@ gemm_scaled_sync_kernel(ElementA const* __restrict__ A,
   // MMA (spec 21) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 15): (MMA, MMA_M, MMA_N), cute::half_t registers
+  // fragment `acc` (spec 15): (MMA, MMA_M, MMA_N), cute::half_t registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // Operand partitions of the MMA at spec 21.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
@@ -168,16 +169,19 @@ gemm_scaled_sync_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // -> coordinates
+    // -> coordinates
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
     // spec 20: copy(B[k*block_K, bx*block_N], B_s)
-    Tensor mB_t = make_tensor(mB.data(), select<1, 0>(mB.layout()));  // `B` with its dims swapped: CuTe's (N, K) operand order
+    // `B` with its dims swapped: CuTe's (N, K) operand order
+    Tensor mB_t = make_tensor(mB.data(), select<1, 0>(mB.layout()));
     G2SCopyB_s g2s_copy_B;
     auto g2s_thr_B = g2s_copy_B.get_slice(tid);
     Tensor gB = local_tile(mB_t, make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));  // -> coordinates
+    // -> coordinates
+    Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));
     Tensor tBgB = g2s_thr_B.partition_S(gB);  // (CPY, CPY_0, CPY_1, k)
     Tensor tBsB = g2s_thr_B.partition_D(sB_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tBcB = g2s_thr_B.partition_S(idB);  // (CPY, CPY_0, CPY_1, k)
@@ -250,7 +254,8 @@ gemm_scaled_sync_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
       acc(e) = static_cast<ElementAcc>(static_cast<float>(acc(e)) * alpha);  // spec 23
-      acc(e) = static_cast<ElementAcc>((static_cast<float>(acc(e)) > limit ? limit : fmaxf(static_cast<float>(acc(e)), -limit)));  // spec 24
+      // spec 24
+      acc(e) = static_cast<ElementAcc>((static_cast<float>(acc(e)) > limit ? limit : fmaxf(static_cast<float>(acc(e)), -limit)));
     }
   }
 

@@ -79,9 +79,12 @@ using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree for the spec's element-wise epilogue (spec 24).
 using Acc = Sm90AccFetch;  // the accumulator
-using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;  // `bias`: one value per output column, broadcast down the rows
-using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;  // plus(Acc, RowBias)
-using Epilogue = Sm90EVT<Sm90Compute<cutlass::epilogue::thread::SiLu, ElementD, ElementCompute, RoundStyle>, Node1>;  // epilogue::thread::SiLu(Node1)
+// `bias`: one value per output column, broadcast down the rows
+using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;
+// plus(Acc, RowBias)
+using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;
+// epilogue::thread::SiLu(Node1)
+using Epilogue = Sm90EVT<Sm90Compute<cutlass::epilogue::thread::SiLu, ElementD, ElementCompute, RoundStyle>, Node1>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

@@ -81,10 +81,14 @@ using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree for the spec's element-wise epilogue (spec 27).
 using Acc = Sm90AccFetch;  // the accumulator
-using ColA_scale = Sm90ColBroadcast<0, TileShape, ElementA_scale, ElementCompute, Stride<_1, _0, _0>, 1, false>;  // `a_scale`: one value per output row, broadcast along the columns
-using Node1 = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementCompute, ElementCompute, RoundStyle>, Acc, ColA_scale>;  // multiplies(Acc, ColA_scale)
-using RowB_scale = Sm90RowBroadcast<0, TileShape, ElementB_scale, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementB_scale>::value, false>;  // `b_scale`: one value per output column, broadcast down the rows
-using Epilogue = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, ElementCompute, RoundStyle>, Node1, RowB_scale>;  // multiplies(Node1, RowB_scale)
+// `a_scale`: one value per output row, broadcast along the columns
+using ColA_scale = Sm90ColBroadcast<0, TileShape, ElementA_scale, ElementCompute, Stride<_1, _0, _0>, 1, false>;
+// multiplies(Acc, ColA_scale)
+using Node1 = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementCompute, ElementCompute, RoundStyle>, Acc, ColA_scale>;
+// `b_scale`: one value per output column, broadcast down the rows
+using RowB_scale = Sm90RowBroadcast<0, TileShape, ElementB_scale, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementB_scale>::value, false>;
+// multiplies(Node1, RowB_scale)
+using Epilogue = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, ElementCompute, RoundStyle>, Node1, RowB_scale>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -142,7 +146,8 @@ extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* 
   if (reinterpret_cast<uintptr_t>(B) % 16 != 0 || K % 16 != 0) {  // TMA loads of B need 16-byte aligned rows
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(b_scale) % 16 != 0 || N % 4 != 0) {  // the epilogue loads the vector in 16-byte pieces
+  // the epilogue loads the vector in 16-byte pieces
+  if (reinterpret_cast<uintptr_t>(b_scale) % 16 != 0 || N % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // TMA stores of the output need 16-byte aligned rows

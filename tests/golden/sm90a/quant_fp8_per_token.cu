@@ -84,7 +84,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 quant_fp8_per_token_kernel(ElementX const* __restrict__ X,
@@ -99,10 +100,14 @@ quant_fp8_per_token_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 32];  // the reductions' per-warp partials
 
-  Tensor xs = make_tensor<ElementXs>(RowTileValues{});  // fragment `xs` (spec 14): 32 values per thread: (row, vector, element)
-  Tensor ax = make_tensor<ElementAx>(RowTileValues{});  // fragment `ax` (spec 15): 32 values per thread: (row, vector, element)
-  Tensor sc = make_tensor<ElementSc>(Shape<Int<kRowsPerThread>>{});  // fragment `sc` (spec 16): one value per row this thread holds
-  Tensor inv = make_tensor<ElementInv>(Shape<Int<kRowsPerThread>>{});  // fragment `inv` (spec 17): one value per row this thread holds
+  // fragment `xs` (spec 14): 32 values per thread: (row, vector, element)
+  Tensor xs = make_tensor<ElementXs>(RowTileValues{});
+  // fragment `ax` (spec 15): 32 values per thread: (row, vector, element)
+  Tensor ax = make_tensor<ElementAx>(RowTileValues{});
+  // fragment `sc` (spec 16): one value per row this thread holds
+  Tensor sc = make_tensor<ElementSc>(Shape<Int<kRowsPerThread>>{});
+  // fragment `inv` (spec 17): one value per row this thread holds
+  Tensor inv = make_tensor<ElementInv>(Shape<Int<kRowsPerThread>>{});
 
   // spec 19: copy(X[bx*block_M, 0], xs)
   // Each thread loads its 16-byte vectors of the tile; vectors past the tensor's rows or columns

@@ -81,7 +81,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 rms_norm_bf16_kernel(ElementX const* __restrict__ X,
@@ -96,9 +97,12 @@ rms_norm_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 32];  // the reductions' per-warp partials
 
-  Tensor xs = make_tensor<ElementXs>(RowTileValues{});  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
-  Tensor sq = make_tensor<ElementSq>(RowTileValues{});  // fragment `sq` (spec 14): 32 values per thread: (row, vector, element)
-  Tensor ms = make_tensor<ElementMs>(Shape<Int<kRowsPerThread>>{});  // fragment `ms` (spec 15): one value per row this thread holds
+  // fragment `xs` (spec 13): 32 values per thread: (row, vector, element)
+  Tensor xs = make_tensor<ElementXs>(RowTileValues{});
+  // fragment `sq` (spec 14): 32 values per thread: (row, vector, element)
+  Tensor sq = make_tensor<ElementSq>(RowTileValues{});
+  // fragment `ms` (spec 15): one value per row this thread holds
+  Tensor ms = make_tensor<ElementMs>(Shape<Int<kRowsPerThread>>{});
 
   cutlass::AlignedArray<ElementW, kVector> W_vec[kVectorsPerRow];  // `W` at the thread's columns (read as `W[j]` below)
   CUTE_UNROLL
@@ -174,7 +178,8 @@ rms_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
-        xs(rr, vv, ee) = xs(rr, vv, ee) * ms(rr) * static_cast<float>(W_vec[vv][ee]);  // spec 24: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        // spec 24: xs[i, j] = xs[i, j] * ms[i] * f32(W[j])
+        xs(rr, vv, ee) = xs(rr, vv, ee) * ms(rr) * static_cast<float>(W_vec[vv][ee]);
       }
     }
   }
@@ -214,7 +219,8 @@ extern "C" int tilegen_rms_norm_bf16(const void* X, const void* W, void* Y, int 
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Y) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `Y`

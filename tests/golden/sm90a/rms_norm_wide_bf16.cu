@@ -81,7 +81,8 @@ constexpr int kVectorsPerRow = block_N / (kThreadsPerRow * kVector);  // per row
 static_assert(kRowGroups * kThreadsPerRow == kThreads && kRowsPerThread * kRowGroups == block_M &&
                   kVectorsPerRow * kThreadsPerRow * kVector == block_N,
               "every thread holds whole vectors of whole rows");
-using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;  // a thread's (row, vector, element)
+// a thread's (row, vector, element)
+using RowTileValues = Layout<Shape<Int<kRowsPerThread>, Int<kVectorsPerRow>, Int<kVector>>>;
 
 __global__ void __launch_bounds__(kThreads)
 rms_norm_wide_bf16_kernel(ElementX const* __restrict__ X,
@@ -96,8 +97,10 @@ rms_norm_wide_bf16_kernel(ElementX const* __restrict__ X,
   int const bx = blockIdx.x;
   __shared__ float row_scratch[kThreads / 32];  // the reductions' per-warp partials
 
-  Tensor xs = make_tensor<ElementXs>(RowTileValues{});  // fragment `xs` (spec 15): 32 values per thread: (row, vector, element)
-  Tensor ss = make_tensor<ElementSs>(Shape<Int<kRowsPerThread>>{});  // fragment `ss` (spec 16): one value per row this thread holds
+  // fragment `xs` (spec 15): 32 values per thread: (row, vector, element)
+  Tensor xs = make_tensor<ElementXs>(RowTileValues{});
+  // fragment `ss` (spec 16): one value per row this thread holds
+  Tensor ss = make_tensor<ElementSs>(Shape<Int<kRowsPerThread>>{});
 
   // spec 18: clear(ss)
   clear(ss);
@@ -189,7 +192,8 @@ rms_norm_wide_bf16_kernel(ElementX const* __restrict__ X,
     // spec 28: parallel(i, j)
     // Each thread loads its vectors of `W` at the chunk's columns, then computes.
     {
-      cutlass::AlignedArray<ElementW, kVector> W_chunk[kVectorsPerRow];  // `W` at the chunk's columns (read as `W[k*block_N + j]` below)
+      // `W` at the chunk's columns (read as `W[k*block_N + j]` below)
+      cutlass::AlignedArray<ElementW, kVector> W_chunk[kVectorsPerRow];
       CUTE_UNROLL
       for (int vv = 0; vv < kVectorsPerRow; ++vv) {
         int64_t const col = int64_t(k * block_N) + (row_lane + kThreadsPerRow * vv) * kVector;
@@ -205,7 +209,8 @@ rms_norm_wide_bf16_kernel(ElementX const* __restrict__ X,
         for (int vv = 0; vv < kVectorsPerRow; ++vv) {
           CUTE_UNROLL
           for (int ee = 0; ee < kVector; ++ee) {
-            xs(rr, vv, ee) = xs(rr, vv, ee) * ss(rr) * static_cast<float>(W_chunk[vv][ee]);  // spec 29: xs[i, j] = xs[i, j] * ss[i] * f32(W[k*block_N + j])
+            // spec 29: xs[i, j] = xs[i, j] * ss[i] * f32(W[k*block_N + j])
+            xs(rr, vv, ee) = xs(rr, vv, ee) * ss(rr) * static_cast<float>(W_chunk[vv][ee]);
           }
         }
       }
@@ -247,7 +252,8 @@ extern "C" int tilegen_rms_norm_wide_bf16(const void* X, const void* W, void* Y,
   if (reinterpret_cast<uintptr_t>(X) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `X`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  // parallel blocks read `W` in 16-byte vectors along the row tile's columns
+  if (reinterpret_cast<uintptr_t>(W) % 16 != 0 || N % 8 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(Y) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `Y`

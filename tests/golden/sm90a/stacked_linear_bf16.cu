@@ -61,7 +61,8 @@ using ElementCompute = float;  // the epilogue computes in f32
 constexpr auto RoundStyle = cutlass::FloatRoundStyle::round_to_nearest;
 
 // Layouts (A is M x K, B is K x N, D is M x N) and 16-byte TMA alignment.
-using LayoutA = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;  // row-major, one matrix for every batch (batch stride 0)
+// row-major, one matrix for every batch (batch stride 0)
+using LayoutA = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;
 using LayoutB = cutlass::layout::RowMajor;
 using LayoutD = cutlass::layout::RowMajor;
 using LayoutC = LayoutD;
@@ -81,9 +82,12 @@ using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree for the spec's element-wise epilogue (spec 25).
 using Acc = Sm90AccFetch;  // the accumulator
-using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, int64_t>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;  // `bias`: one value per output column and batch, broadcast down the rows
-using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;  // plus(Acc, RowBias)
-using Epilogue = Sm90EVT<Sm90Compute<cutlass::epilogue::thread::GELU, ElementD, ElementCompute, RoundStyle>, Node1>;  // epilogue::thread::GELU(Node1)
+// `bias`: one value per output column and batch, broadcast down the rows
+using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, int64_t>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;
+// plus(Acc, RowBias)
+using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;
+// epilogue::thread::GELU(Node1)
+using Epilogue = Sm90EVT<Sm90Compute<cutlass::epilogue::thread::GELU, ElementD, ElementCompute, RoundStyle>, Node1>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -159,7 +163,8 @@ extern "C" int tilegen_stacked_linear_bf16(const void* A, const void* B, const v
   args.epilogue.thread = {
         {  // Node1
             {},  // Acc
-            {static_cast<ElementBias const*>(bias), ElementBias(0.0f), {cute::Int<0>{}, cute::Int<1>{}, int64_t(N)}},  // bias
+            // bias
+            {static_cast<ElementBias const*>(bias), ElementBias(0.0f), {cute::Int<0>{}, cute::Int<1>{}, int64_t(N)}},
             {},  // plus
         },
         {},  // epilogue::thread::GELU

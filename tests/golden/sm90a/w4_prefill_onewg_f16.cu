@@ -167,7 +167,8 @@ using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<0, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
-    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
+    // (block_N, block_K/8, stage)
+    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));
 
 // Shared buffer `S_s` (spec 16): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -177,7 +178,8 @@ using SmemLayoutS_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    // (block_N, block_K/128, stage)
+    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));
 
 // Shared buffer `W_s` (spec 17): gemm operand B, viewed as (N, K); not filled from global memory,
 // so K (or the last dim) is contiguous; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8
@@ -268,20 +270,25 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
 
   // Global tensors (64-bit strides).
   Tensor mA = make_tensor(make_gmem_ptr(A), make_shape(M, K), make_stride(int64_t(K), _1{}));  // A [M, K], row-major
-  Tensor mWq = make_tensor(make_gmem_ptr(Wq), make_shape(N, (K / 8)), make_stride(int64_t((K / 8)), _1{}));  // Wq [N, (K / 8)], row-major
-  Tensor mscales = make_tensor(make_gmem_ptr(scales), make_shape(N, (K / 128)), make_stride(int64_t((K / 128)), _1{}));  // scales [N, (K / 128)], row-major
+  // Wq [N, (K / 8)], row-major
+  Tensor mWq = make_tensor(make_gmem_ptr(Wq), make_shape(N, (K / 8)), make_stride(int64_t((K / 8)), _1{}));
+  // scales [N, (K / 128)], row-major
+  Tensor mscales = make_tensor(make_gmem_ptr(scales), make_shape(N, (K / 128)), make_stride(int64_t((K / 128)), _1{}));
   Tensor mC = make_tensor(make_gmem_ptr(C), make_shape(M, N), make_stride(int64_t(N), _1{}));  // C [M, N], row-major
 
   // Shared tensors.
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K, stage)
-  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});  // (block_N, block_K/8, stage)
-  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});  // (block_N, block_K/128, stage)
+  // (block_N, block_K/8, stage)
+  Tensor sWq_s = make_tensor(make_smem_ptr(smem.mainloop.Wq_s.data()), SmemLayoutWq_s{});
+  // (block_N, block_K/128, stage)
+  Tensor sS_s = make_tensor(make_smem_ptr(smem.mainloop.S_s.data()), SmemLayoutS_s<kOddRows>{});
   Tensor sW_s = make_tensor(make_smem_ptr(smem.mainloop.W_s.data()), SmemLayoutW_s{});  // (block_N, block_K)
 
   // MMA (spec 26) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 18): (MMA, MMA_M, MMA_N), float registers
+  // fragment `acc` (spec 18): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // Operand partitions of the warpgroup MMA at spec 26: shared-memory descriptors.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s);  // (MMA, MMA_M, MMA_K, stage)
@@ -298,7 +305,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // -> coordinates
+    // -> coordinates
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -306,15 +314,18 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     G2SCopyWq_s g2s_copy_Wq;
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // -> coordinates
+    // -> coordinates
+    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);  // (CPY, CPY_0, CPY_1, k)
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);  // (CPY, CPY_0, CPY_1, k)
     // spec 24: copy(scales[bx*block_N, k*(block_K/128)], S_s)
     G2SCopyS_s g2s_copy_scales;
     auto g2s_thr_scales = g2s_copy_scales.get_slice(tid);
-    Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));  // (tile, tile, k)
-    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));  // -> coordinates
+    // (tile, tile, k)
+    Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
+    // -> coordinates
+    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
     Tensor tscalesgscales = g2s_thr_scales.partition_S(gscales);  // (CPY, CPY_0, CPY_1, k)
     Tensor tscalessscales = g2s_thr_scales.partition_D(sS_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tscalescscales = g2s_thr_scales.partition_S(idscales);  // (CPY, CPY_0, CPY_1, k)
@@ -496,7 +507,8 @@ extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const
   if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {  // cp.async moves 16-byte vectors of `Wq`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  // cp.async moves `scales` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the epilogue stores 16-byte vectors of `C`

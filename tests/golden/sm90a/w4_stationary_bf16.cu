@@ -221,9 +221,12 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
   int const bx = blockIdx.x;
 
   // Global tensors (64-bit strides).
-  Tensor mA = make_tensor(make_gmem_ptr(A), make_shape(M, Int<32>{}), make_stride(int64_t(32), _1{}));  // A [M, 32], row-major
-  Tensor mWq = make_tensor(make_gmem_ptr(Wq), make_shape(N, Int<4>{}), make_stride(int64_t(4), _1{}));  // Wq [N, 4], row-major
-  Tensor mscales = make_tensor(make_gmem_ptr(scales), make_shape(N, Int<2>{}), make_stride(int64_t(2), _1{}));  // scales [N, 2], row-major
+  // A [M, 32], row-major
+  Tensor mA = make_tensor(make_gmem_ptr(A), make_shape(M, Int<32>{}), make_stride(int64_t(32), _1{}));
+  // Wq [N, 4], row-major
+  Tensor mWq = make_tensor(make_gmem_ptr(Wq), make_shape(N, Int<4>{}), make_stride(int64_t(4), _1{}));
+  // scales [N, 2], row-major
+  Tensor mscales = make_tensor(make_gmem_ptr(scales), make_shape(N, Int<2>{}), make_stride(int64_t(2), _1{}));
   Tensor mC = make_tensor(make_gmem_ptr(C), make_shape(M, N), make_stride(int64_t(N), _1{}));  // C [M, N], row-major
 
   // Shared tensors.
@@ -235,7 +238,8 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
   // MMA (spec 25) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));  // fragment `acc` (spec 17): (MMA, MMA_M, MMA_N), float registers
+  // fragment `acc` (spec 17): (MMA, MMA_M, MMA_N), float registers
+  Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
   // Operand partitions of the MMA at spec 25.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s);  // (MMA, MMA_M, MMA_K)

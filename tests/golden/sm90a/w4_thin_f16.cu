@@ -186,14 +186,16 @@ static_assert(kSpanWords * sizeof(ElementP_t) == 128 && kSpan == 4 * 2 * 32,
 constexpr int kStageX_t = rows * depth;
 template <int kRows>
 using SmemLayoutX_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementX_t>>,
-    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageX_t>>>>;  // (kRows, depth, stage)
+    // (kRows, depth, stage)
+    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageX_t>>>>;
 // Shared buffer `P_t` (spec 15): each thread's packed words, 16 bytes at a time; 256-deep spans of
 // 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which
 // the 16-byte reads of each thread's four words hit eight different 16-byte bank groups in every
 // quarter-warp (checked by tilegen).
 constexpr int kStageP_t = cols * (depth / 8);
 using SmemLayoutP_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementP_t>>,
-    Layout<Shape<Int<cols>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<cols * kSpanWords>>, Int<kStageP_t>>>>;  // (cols, (depth / 8), stage)
+    // (cols, (depth / 8), stage)
+    Layout<Shape<Int<cols>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<cols * kSpanWords>>, Int<kStageP_t>>>>;
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
 static_assert(8 * kSpan * sizeof(ElementX_t) % 1024 == 0 && kStageP_t * sizeof(ElementP_t) % 1024 == 0 && cols * kSpanWords * sizeof(ElementP_t) % 1024 == 0,
@@ -214,7 +216,8 @@ inline CUresult tma_map_X(CUtensorMap* map, ElementX const* X, int tokens, int h
   cuuint64_t const row_bytes = cuuint64_t(hidden) * sizeof(ElementX);
   cuuint64_t const span_dims[4] = {kLineA, kSpan / kLineA, cuuint64_t(tokens), cuuint64_t(hidden / kSpan)};
   cuuint64_t const line_dims[3] = {kLineA, cuuint64_t(hidden / kLineA), cuuint64_t(tokens)};
-  cuuint64_t const strides[3] = {kLineA * sizeof(ElementX), row_bytes, kSpan * sizeof(ElementX)};  // bytes, dims 1..3 (1..2 for lines)
+  // bytes, dims 1..3 (1..2 for lines)
+  cuuint64_t const strides[3] = {kLineA * sizeof(ElementX), row_bytes, kSpan * sizeof(ElementX)};
   cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, odd_rows ? 3 : 4, const_cast<ElementX*>(X),
@@ -230,7 +233,8 @@ inline CUresult tma_map_X(CUtensorMap* map, ElementX const* X, int tokens, int h
 inline CUresult tma_map_Wp(CUtensorMap* map, ElementWp const* Wp, int features, int hidden, bool odd_rows) {
   cuuint64_t const span_dims[3] = {kSpanWords, cuuint64_t(features), cuuint64_t(hidden / kSpan)};
   cuuint64_t const word_dims[2] = {cuuint64_t(hidden / 8), cuuint64_t(features)};
-  cuuint64_t const strides[2] = {cuuint64_t((hidden / 8)) * sizeof(ElementWp), kSpanWords * sizeof(ElementWp)};  // bytes, dims 1..2 (1 for words)
+  // bytes, dims 1..2 (1 for words)
+  cuuint64_t const strides[2] = {cuuint64_t((hidden / 8)) * sizeof(ElementWp), kSpanWords * sizeof(ElementWp)};
   cuuint32_t const box[3] = {kSpanWords, cols, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3, const_cast<ElementWp*>(Wp),
@@ -246,7 +250,8 @@ constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
+// (cols, slot, stage)
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
@@ -294,7 +299,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   int const mb = blockIdx.y;
 
   constexpr int kRowsA = 8 * kMTiles;
-  Tensor sX_t = make_tensor(make_smem_ptr(smem.mainloop.X_t.data()), SmemLayoutX_t<kRowsA>{});  // (kRowsA, depth, stage)
+  // (kRowsA, depth, stage)
+  Tensor sX_t = make_tensor(make_smem_ptr(smem.mainloop.X_t.data()), SmemLayoutX_t<kRowsA>{});
   Tensor sP_t = make_tensor(make_smem_ptr(smem.mainloop.P_t.data()), SmemLayoutP_t{});  // (cols, (depth / 8), stage)
   Tensor sS_t = make_tensor(make_smem_ptr(smem.mainloop.S_t.data()), SmemLayoutS_t<kOddRows>{});  // (cols, slot, stage)
   int const m0 = mb * rows;  // spec 24: the rows of `X` (and of `Y`)
@@ -307,7 +313,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   int const num_tiles = ((hidden + depth - 1) / depth);
   if (tid == 0) {
     for (int stage = 0; stage < stages; ++stage) {
-      initialize_barrier(smem.full[stage], 1 + kProducerThreads);  // lane 0's, with the bytes, and every lane's scale copies
+      // lane 0's, with the bytes, and every lane's scale copies
+      initialize_barrier(smem.full[stage], 1 + kProducerThreads);
       initialize_barrier(smem.empty[stage], kThreads);  // every consumer thread
     }
   }
@@ -338,7 +345,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
       Sc_src[i] = Sc + int64_t(Sc_in[i] ? n0 + row : 0) * (hidden / 256) + (Sc_in[i] ? Sc_first[i] : slot);
       Sc_dst[i] = cast_smem_ptr_to_uint(&sS_t(row, slot, 0));
     }
-    uint32_t const tma_bytes = uint32_t(tma_rows * depth * sizeof(ElementX_t) + kStageP_t * sizeof(ElementP_t));  // box rows of `X` and a tile of `Wp`
+    // box rows of `X` and a tile of `Wp`
+    uint32_t const tma_bytes = uint32_t(tma_rows * depth * sizeof(ElementX_t) + kStageP_t * sizeof(ElementP_t));
     for (int j = 0; j < num_tiles; ++j) {
       int const stage = j % stages;
       if (j >= stages) {
@@ -359,7 +367,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
           }
         } else {
           CUTE_UNROLL
-          for (int span = 0; span < kSpans; ++span) {  // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
+          // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
+          for (int span = 0; span < kSpans; ++span) {
             SM90_TMA_LOAD_4D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
                                    smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
           }
@@ -402,7 +411,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wp_rd[r][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));  // one slot later in rows that start mid-word
+      // one slot later in rows that start mid-word
+      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));
       asm volatile("" : "+r"(Wp_rd[r][s]), "+r"(Sc_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -434,9 +444,11 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage * kStageP_t * sizeof(ElementP_t));
       uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;  // twice
+      // twice
+      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
       uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
-      constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;  // the zero point 7
+      // the zero point 7
+      constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
@@ -478,7 +490,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
       }
     }
   }
-  consumer_sync();  // every load has landed (each tile's was waited for) and every consumer is done: the partial sums take the stages' place
+  // every load has landed (each tile's was waited for) and every consumer is done: the partial sums
+  // take the stages' place
+  consumer_sync();
 
   // spec 27: copy(y, Y[mb*rows, nb*cols])
   // Each k share's Cᵀ fragment (rows w_row, w_row + 8; columns 8 mt + 2t, +1) into shared memory,
@@ -528,7 +542,8 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   if (reinterpret_cast<uintptr_t>(Wp) % 16 != 0) {  // TMA reads 16-byte aligned rows of `Wp`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {  // cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  // cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses; rows of any length
+  if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   int64_t const grid_x = int64_t(((features + cols - 1) / cols));
