@@ -101,6 +101,12 @@ fn rendered_cu(c: &tilegen::Compiled) -> String {
     files.into_iter().find(|f| f.name.ends_with(".cu")).expect("a .cu file").contents
 }
 
+/// `text` with every run of whitespace, line breaks included, one space: code the generator
+/// broke over several lines (`back::tidy`) matches its one-line spelling.
+fn squashed(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn compile_for(text: String, target: Target) -> Result<tilegen::Compiled, Vec<String>> {
     tilegen::compile(SourceFile::new("t.yaml", text), target).map_err(|(f, d)| d.iter().map(|d| d.render(&f)).collect())
 }
@@ -645,7 +651,7 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     let cu = &rendered_cu(&c);
     // Whole words: the kernel calls dequant_int4x8, which unpacks its four pairs with
     // dequant_int4x2; no gemm unpacks its own fragments.
-    assert!(cu.contains("dequant_int4x8(packed[i], scale[i], dequant_neg_bias<8, ElementS_s>())"), "{cu}");
+    assert!(squashed(cu).contains("dequant_int4x8(packed[i], scale[i], dequant_neg_bias<8, ElementS_s>())"), "{cu}");
     assert_eq!(cu.matches("dequant_int4x2<").count(), 1, "only inside dequant_int4x8: {cu}");
     assert!(cu.contains("if (r * 4 + wc < 64) {"), "the guard");
 }
@@ -1286,7 +1292,7 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
         for needle in ["cute::array_aligned<ElementS_s, stages * kStageS_s<kOddRows>, 128> Z_s;", copy,
                        "uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u);",
                        "dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi)", "const void* zeros"] {
-            assert!(cu.contains(needle), "{target}: the kernel lacks {needle}");
+            assert!(squashed(cu).contains(&squashed(needle)), "{target}: the kernel lacks {needle}");
         }
     }
     // The general lowering (a 32-row tile): each row's zero point is read beside its scale.
@@ -1295,7 +1301,7 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
     let c = compile(wide.clone()).unwrap();
     assert!(c.plan.dequant_gemm.is_none() && c.plan.dequants.values().all(|d| d.fused_into.is_some()));
     let cu = &rendered_cu(&c);
-    assert!(cu.contains("uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);"), "{cu}");
+    assert!(squashed(cu).contains("uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);"), "{cu}");
     // Zero points in a tensor shaped unlike the scales: the thin-tile lowering says why not
     // (checked before the tile's height), and the general one takes the program.
     let shifted = wide.replace("zeros:  {dtype: bf16, shape: [N, K/128]}", "zeros:  {dtype: bf16, shape: [N, K/64]}");
@@ -1347,7 +1353,7 @@ fn scales_rows_of_odd_length_take_the_odd_rows_instantiation_in_the_general_lowe
             "size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;",
             "if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {",
         ] {
-            assert!(cu.contains(needle), "{target}: the kernel lacks {needle}");
+            assert!(squashed(cu).contains(&squashed(needle)), "{target}: the kernel lacks {needle}");
         }
         assert!(!cu.contains("(K / 128) % 2 != 0) {"), "{target}: the launcher no longer refuses odd rows");
     }

@@ -92,7 +92,8 @@ using DeviceAttention = ck::tensor_operation::device::DeviceBatchedGemmSoftmaxGe
 
 }  // namespace tilegen::flash_attention_fwd_causal_bf16
 
-extern "C" int tilegen_flash_attention_fwd_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, hipStream_t stream)
+extern "C" int tilegen_flash_attention_fwd_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B,
+                                                       int S, int H, hipStream_t stream)
 {
   using namespace tilegen::flash_attention_fwd_causal_bf16;
   if (B < 1 || S < 1 || H < 1) {

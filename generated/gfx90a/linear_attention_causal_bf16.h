@@ -40,7 +40,8 @@ extern "C" {
 //   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, hipStream_t stream);
+int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H,
+                                         hipStream_t stream);
 
 #ifdef __cplusplus
 }

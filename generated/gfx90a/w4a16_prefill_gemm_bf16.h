@@ -37,7 +37,8 @@ extern "C" {
 //   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, hipStream_t stream);
+int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K,
+                                    hipStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -44,7 +44,8 @@ extern "C" {
 //   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
 //   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_flash_attention_fwd_f16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, hipStream_t stream);
+int tilegen_flash_attention_fwd_f16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H,
+                                    hipStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -75,7 +75,8 @@ __device__ inline void store_vec(T* p, Vec<T, N> v) {
 // 4 values converted one by one (an f16 accumulator block to f32 and back around an MFMA).
 template <typename To, typename V>
 __device__ inline Vec<To, 4> convert4(V v) {
-  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]), ck::type_convert<To>(v[3])};
+  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]),
+                    ck::type_convert<To>(v[3])};
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
@@ -163,19 +164,22 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     __syncthreads();  // `Q_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&Q_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&Q[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c]) : Vec<ElementQ_s, 4>{});
+      store_vec<4>(&Q_s[r][c],
+                   (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&Q[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c]) : Vec<ElementQ_s, 4>{});
     }
     // spec 37: copy(K[bz, t*chunk:, by, :], K_s): every thread a strided share of the tile, 4
     // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&K_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&K[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c]) : Vec<ElementK_s, 4>{});
+      store_vec<4>(&K_s[r][c],
+                   (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&K[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c]) : Vec<ElementK_s, 4>{});
     }
     // spec 38: copy(V[bz, t*chunk:, by, bx*block_V:], V_s): every thread a strided share of the
     // tile, 4 elements (8 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < chunk * (block_V / 4); e += kThreads) {
       int const r = e / (block_V / 4), c = e % (block_V / 4) * 4;
-      store_vec<4>(&V_s[r][c], (bz < B && t * chunk + r < S && by < H && bx * block_V + c < D) ? load_vec<4>(&V[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + bx * block_V + c]) : Vec<ElementV_s, 4>{});
+      store_vec<4>(&V_s[r][c],
+                   (bz < B && t * chunk + r < S && by < H && bx * block_V + c < D) ? load_vec<4>(&V[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + bx * block_V + c]) : Vec<ElementV_s, 4>{});
     }
     // spec 39: clear(A_f)
     #pragma unroll
@@ -288,7 +292,11 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
         if (bz < B && t * chunk + O_f_row + bi * 16 + lane_row < S && by < H && bx * block_V + O_f_col + bj * 16 + lane_col < D) {
-          store_vec<4>(&O[(((int64_t(bz)) * S + t * chunk + O_f_row + bi * 16 + lane_row) * H + by) * D + bx * block_V + O_f_col + bj * 16 + lane_col], Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
+          store_vec<4>(&O[(((int64_t(bz)) * S + t * chunk + O_f_row + bi * 16 + lane_row) * H + by) * D + bx * block_V + O_f_col + bj * 16 + lane_col],
+                       Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]),
+                                        ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]),
+                                        ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]),
+                                        ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
         }
       }
     }
@@ -329,7 +337,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
 }  // namespace tilegen::linear_attention_causal_bf16
 
-extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, hipStream_t stream)
+extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S,
+                                                    int H, hipStream_t stream)
 {
   using namespace tilegen::linear_attention_causal_bf16;
   if (B < 1 || S < 1 || H < 1) {

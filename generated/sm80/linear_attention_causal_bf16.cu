@@ -225,13 +225,17 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
   // Global tensors (64-bit strides).
   // Q [B, S, H, D]
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // K [B, S, H, D]
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // V [B, S, H, D]
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // O [B, S, H, D]
-  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (chunk, D, stage)
@@ -366,7 +370,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     auto g2s_thr_V = g2s_copy_V.get_slice(tid);
     Tensor gV = local_tile(mV_t, make_shape(Int<block_V>{}, Int<chunk>{}), make_coord(bx, _));  // (tile, tile, t)
     // -> coordinates
-    Tensor idV = local_tile(make_identity_tensor(shape(mV_t)), make_shape(Int<block_V>{}, Int<chunk>{}), make_coord(bx, _));
+    Tensor idV = local_tile(make_identity_tensor(shape(mV_t)), make_shape(Int<block_V>{}, Int<chunk>{}),
+                            make_coord(bx, _));
     Tensor tVgV = g2s_thr_V.partition_S(gV);  // (CPY, CPY_0, CPY_1, t)
     Tensor tVsV = g2s_thr_V.partition_D(sV_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tVcV = g2s_thr_V.partition_S(idV);  // (CPY, CPY_0, CPY_1, t)
@@ -519,7 +524,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       {
         Tensor mO_tile = mO(bz, _, by, _);  // the 2-D slice of `O` the tile lies in
         Tensor gO = local_tile(mO_tile, make_shape(Int<chunk>{}, Int<block_V>{}), make_coord(t, bx));
-        Tensor idO = local_tile(make_identity_tensor(shape(mO_tile)), make_shape(Int<chunk>{}, Int<block_V>{}), make_coord(t, bx));
+        Tensor idO = local_tile(make_identity_tensor(shape(mO_tile)), make_shape(Int<chunk>{}, Int<block_V>{}),
+                                make_coord(t, bx));
         Tensor O_f_O = make_fragment_like<ElementO>(O_f);
         CUTE_UNROLL
         for (int e = 0; e < size(O_f); ++e) {
@@ -588,7 +594,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
 }  // namespace tilegen::linear_attention_causal_bf16
 
-extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, cudaStream_t stream)
+extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S,
+                                                    int H, cudaStream_t stream)
 {
   using namespace tilegen::linear_attention_causal_bf16;
   if (B < 1 || S < 1 || H < 1) {

@@ -112,7 +112,8 @@ CUTE_DEVICE void cp_async_rows_from_words(SmemRows smem_rows, T const* gmem, int
       int64_t const word_at = row_first - row_first % 2 + 2 * slot_word;  // the word's first element
       int64_t const row_left = (row + 1) * row_len - word_at;  // elements of the row from there on
       int const bytes = row < num_rows ? (row_left >= 2 ? 4 : row_left == 1 ? 2 : 0) : 0;
-      cp_async_4_bytes(cast_smem_ptr_to_uint(&smem_rows(slot_row, 2 * slot_word)), gmem + (bytes > 0 ? word_at : 0), bytes);
+      cp_async_4_bytes(cast_smem_ptr_to_uint(&smem_rows(slot_row, 2 * slot_word)), gmem + (bytes > 0 ? word_at : 0),
+                       bytes);
     }
   }
 }
@@ -267,7 +268,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // Operand partitions of the MMA at spec 31.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
   // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
-  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));
+  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{},
+      Int<block_K>{})))));
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
   auto s2r_thr_A_s = s2r_copy_A_s.get_slice(tid);
   Tensor tXsA_s = s2r_thr_A_s.partition_S(sA_s);
@@ -285,7 +287,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
     // -> coordinates
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
+                            make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -294,7 +297,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // (tile, tile, k)
     // -> coordinates
-    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));
+    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}),
+                             make_coord(bx, _));
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);  // (CPY, CPY_0, CPY_1, k)
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);  // (CPY, CPY_0, CPY_1, k)
@@ -304,7 +308,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     // (tile, tile, k)
     Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
     // -> coordinates
-    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
+    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}),
+                                 make_coord(bx, _));
     Tensor tscalesgscales = g2s_thr_scales.partition_S(gscales);  // (CPY, CPY_0, CPY_1, k)
     Tensor tscalessscales = g2s_thr_scales.partition_D(sS_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tscalescscales = g2s_thr_scales.partition_S(idscales);  // (CPY, CPY_0, CPY_1, k)
@@ -345,7 +350,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
       }
       if constexpr (kOddRows) {
         // An odd number of `scales` per row: rows start mid-word every other row (see the helper).
-        cp_async_rows_from_words<kThreads>(sS_s(_, _, stage), scales, int64_t(bx) * block_N, N, (K / 128), int64_t(tile) * (block_K / 128), tid);
+        cp_async_rows_from_words<kThreads>(sS_s(_, _, stage), scales, int64_t(bx) * block_N, N, (K / 128),
+                                           int64_t(tile) * (block_K / 128), tid);
       } else {
         if (tid < 128) {  // the tile has vectors for the first 128 threads only
           if (elem_less(idscales(size<0>(idscales) - 1, size<1>(idscales) - 1, tile), shape(mscales))) {
@@ -417,7 +423,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
             // k-blocks k_block and k_block + 1 of row b_row
             uint4 const b_words = *reinterpret_cast<uint4 const*>(&sWq_s(b_row, 2 * k_block, read_stage));
             // the row's scale, twice
-            uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u;
+            uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0),
+                                                    read_stage).raw()) * 0x10001u;
             // the zero point 8, as dequant_int4x2 takes it
             uint32_t const b_neg_bias = dequant_neg_bias<8, ElementS_s>();
             Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));
@@ -444,7 +451,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // scattered 4-byte writes.
   {
     Tensor gC = local_tile(mC, make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
-    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
+    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}),
+                            make_coord(by, bx));
     Tensor acc_C = make_fragment_like<ElementC>(acc);
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
@@ -476,7 +484,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::w4a16_prefill_gemm_bf16
 
-extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N,
+                                               int K, cudaStream_t stream)
 {
   using namespace tilegen::w4a16_prefill_gemm_bf16;
   if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {

@@ -41,7 +41,8 @@ extern "C" {
 //   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream);
+int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K,
+                                    cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -123,7 +123,8 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar),
+               "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -367,7 +368,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int h = 0; h < 2; ++h) {
       Wq_rd[h][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
       // one slot later in rows that start mid-word
-      scales_rd[h][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));
+      scales_rd[h][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * h,
+                                                    (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0),
+                                                    0));
       asm volatile("" : "+r"(Wq_rd[h][s]), "+r"(scales_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -513,7 +516,8 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::w4a16_zp_gemm_bf16
 
-extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C,
+                                          int M, int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::w4a16_zp_gemm_bf16;
   if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
@@ -550,7 +554,8 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
                              : (odd_rows ? w4a16_zp_gemm_bf16_kernel<2, true> : w4a16_zp_gemm_bf16_kernel<2, false>);
   size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
   if (smem_bytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }

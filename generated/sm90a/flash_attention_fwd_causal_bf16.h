@@ -39,7 +39,8 @@ extern "C" {
 //   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_flash_attention_fwd_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, cudaStream_t stream);
+int tilegen_flash_attention_fwd_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H,
+                                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }

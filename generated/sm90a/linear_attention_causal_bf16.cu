@@ -153,7 +153,8 @@ static_assert(size(TiledMma3{}) == kThreads, "the MMA uses every thread of the b
 // H, D] with its modes ordered (S, D, B, H), the tile's first; the launcher builds it on the host
 // and the kernel takes it by value.
 inline auto make_tma_Q_s(ElementQ const* Q, int B, int S, int H) {
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   return make_tma_copy(SM90_TMA_LOAD{}, make_tensor(mQ.data(), select<1, 3, 0, 2>(mQ.layout())), SmemLayoutQ_sTile{});
 }
 using TmaQ_s = decltype(make_tma_Q_s(nullptr, 0, 0, 0));
@@ -165,7 +166,8 @@ constexpr uint32_t kTmaBytesQ_s = uint32_t(sizeof(ElementQ_s) * cosize_v<SmemLay
 // H, D] with its modes ordered (S, D, B, H), the tile's first; the launcher builds it on the host
 // and the kernel takes it by value.
 inline auto make_tma_K_s(ElementK const* K, int B, int S, int H) {
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   return make_tma_copy(SM90_TMA_LOAD{}, make_tensor(mK.data(), select<1, 3, 0, 2>(mK.layout())), SmemLayoutK_sTile{});
 }
 using TmaK_s = decltype(make_tma_K_s(nullptr, 0, 0, 0));
@@ -177,7 +179,8 @@ constexpr uint32_t kTmaBytesK_s = uint32_t(sizeof(ElementK_s) * cosize_v<SmemLay
 // H, D] with its modes ordered (D, S, B, H), the tile's first; the launcher builds it on the host
 // and the kernel takes it by value.
 inline auto make_tma_V_s(ElementV const* V, int B, int S, int H) {
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   return make_tma_copy(SM90_TMA_LOAD{}, make_tensor(mV.data(), select<3, 1, 0, 2>(mV.layout())), SmemLayoutV_sTile{});
 }
 using TmaV_s = decltype(make_tma_V_s(nullptr, 0, 0, 0));
@@ -232,13 +235,17 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
   // Global tensors (64-bit strides).
   // Q [B, S, H, D]
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // K [B, S, H, D]
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // V [B, S, H, D]
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // O [B, S, H, D]
-  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (chunk, D, stage)
@@ -465,7 +472,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       {
         Tensor mO_tile = mO(bz, _, by, _);  // the 2-D slice of `O` the tile lies in
         Tensor gO = local_tile(mO_tile, make_shape(Int<chunk>{}, Int<block_V>{}), make_coord(t, bx));
-        Tensor idO = local_tile(make_identity_tensor(shape(mO_tile)), make_shape(Int<chunk>{}, Int<block_V>{}), make_coord(t, bx));
+        Tensor idO = local_tile(make_identity_tensor(shape(mO_tile)), make_shape(Int<chunk>{}, Int<block_V>{}),
+                                make_coord(t, bx));
         Tensor O_f_O = make_fragment_like<ElementO>(O_f);
         CUTE_UNROLL
         for (int e = 0; e < size(O_f); ++e) {
@@ -534,7 +542,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
 }  // namespace tilegen::linear_attention_causal_bf16
 
-extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, cudaStream_t stream)
+extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S,
+                                                    int H, cudaStream_t stream)
 {
   using namespace tilegen::linear_attention_causal_bf16;
   if (B < 1 || S < 1 || H < 1) {

@@ -128,7 +128,8 @@ using ElementAcc = float;  // fragment buffer `acc`
 template <int kRowsA>
 using TiledMma = decltype(make_tiled_mma(std::conditional_t<kRowsA == block_M, SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>{},
                                          Layout<Shape<Int<2>, _1, _1>>{}));  // warpgroups stacked along the weight rows
-static_assert(size(TiledMma<block_M>{}) == kThreads && 2 * 64 == block_N, "each consumer warpgroup owns 64 weight rows of the tile");
+static_assert(size(TiledMma<block_M>{}) == kThreads && 2 * 64 == block_N,
+              "each consumer warpgroup owns 64 weight rows of the tile");
 constexpr int kGroup = 128;  // values per scale
 constexpr int kScales = (block_K / 128);  // scales per weight row and k-tile
 static_assert(kGroup % 16 == 0, "each k16 MMA step has one scale per weight row");
@@ -139,13 +140,16 @@ using SmemLayoutA_sAtom = GMMA::Layout_K_SW128_Atom<ElementA_s>;
 template <int kRowsA>
 using SmemLayoutA_sTile = decltype(tile_to_shape(SmemLayoutA_sAtom{}, make_shape(Int<kRowsA>{}, Int<block_K>{})));
 template <int kRowsA>
-using SmemLayoutA_s = decltype(tile_to_shape(SmemLayoutA_sAtom{}, make_shape(Int<kRowsA>{}, Int<block_K>{}, Int<stages>{})));
+using SmemLayoutA_s = decltype(tile_to_shape(SmemLayoutA_sAtom{},
+                                             make_shape(Int<kRowsA>{}, Int<block_K>{}, Int<stages>{})));
 // Shared buffer `Wq_s` (spec 20): rows of (block_K / 8) packed words under the 64-byte swizzle TMA
 // writes (a GMMA atom over 32-bit words); the consumers read four words at a time, which the
 // swizzle (on 16-byte units) keeps whole.
 using SmemLayoutWq_sAtom = GMMA::Layout_K_SW64_Atom<ElementWq_s>;
-using SmemLayoutWq_sTile = decltype(tile_to_shape(SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<(block_K / 8)>{})));
-using SmemLayoutWq_s = decltype(tile_to_shape(SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<(block_K / 8)>{}, Int<stages>{})));
+using SmemLayoutWq_sTile = decltype(tile_to_shape(SmemLayoutWq_sAtom{},
+                                                  make_shape(Int<block_N>{}, Int<(block_K / 8)>{})));
+using SmemLayoutWq_s = decltype(tile_to_shape(SmemLayoutWq_sAtom{},
+                                              make_shape(Int<block_N>{}, Int<(block_K / 8)>{}, Int<stages>{})));
 // Shared buffers `S_s` (spec 21) and `W_s` (spec 22) are not allocated: each thread reads the
 // scales of its two weight rows from global memory, a k-tile ahead, and unpacks `W_s` into its own
 // MMA registers.
@@ -248,8 +252,10 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (tid == kThreads) {
       // every k-tile of the block's rows
-      Tensor gA = local_tile(tma_A.get_tma_tensor(make_shape(M, K)), make_shape(Int<kRowsA>{}, Int<block_K>{}), make_coord(by, _));
-      Tensor gWq = local_tile(tma_Wq.get_tma_tensor(make_shape(N, (K / 8))), make_shape(Int<block_N>{}, Int<(block_K / 8)>{}), make_coord(bx, _));
+      Tensor gA = local_tile(tma_A.get_tma_tensor(make_shape(M, K)), make_shape(Int<kRowsA>{}, Int<block_K>{}),
+                             make_coord(by, _));
+      Tensor gWq = local_tile(tma_Wq.get_tma_tensor(make_shape(N, (K / 8))),
+                              make_shape(Int<block_N>{}, Int<(block_K / 8)>{}), make_coord(bx, _));
       auto tma_thr_A = tma_A.get_slice(0);
       auto tma_thr_Wq = tma_Wq.get_slice(0);
       Tensor tma_src_A = tma_thr_A.partition_S(gA);  // (TMA, 1, 1, k-tile)
@@ -373,7 +379,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     // into block 0's free stages (each thread its fragment as float4s, at a stride of kThreads) and
     // leaves; block 0 adds them to its own and stores C.
     constexpr int kVectors = size(decltype(acc){}) / 4;
-    static_assert(size(decltype(acc){}) % 4 == 0 && sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial), "the partial tile fits");
+    static_assert(size(decltype(acc){}) % 4 == 0 && sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial),
+                  "the partial tile fits");
     cute::cluster_arrive();  // release: this block's stages have been read
     cute::cluster_wait();  // acquire: so have the other block's
     if (k_half == 1) {
@@ -408,7 +415,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   consumer_sync();
   Tensor mC = make_tensor(make_gmem_ptr(C), make_shape(M, N), make_stride(int64_t(N), _1{}));
   Tensor gC = local_tile(mC, make_shape(Int<kRowsA>{}, Int<block_N>{}), make_coord(by, bx));
-  Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<kRowsA>{}, Int<block_N>{}), make_coord(by, bx));
+  Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<kRowsA>{}, Int<block_N>{}),
+                          make_coord(by, bx));
   S2GCopyC s2g_copy;
   auto s2g_thr = s2g_copy.get_slice(tid);
   Tensor s2g_src = s2g_thr.partition_S(make_tensor(make_smem_ptr(smem.epilogue.data()), SmemLayoutC<kRowsA>{}));
@@ -428,9 +436,11 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
 // Builds the tensor maps on the host and launches the instantiation for kRowsA rows of `A` per
 // block, in clusters of kSplitK blocks along z.
 template <int kRowsA, int kSplitK>
-int launch(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, dim3 grid, cudaStream_t stream) {
+int launch(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, dim3 grid,
+           cudaStream_t stream) {
   auto const kernel = w4a16_prefill_gemm_bf16_kernel<kRowsA, kSplitK>;
-  cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kSmemBytes));
   if (err != cudaSuccess) {
     return static_cast<int>(err);
   }
@@ -448,12 +458,16 @@ int launch(const void* A, const void* Wq, const void* scales, void* C, int M, in
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&config, kernel, static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq));
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel, static_cast<ElementA const*>(A),
+                                             static_cast<ElementWq const*>(Wq),
+                                             static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N,
+                                             K, tma_A, tma_Wq));
 }
 
 }  // namespace tilegen::w4a16_prefill_gemm_bf16
 
-extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N,
+                                               int K, cudaStream_t stream)
 {
   using namespace tilegen::w4a16_prefill_gemm_bf16;
   if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {

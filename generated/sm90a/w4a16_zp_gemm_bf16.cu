@@ -127,7 +127,8 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar),
+               "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -224,7 +225,8 @@ inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int
   cuuint64_t const strides[3] = {kLineA * sizeof(ElementA), row_bytes, kSpan * sizeof(ElementA)};
   cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, odd_rows ? 3 : 4, const_cast<ElementA*>(A),
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                                                  odd_rows ? 3 : 4, const_cast<ElementA*>(A),
       odd_rows ? line_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
@@ -240,7 +242,8 @@ inline CUresult tma_map_Wq(CUtensorMap* map, ElementWq const* Wq, int N, int K, 
   cuuint64_t const strides[2] = {cuuint64_t((K / 8)) * sizeof(ElementWq), kSpanWords * sizeof(ElementWq)};
   cuuint32_t const box[3] = {kSpanWords, block_N, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3, const_cast<ElementWq*>(Wq),
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3,
+                                                                  const_cast<ElementWq*>(Wq),
       odd_rows ? word_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
@@ -402,9 +405,13 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
         if (lane + 32 * i < kScaleCopies) {
           // The copy's bytes inside the row: 4, 2 when its second scale is past the row's end, 0
           // past it.
-          int const bytes = !scales_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - scales_first[i]))) : scales_first[i] * kGroup < k_left ? 4 : 0;
-          cp_async_4_bytes(scales_dst[i] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), scales_src[i] + j * (block_K / 128), bytes);
-          cp_async_4_bytes(scales_dst[i] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src[i] + j * (block_K / 128), bytes);
+          int const bytes = !scales_in[i] ? 0 : kOddRows ? min(4,
+                                                               max(0,
+                                                                   2 * (k_left / kGroup - scales_first[i]))) : scales_first[i] * kGroup < k_left ? 4 : 0;
+          cp_async_4_bytes(scales_dst[i] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s),
+                           scales_src[i] + j * (block_K / 128), bytes);
+          cp_async_4_bytes(scales_dst[i] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s),
+                           zeros_src[i] + j * (block_K / 128), bytes);
         }
       }
       mbarrier_arrive_on_copies(cast_smem_ptr_to_uint(&smem.full[stage]));
@@ -432,7 +439,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int r = 0; r < 2; ++r) {
       Wq_rd[r][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
       // one slot later in rows that start mid-word
-      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));
+      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r,
+                                                    (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0),
+                                                    0));
       asm volatile("" : "+r"(Wq_rd[r][s]), "+r"(scales_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -548,7 +557,8 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::w4a16_zp_gemm_bf16
 
-extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C,
+                                          int M, int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::w4a16_zp_gemm_bf16;
   if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
@@ -585,7 +595,8 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
                              : (odd_rows ? w4a16_zp_gemm_bf16_kernel<2, true> : w4a16_zp_gemm_bf16_kernel<2, false>);
   size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
   if (smem_bytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }

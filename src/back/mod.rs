@@ -414,7 +414,7 @@ pub(crate) fn tidy(text: &str) -> String {
             }
             _ => (None, line),
         };
-        for wrapped in comment.iter().flat_map(|c| wrap_comment(c)).chain(wrap_comment(code)) {
+        for wrapped in comment.iter().flat_map(|c| wrap_comment(c)).chain(break_code(code)) {
             out.push_str(&wrapped);
             out.push('\n');
         }
@@ -444,6 +444,84 @@ fn trailing_comment(line: &str) -> Option<usize> {
         i += 1;
     }
     None
+}
+
+/// Breaks a code line wider than [`CODE_WIDTH`] after commas of an argument or initializer
+/// list, as clang-format does: each continuation is aligned one column after the bracket that
+/// opened the list, and each line takes as many arguments as fit. Commas inside template
+/// arguments (`Stride<_0, _1>`), index brackets and one-line blocks (`[&](int k) { ... }`)
+/// are kept, and so are literals and preprocessor lines; a line with no such comma stays
+/// whole. Only whitespace changes.
+fn break_code(line: &str) -> Vec<String> {
+    let chars: Vec<char> = line.chars().collect();
+    let body = line.trim_start();
+    if chars.len() <= CODE_WIDTH || body.starts_with('#') || body.starts_with("//") {
+        return wrap_comment(line);
+    }
+    // Break points: (the index of the argument after `, `, the index of its list's opener,
+    // how many brackets are open there).
+    let mut breaks = Vec::new();
+    let mut open: Vec<(char, usize)> = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut i = 0;
+    while i < chars.len() {
+        let ch = chars[i];
+        match quote {
+            Some(_) if ch == '\\' => i += 1,
+            Some(q) if ch == q => quote = None,
+            Some(_) => {}
+            None => match ch {
+                '"' | '\'' => quote = Some(ch),
+                // A block (`) {`: a lambda's or statement's body) is kept whole: marked `b`.
+                '{' if chars[..i].iter().rev().find(|c| **c != ' ') == Some(&')') => open.push(('b', i)),
+                '(' | '[' | '{' => open.push((ch, i)),
+                // A template's argument list: `<` right after a name (comparisons are spaced).
+                '<' if i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_') => open.push((ch, i)),
+                '>' if open.last().is_some_and(|o| o.0 == '<') => {
+                    open.pop();
+                }
+                ')' | ']' | '}' => {
+                    while open.pop().is_some_and(|o| o.0 == '<') {}
+                }
+                ',' if chars.get(i + 1) == Some(&' ') => {
+                    if let Some(('(' | '{', at)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
+                        breaks.push((i + 2, at, open.len()));
+                    }
+                }
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    // Output lines as (index of their first character, the column it is printed at).
+    let mut lines: Vec<(usize, usize)> = vec![(0, 0)];
+    let column = |lines: &[(usize, usize)], at: usize| {
+        let (start, col) = lines.iter().rev().find(|(s, _)| *s <= at).copied().unwrap_or((0, 0));
+        col + at - start
+    };
+    loop {
+        let (start, col) = *lines.last().unwrap_or(&(0, 0));
+        if col + chars.len() - start <= CODE_WIDTH {
+            break;
+        }
+        // Of the breaks that keep this line within the width (the text up to the comma), one
+        // in the outermost list, the last of those; else the first break there is (a long
+        // argument then has a line of its own).
+        let later = breaks.iter().filter(|b| b.0 > start + 2);
+        let fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
+        let outermost = fitting.clone().map(|b| b.2).min();
+        let pick = fitting.filter(|b| Some(b.2) == outermost).last().or_else(|| later.clone().next());
+        let Some(&(at, opener, _)) = pick else { break };
+        let align = column(&lines, opener) + 1;
+        // Continuing past the width's last 40 columns leaves too little room: indent instead.
+        let indent = chars.iter().take_while(|c| **c == ' ').count();
+        lines.push((at, if align + 40 > CODE_WIDTH { indent + 4 } else { align }));
+    }
+    lines.iter().enumerate().map(|(n, &(start, col))| {
+        let end = lines.get(n + 1).map_or(chars.len(), |l| l.0);
+        let text: String = chars[start..end].iter().collect();
+        format!("{}{}", " ".repeat(if n == 0 { 0 } else { col }), text.trim_end())
+    }).collect()
 }
 
 /// Splits a `// ...` line wider than [`COMMENT_WIDTH`] into several, keeping its indent.
@@ -510,7 +588,7 @@ mod tests {
     #[test]
     fn long_comments_wrap_and_code_stays() {
         let long = format!("  // {}", "word ".repeat(40));
-        let code = format!("  int x = f({});", "y, ".repeat(40));
+        let code = format!("  int x = f({});", "y + ".repeat(40));
         let out = tidy(&format!("{long}\n{code}\n"));
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 4, "{out}");

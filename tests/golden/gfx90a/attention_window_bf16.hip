@@ -77,7 +77,8 @@ __device__ inline void store_vec(T* p, Vec<T, N> v) {
 // 4 values converted one by one (an f16 accumulator block to f32 and back around an MFMA).
 template <typename To, typename V>
 __device__ inline Vec<To, 4> convert4(V v) {
-  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]), ck::type_convert<To>(v[3])};
+  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]),
+                    ck::type_convert<To>(v[3])};
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
@@ -142,7 +143,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   // elements (8 bytes) per access; vectors past the tensor's edges read as zero
   for (int e = threadIdx.x; e < block_M * (D / 4); e += kThreads) {
     int const r = e / (D / 4), c = e % (D / 4) * 4;
-    store_vec<4>(&Q_s[r][c], (bz < B && bx * block_M + r < S && by < H && c < D) ? load_vec<4>(&Q[(((int64_t(bz)) * S + bx * block_M + r) * H + by) * D + c]) : Vec<ElementQ_s, 4>{});
+    store_vec<4>(&Q_s[r][c],
+                 (bz < B && bx * block_M + r < S && by < H && c < D) ? load_vec<4>(&Q[(((int64_t(bz)) * S + bx * block_M + r) * H + by) * D + c]) : Vec<ElementQ_s, 4>{});
   }
   // spec 37: clear(O_f)
   #pragma unroll
@@ -174,13 +176,15 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     __syncthreads();  // `K_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_N * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&K_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D) ? load_vec<4>(&K[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c]) : Vec<ElementK_s, 4>{});
+      store_vec<4>(&K_s[r][c],
+                   (bz < B && t * block_N + r < S && by < H && c < D) ? load_vec<4>(&K[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c]) : Vec<ElementK_s, 4>{});
     }
     // spec 42: copy(V[bz, t*block_N:, by, :], V_s): every thread a strided share of the tile, 4
     // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_N * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&V_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D) ? load_vec<4>(&V[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c]) : Vec<ElementV_s, 4>{});
+      store_vec<4>(&V_s[r][c],
+                   (bz < B && t * block_N + r < S && by < H && c < D) ? load_vec<4>(&V[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c]) : Vec<ElementV_s, 4>{});
     }
     // spec 43: clear(S_f)
     #pragma unroll
@@ -338,7 +342,11 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     #pragma unroll
     for (int bj = 0; bj < 4; ++bj) {
       if (bz < B && bx * block_M + O_f_row + bi * 16 + lane_row < S && by < H && O_f_col + bj * 16 + lane_col < D) {
-        store_vec<4>(&O[(((int64_t(bz)) * S + bx * block_M + O_f_row + bi * 16 + lane_row) * H + by) * D + O_f_col + bj * 16 + lane_col], Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
+        store_vec<4>(&O[(((int64_t(bz)) * S + bx * block_M + O_f_row + bi * 16 + lane_row) * H + by) * D + O_f_col + bj * 16 + lane_col],
+                     Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]),
+                                      ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]),
+                                      ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]),
+                                      ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
       }
     }
   }
@@ -346,7 +354,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
 
 }  // namespace tilegen::attention_window_bf16
 
-extern "C" int tilegen_attention_window_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, hipStream_t stream)
+extern "C" int tilegen_attention_window_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H,
+                                             hipStream_t stream)
 {
   using namespace tilegen::attention_window_bf16;
   if (B < 1 || S < 1 || H < 1) {

@@ -252,7 +252,8 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
 
 }  // namespace tilegen::fused_add_rms_norm_bf16
 
-extern "C" int tilegen_fused_add_rms_norm_bf16(const void* X, const void* W, void* R, void* Y, int M, int N, hipStream_t stream)
+extern "C" int tilegen_fused_add_rms_norm_bf16(const void* X, const void* W, void* R, void* Y, int M, int N,
+                                               hipStream_t stream)
 {
   using namespace tilegen::fused_add_rms_norm_bf16;
   if (M < 1 || N < 1) {

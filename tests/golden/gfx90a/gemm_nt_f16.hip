@@ -65,7 +65,8 @@ __device__ inline void store_vec(T* p, Vec<T, N> v) {
 // 4 values converted one by one (an f16 accumulator block to f32 and back around an MFMA).
 template <typename To, typename V>
 __device__ inline Vec<To, 4> convert4(V v) {
-  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]), ck::type_convert<To>(v[3])};
+  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]),
+                    ck::type_convert<To>(v[3])};
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.

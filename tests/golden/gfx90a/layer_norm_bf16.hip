@@ -243,7 +243,8 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
 
 }  // namespace tilegen::layer_norm_bf16
 
-extern "C" int tilegen_layer_norm_bf16(const void* X, const void* gamma, const void* beta, void* Y, int M, int N, hipStream_t stream)
+extern "C" int tilegen_layer_norm_bf16(const void* X, const void* gamma, const void* beta, void* Y, int M, int N,
+                                       hipStream_t stream)
 {
   using namespace tilegen::layer_norm_bf16;
   if (M < 1 || N < 1) {

@@ -42,7 +42,8 @@ extern "C" {
 //   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_layer_norm_fwd_bf16(const void* X, const void* gamma, const void* beta, void* Y, void* Mean, void* Rstd, int M, int N, hipStream_t stream);
+int tilegen_layer_norm_fwd_bf16(const void* X, const void* gamma, const void* beta, void* Y, void* Mean, void* Rstd,
+                                int M, int N, hipStream_t stream);
 
 #ifdef __cplusplus
 }

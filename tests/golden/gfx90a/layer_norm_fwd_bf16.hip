@@ -274,7 +274,8 @@ layer_norm_fwd_bf16_kernel(ElementX const* __restrict__ X,
 
 }  // namespace tilegen::layer_norm_fwd_bf16
 
-extern "C" int tilegen_layer_norm_fwd_bf16(const void* X, const void* gamma, const void* beta, void* Y, void* Mean, void* Rstd, int M, int N, hipStream_t stream)
+extern "C" int tilegen_layer_norm_fwd_bf16(const void* X, const void* gamma, const void* beta, void* Y, void* Mean,
+                                           void* Rstd, int M, int N, hipStream_t stream)
 {
   using namespace tilegen::layer_norm_fwd_bf16;
   if (M < 1 || N < 1) {

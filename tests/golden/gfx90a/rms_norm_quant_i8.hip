@@ -270,7 +270,8 @@ rms_norm_quant_i8_kernel(ElementX const* __restrict__ X,
 
 }  // namespace tilegen::rms_norm_quant_i8
 
-extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, void* Scale, int M, int N, hipStream_t stream)
+extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, void* Scale, int M, int N,
+                                         hipStream_t stream)
 {
   using namespace tilegen::rms_norm_quant_i8;
   if (M < 1 || N < 1) {

@@ -33,7 +33,8 @@ extern "C" {
 //   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_stacked_linear_bf16(const void* A, const void* B, const void* bias, void* C, int batch, int M, int N, int K, hipStream_t stream);
+int tilegen_stacked_linear_bf16(const void* A, const void* B, const void* bias, void* C, int batch, int M, int N, int K,
+                                hipStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -37,7 +37,8 @@ extern "C" {
 //   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, hipStream_t stream);
+int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N,
+                               hipStream_t stream);
 
 #ifdef __cplusplus
 }

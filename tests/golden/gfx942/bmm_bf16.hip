@@ -65,7 +65,8 @@ __device__ inline void store_vec(T* p, Vec<T, N> v) {
 // 4 values converted one by one (an f16 accumulator block to f32 and back around an MFMA).
 template <typename To, typename V>
 __device__ inline Vec<To, 4> convert4(V v) {
-  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]), ck::type_convert<To>(v[3])};
+  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]),
+                    ck::type_convert<To>(v[3])};
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
@@ -172,7 +173,8 @@ bmm_bf16_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::bmm_bf16
 
-extern "C" int tilegen_bmm_bf16(const void* A, const void* B, void* C, int batch, int M, int N, int K, hipStream_t stream)
+extern "C" int tilegen_bmm_bf16(const void* A, const void* B, void* C, int batch, int M, int N, int K,
+                                hipStream_t stream)
 {
   using namespace tilegen::bmm_bf16;
   if (batch < 1 || M < 1 || N < 1 || K < 1) {

@@ -64,7 +64,8 @@ using DeviceGemm = ck::tensor_operation::device::DeviceGemm_Xdl_CShuffleV3<
 
 }  // namespace tilegen::gemm_narrow_tn_bf16
 
-extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C, int M, int N, int K, hipStream_t stream)
+extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C, int M, int N, int K,
+                                           hipStream_t stream)
 {
   using namespace tilegen::gemm_narrow_tn_bf16;
   if (M < 1 || N < 1 || K < 1) {

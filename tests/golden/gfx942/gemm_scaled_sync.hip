@@ -66,7 +66,8 @@ __device__ inline void store_vec(T* p, Vec<T, N> v) {
 // 4 values converted one by one (an f16 accumulator block to f32 and back around an MFMA).
 template <typename To, typename V>
 __device__ inline Vec<To, 4> convert4(V v) {
-  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]), ck::type_convert<To>(v[3])};
+  return Vec<To, 4>{ck::type_convert<To>(v[0]), ck::type_convert<To>(v[1]), ck::type_convert<To>(v[2]),
+                    ck::type_convert<To>(v[3])};
 }
 
 // 4 elements down an LDS column, `pitch` elements apart.
@@ -162,7 +163,8 @@ gemm_scaled_sync_kernel(ElementA const* __restrict__ A,
         // spec 23: acc[i, j] *= alpha
         acc[bi][bj][r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) * (alpha));
         // spec 24: acc[i, j] = select(acc[i, j] > limit, limit, max(acc[i, j], -limit))
-        acc[bi][bj][r] = ck::type_convert<ck::half_t>((ck::type_convert<float>(acc[bi][bj][r]) > limit ? limit : fmaxf(ck::type_convert<float>(acc[bi][bj][r]), -limit)));
+        acc[bi][bj][r] = ck::type_convert<ck::half_t>((ck::type_convert<float>(acc[bi][bj][r]) > limit ? limit : fmaxf(ck::type_convert<float>(acc[bi][bj][r]),
+            -limit)));
       }
     }
   }

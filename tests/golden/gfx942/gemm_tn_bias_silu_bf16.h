@@ -39,7 +39,8 @@ extern "C" {
 //   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
 //   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, const void* bias, void* C, int M, int N, int K, hipStream_t stream);
+int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, const void* bias, void* C, int M, int N, int K,
+                                   hipStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -91,7 +91,8 @@ using DeviceGemm = ck::tensor_operation::device::DeviceGemmMultiD_Xdl_CShuffle_V
 
 }  // namespace tilegen::gemm_w8a8_bf16
 
-extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* a_scale, const void* b_scale, void* C, int M, int N, int K, hipStream_t stream)
+extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* a_scale, const void* b_scale, void* C,
+                                      int M, int N, int K, hipStream_t stream)
 {
   using namespace tilegen::gemm_w8a8_bf16;
   if (M < 1 || N < 1 || K < 1) {

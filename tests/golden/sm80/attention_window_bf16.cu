@@ -191,13 +191,17 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
 
   // Global tensors (64-bit strides).
   // Q [B, S, H, D]
-  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // K [B, S, H, D]
-  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // V [B, S, H, D]
-  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
   // O [B, S, H, D]
-  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}), make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+  Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}),
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (block_M, D)
@@ -258,7 +262,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     G2SCopyQ_s g2s_copy_Q;
     auto g2s_thr_Q = g2s_copy_Q.get_slice(tid);
     Tensor gQ = local_tile(mQ_tile, make_shape(Int<block_M>{}, Int<D>{}), make_coord(bx, 0));
-    Tensor idQ = local_tile(make_identity_tensor(shape(mQ_tile)), make_shape(Int<block_M>{}, Int<D>{}), make_coord(bx, 0));
+    Tensor idQ = local_tile(make_identity_tensor(shape(mQ_tile)), make_shape(Int<block_M>{}, Int<D>{}),
+                            make_coord(bx, 0));
     Tensor tQgQ = g2s_thr_Q.partition_S(gQ);
     Tensor tQsQ = g2s_thr_Q.partition_D(sQ_s);
     Tensor tQcQ = g2s_thr_Q.partition_S(idQ);
@@ -297,7 +302,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     auto g2s_thr_K = g2s_copy_K.get_slice(tid);
     Tensor gK = local_tile(mK_tile, make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
     // -> coordinates
-    Tensor idK = local_tile(make_identity_tensor(shape(mK_tile)), make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));
+    Tensor idK = local_tile(make_identity_tensor(shape(mK_tile)), make_shape(Int<block_N>{}, Int<D>{}),
+                            make_coord(_, 0));
     Tensor tKgK = g2s_thr_K.partition_S(gK);  // (CPY, CPY_0, CPY_1, t)
     Tensor tKsK = g2s_thr_K.partition_D(sK_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tKcK = g2s_thr_K.partition_S(idK);  // (CPY, CPY_0, CPY_1, t)
@@ -530,7 +536,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   {
     Tensor mO_tile = mO(bz, _, by, _);  // the 2-D slice of `O` the tile lies in
     Tensor gO = local_tile(mO_tile, make_shape(Int<block_M>{}, Int<D>{}), make_coord(bx, 0));
-    Tensor idO = local_tile(make_identity_tensor(shape(mO_tile)), make_shape(Int<block_M>{}, Int<D>{}), make_coord(bx, 0));
+    Tensor idO = local_tile(make_identity_tensor(shape(mO_tile)), make_shape(Int<block_M>{}, Int<D>{}),
+                            make_coord(bx, 0));
     Tensor O_f_O = make_fragment_like<ElementO>(O_f);
     CUTE_UNROLL
     for (int e = 0; e < size(O_f); ++e) {
@@ -562,7 +569,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
 
 }  // namespace tilegen::attention_window_bf16
 
-extern "C" int tilegen_attention_window_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H, cudaStream_t stream)
+extern "C" int tilegen_attention_window_bf16(const void* Q, const void* K, const void* V, void* O, int B, int S, int H,
+                                             cudaStream_t stream)
 {
   using namespace tilegen::attention_window_bf16;
   if (B < 1 || S < 1 || H < 1) {

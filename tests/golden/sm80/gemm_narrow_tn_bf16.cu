@@ -169,7 +169,8 @@ gemm_narrow_tn_bf16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
     // -> coordinates
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
+                            make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -178,7 +179,8 @@ gemm_narrow_tn_bf16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_B = g2s_copy_B.get_slice(tid);
     Tensor gB = local_tile(mB, make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));  // (tile, tile, k)
     // -> coordinates
-    Tensor idB = local_tile(make_identity_tensor(shape(mB)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, _));
+    Tensor idB = local_tile(make_identity_tensor(shape(mB)), make_shape(Int<block_N>{}, Int<block_K>{}),
+                            make_coord(bx, _));
     Tensor tBgB = g2s_thr_B.partition_S(gB);  // (CPY, CPY_0, CPY_1, k)
     Tensor tBsB = g2s_thr_B.partition_D(sB_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tBcB = g2s_thr_B.partition_S(idB);  // (CPY, CPY_0, CPY_1, k)
@@ -268,7 +270,8 @@ gemm_narrow_tn_bf16_kernel(ElementA const* __restrict__ A,
   // whole 128-byte lines per warp instead of scattered 4-byte writes.
   {
     Tensor gC = local_tile(mC, make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
-    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
+    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}),
+                            make_coord(by, bx));
     Tensor acc_C = make_fragment_like<ElementC>(acc);
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
@@ -300,7 +303,8 @@ gemm_narrow_tn_bf16_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::gemm_narrow_tn_bf16
 
-extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C, int M, int N, int K,
+                                           cudaStream_t stream)
 {
   using namespace tilegen::gemm_narrow_tn_bf16;
   if (M < 1 || N < 1 || K < 1) {

@@ -159,7 +159,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       G2SCopyA_s g2s_copy_A;
       auto g2s_thr_A = g2s_copy_A.get_slice(tid);
       Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, k));
-      Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, k));
+      Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
+                              make_coord(by, k));
       Tensor tAgA = g2s_thr_A.partition_S(gA);
       Tensor tAsA = g2s_thr_A.partition_D(sA_s);
       Tensor tAcA = g2s_thr_A.partition_S(idA);
@@ -187,7 +188,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       G2SCopyB_s g2s_copy_B;
       auto g2s_thr_B = g2s_copy_B.get_slice(tid);
       Tensor gB = local_tile(mB_t, make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, k));
-      Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(bx, k));
+      Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}),
+                              make_coord(bx, k));
       Tensor tBgB = g2s_thr_B.partition_S(gB);
       Tensor tBsB = g2s_thr_B.partition_D(sB_s);
       Tensor tBcB = g2s_thr_B.partition_S(idB);
@@ -247,7 +249,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
   // scattered 4-byte writes.
   {
     Tensor gC = local_tile(mC, make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
-    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
+    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}),
+                            make_coord(by, bx));
     Tensor acc_C = make_fragment_like<ElementC>(acc);
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
@@ -279,7 +282,8 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::gemm_serial_masked
 
-extern "C" int tilegen_gemm_serial_masked(const void* A, const void* B, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_gemm_serial_masked(const void* A, const void* B, void* C, int M, int N, int K,
+                                          cudaStream_t stream)
 {
   using namespace tilegen::gemm_serial_masked;
   if (M < 1 || N < 1 || K < 1) {

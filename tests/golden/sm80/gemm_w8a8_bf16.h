@@ -38,7 +38,8 @@ extern "C" {
 //   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* a_scale, const void* b_scale, void* C, int M, int N, int K, cudaStream_t stream);
+int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* a_scale, const void* b_scale, void* C, int M,
+                           int N, int K, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

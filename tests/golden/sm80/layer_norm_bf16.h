@@ -38,7 +38,8 @@ extern "C" {
 //   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_layer_norm_bf16(const void* X, const void* gamma, const void* beta, void* Y, int M, int N, cudaStream_t stream);
+int tilegen_layer_norm_bf16(const void* X, const void* gamma, const void* beta, void* Y, int M, int N,
+                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -281,7 +281,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyWq_s g2s_copy_Wq;
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, 0));
-    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, 0));
+    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}),
+                             make_coord(bx, 0));
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);
@@ -309,7 +310,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyS_s g2s_copy_scales;
     auto g2s_thr_scales = g2s_copy_scales.get_slice(tid);
     Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 16>{}), make_coord(bx, 0));
-    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 16>{}), make_coord(bx, 0));
+    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 16>{}),
+                                 make_coord(bx, 0));
     Tensor tscalesgscales = g2s_thr_scales.partition_S(gscales);
     Tensor tscalessscales = g2s_thr_scales.partition_D(sS_s);
     Tensor tscalescscales = g2s_thr_scales.partition_S(idscales);
@@ -337,7 +339,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyZ_s g2s_copy_zeros;
     auto g2s_thr_zeros = g2s_copy_zeros.get_slice(tid);
     Tensor gzeros = local_tile(mzeros, make_shape(Int<block_N>{}, Int<block_K / 16>{}), make_coord(bx, 0));
-    Tensor idzeros = local_tile(make_identity_tensor(shape(mzeros)), make_shape(Int<block_N>{}, Int<block_K / 16>{}), make_coord(bx, 0));
+    Tensor idzeros = local_tile(make_identity_tensor(shape(mzeros)), make_shape(Int<block_N>{}, Int<block_K / 16>{}),
+                                make_coord(bx, 0));
     Tensor tzerosgzeros = g2s_thr_zeros.partition_S(gzeros);
     Tensor tzerosszeros = g2s_thr_zeros.partition_D(sZ_s);
     Tensor tzerosczeros = g2s_thr_zeros.partition_S(idzeros);
@@ -382,7 +385,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     for (int i = 0; i < 1; ++i) {
       int const r = i * 32 + tid / 4, wc = tid % 4;  // row, word in the row
       if (r * 4 + wc < 64) {
-        *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8(packed[i], scale[i], dequant_neg_bias<ElementS_s>(uint32_t(zero[i].raw()) * 0x10001u));
+        *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8(packed[i], scale[i],
+                                                                     dequant_neg_bias<ElementS_s>(uint32_t(zero[i].raw()) * 0x10001u));
       }
     }
   }
@@ -400,7 +404,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
       G2SCopyA_s g2s_copy_A;
       auto g2s_thr_A = g2s_copy_A.get_slice(tid);
       Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(m, 0));
-      Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(m, 0));
+      Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
+                              make_coord(m, 0));
       Tensor tAgA = g2s_thr_A.partition_S(gA);
       Tensor tAsA = g2s_thr_A.partition_D(sA_s);
       Tensor tAcA = g2s_thr_A.partition_S(idA);
@@ -440,7 +445,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     // warp instead of scattered 4-byte writes.
     {
       Tensor gC = local_tile(mC, make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(m, bx));
-      Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(m, bx));
+      Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}),
+                              make_coord(m, bx));
       Tensor acc_C = make_fragment_like<ElementC>(acc);
       CUTE_UNROLL
       for (int e = 0; e < size(acc); ++e) {
@@ -474,7 +480,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::w4_stationary_zp_bf16
 
-extern "C" int tilegen_w4_stationary_zp_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M, int N, cudaStream_t stream)
+extern "C" int tilegen_w4_stationary_zp_bf16(const void* A, const void* Wq, const void* scales, const void* zeros,
+                                             void* C, int M, int N, cudaStream_t stream)
 {
   using namespace tilegen::w4_stationary_zp_bf16;
   if (M < 1 || N < 1) {

@@ -123,7 +123,8 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar),
+               "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -350,7 +351,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int h = 0; h < 2; ++h) {
       Wp_rd[h][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
       // one slot later in rows that start mid-word
-      Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h, (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0), 0));
+      Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h,
+                                                (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0),
+                                                0));
       asm volatile("" : "+r"(Wp_rd[h][s]), "+r"(Sc_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -495,7 +498,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 
 }  // namespace tilegen::w4_thin_f16
 
-extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden, cudaStream_t stream)
+extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features,
+                                   int hidden, cudaStream_t stream)
 {
   using namespace tilegen::w4_thin_f16;
   if (tokens < 1 || features < 1 || hidden < 1 || hidden % 256 != 0) {
@@ -526,7 +530,8 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   auto const kernel = odd_rows ? w4_thin_f16_kernel<1, true> : w4_thin_f16_kernel<1, false>;
   size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
   if (smem_bytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }

@@ -123,7 +123,8 @@ inline int sm_count(int device) {
   if (device >= 0 && device < 64) {
     n = cache[device].load(std::memory_order_relaxed);
   }
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && device >= 0 && device < 64) {
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
+                                       device) == cudaSuccess && device >= 0 && device < 64) {
     cache[device].store(n, std::memory_order_relaxed);
   }
   return n;
@@ -131,7 +132,8 @@ inline int sm_count(int device) {
 
 }  // namespace tilegen::gemm_fp8_bf16
 
-extern "C" int tilegen_gemm_fp8_bf16(const void* A, const void* B, const void* a_scale, const void* b_scale, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_gemm_fp8_bf16(const void* A, const void* B, const void* a_scale, const void* b_scale, void* C,
+                                     int M, int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::gemm_fp8_bf16;
   if (M < 1 || N < 1 || K < 1) {

@@ -221,7 +221,8 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
         // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
-        xs(rr, vv, ee) = xs(rr, vv, ee) * rstd(rr) * static_cast<float>(gamma_vec[vv][ee]) + static_cast<float>(beta_vec[vv][ee]);
+        xs(rr, vv, ee) = xs(rr, vv,
+                            ee) * rstd(rr) * static_cast<float>(gamma_vec[vv][ee]) + static_cast<float>(beta_vec[vv][ee]);
       }
     }
   }
@@ -249,7 +250,8 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
 
 }  // namespace tilegen::layer_norm_bf16
 
-extern "C" int tilegen_layer_norm_bf16(const void* X, const void* gamma, const void* beta, void* Y, int M, int N, cudaStream_t stream)
+extern "C" int tilegen_layer_norm_bf16(const void* X, const void* gamma, const void* beta, void* Y, int M, int N,
+                                       cudaStream_t stream)
 {
   using namespace tilegen::layer_norm_bf16;
   if (M < 1 || N < 1) {

@@ -115,7 +115,8 @@ inline int sm_count(int device) {
   if (device >= 0 && device < 64) {
     n = cache[device].load(std::memory_order_relaxed);
   }
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && device >= 0 && device < 64) {
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
+                                       device) == cudaSuccess && device >= 0 && device < 64) {
     cache[device].store(n, std::memory_order_relaxed);
   }
   return n;
@@ -123,7 +124,8 @@ inline int sm_count(int device) {
 
 }  // namespace tilegen::linear3d_bf16
 
-extern "C" int tilegen_linear3d_bf16(const void* A, const void* B, void* C, int batch, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_linear3d_bf16(const void* A, const void* B, void* C, int batch, int M, int N, int K,
+                                     cudaStream_t stream)
 {
   using namespace tilegen::linear3d_bf16;
   if (batch < 1 || M < 1 || N < 1 || K < 1 || int64_t(batch) * M > 2147483647) {

@@ -122,7 +122,8 @@ inline int sm_count(int device) {
   if (device >= 0 && device < 64) {
     n = cache[device].load(std::memory_order_relaxed);
   }
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && device >= 0 && device < 64) {
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
+                                       device) == cudaSuccess && device >= 0 && device < 64) {
     cache[device].store(n, std::memory_order_relaxed);
   }
   return n;
@@ -130,7 +131,8 @@ inline int sm_count(int device) {
 
 }  // namespace tilegen::stacked_linear_bf16
 
-extern "C" int tilegen_stacked_linear_bf16(const void* A, const void* B, const void* bias, void* C, int batch, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_stacked_linear_bf16(const void* A, const void* B, const void* bias, void* C, int batch, int M,
+                                           int N, int K, cudaStream_t stream)
 {
   using namespace tilegen::stacked_linear_bf16;
   if (batch < 1 || M < 1 || N < 1 || K < 1) {

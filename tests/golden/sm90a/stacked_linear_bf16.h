@@ -42,7 +42,8 @@ extern "C" {
 //   otherwise the error that cudaGetDevice, the workspace allocation or the launch reported, or
 //   cudaErrorUnknown (999) when CUTLASS's initialize or run fails without a CUDA error.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_stacked_linear_bf16(const void* A, const void* B, const void* bias, void* C, int batch, int M, int N, int K, cudaStream_t stream);
+int tilegen_stacked_linear_bf16(const void* A, const void* B, const void* bias, void* C, int batch, int M, int N, int K,
+                                cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -136,7 +136,8 @@ CUTE_DEVICE void cp_async_rows_from_words(SmemRows smem_rows, T const* gmem, int
       int64_t const word_at = row_first - row_first % 2 + 2 * slot_word;  // the word's first element
       int64_t const row_left = (row + 1) * row_len - word_at;  // elements of the row from there on
       int const bytes = row < num_rows ? (row_left >= 2 ? 4 : row_left == 1 ? 2 : 0) : 0;
-      cp_async_4_bytes(cast_smem_ptr_to_uint(&smem_rows(slot_row, 2 * slot_word)), gmem + (bytes > 0 ? word_at : 0), bytes);
+      cp_async_4_bytes(cast_smem_ptr_to_uint(&smem_rows(slot_row, 2 * slot_word)), gmem + (bytes > 0 ? word_at : 0),
+                       bytes);
     }
   }
 }
@@ -306,7 +307,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
     // -> coordinates
-    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));
+    Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
+                            make_coord(by, _));
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -315,7 +317,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // (tile, tile, k)
     // -> coordinates
-    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));
+    Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}),
+                             make_coord(bx, _));
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);  // (CPY, CPY_0, CPY_1, k)
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);  // (CPY, CPY_0, CPY_1, k)
@@ -325,7 +328,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     // (tile, tile, k)
     Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
     // -> coordinates
-    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
+    Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}),
+                                 make_coord(bx, _));
     Tensor tscalesgscales = g2s_thr_scales.partition_S(gscales);  // (CPY, CPY_0, CPY_1, k)
     Tensor tscalessscales = g2s_thr_scales.partition_D(sS_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tscalescscales = g2s_thr_scales.partition_S(idscales);  // (CPY, CPY_0, CPY_1, k)
@@ -366,7 +370,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
       }
       if constexpr (kOddRows) {
         // An odd number of `scales` per row: rows start mid-word every other row (see the helper).
-        cp_async_rows_from_words<kThreads>(sS_s(_, _, stage), scales, int64_t(bx) * block_N, N, (K / 128), int64_t(tile) * (block_K / 128), tid);
+        cp_async_rows_from_words<kThreads>(sS_s(_, _, stage), scales, int64_t(bx) * block_N, N, (K / 128),
+                                           int64_t(tile) * (block_K / 128), tid);
       } else {
         if (elem_less(idscales(size<0>(idscales) - 1, size<1>(idscales) - 1, tile), shape(mscales))) {
           copy(g2s_copy_scales, tscalesgscales(_, _, _, tile), tscalessscales(_, _, _, stage));
@@ -429,7 +434,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
         CUTE_UNROLL
         for (int i = 0; i < 32; ++i) {
           int const r = tid / 16 + 8 * (i / 2), wc = tid % 16 + 16 * (i % 2);  // row, word in the row
-          *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8(packed[i], scale[i], dequant_neg_bias<8, ElementS_s>());
+          *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8(packed[i], scale[i],
+                                                                       dequant_neg_bias<8, ElementS_s>());
         }
       }
       fence_view_async_shared();  // visible to warpgroup MMAs,
@@ -460,7 +466,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
   // scattered 4-byte writes.
   {
     Tensor gC = local_tile(mC, make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
-    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}), make_coord(by, bx));
+    Tensor idC = local_tile(make_identity_tensor(shape(mC)), make_shape(Int<block_M>{}, Int<block_N>{}),
+                            make_coord(by, bx));
     Tensor acc_C = make_fragment_like<ElementC>(acc);
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
@@ -492,7 +499,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
 
 }  // namespace tilegen::w4_prefill_onewg_f16
 
-extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K, cudaStream_t stream)
+extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const void* scales, void* C, int M, int N,
+                                            int K, cudaStream_t stream)
 {
   using namespace tilegen::w4_prefill_onewg_f16;
   if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {

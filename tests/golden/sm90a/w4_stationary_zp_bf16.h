@@ -40,7 +40,8 @@ extern "C" {
 //   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-int tilegen_w4_stationary_zp_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M, int N, cudaStream_t stream);
+int tilegen_w4_stationary_zp_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M,
+                                  int N, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -127,7 +127,8 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar),
+               "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -220,7 +221,8 @@ inline CUresult tma_map_X(CUtensorMap* map, ElementX const* X, int tokens, int h
   cuuint64_t const strides[3] = {kLineA * sizeof(ElementX), row_bytes, kSpan * sizeof(ElementX)};
   cuuint32_t const box[4] = {kLineA, kSpan / kLineA, cuuint32_t(box_rows), 1};
   cuuint32_t const unit[4] = {1, 1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, odd_rows ? 3 : 4, const_cast<ElementX*>(X),
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                                                  odd_rows ? 3 : 4, const_cast<ElementX*>(X),
       odd_rows ? line_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
@@ -237,7 +239,8 @@ inline CUresult tma_map_Wp(CUtensorMap* map, ElementWp const* Wp, int features, 
   cuuint64_t const strides[2] = {cuuint64_t((hidden / 8)) * sizeof(ElementWp), kSpanWords * sizeof(ElementWp)};
   cuuint32_t const box[3] = {kSpanWords, cols, kSpans};
   cuuint32_t const unit[3] = {1, 1, 1};
-  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3, const_cast<ElementWp*>(Wp),
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3,
+                                                                  const_cast<ElementWp*>(Wp),
       odd_rows ? word_dims : span_dims, strides, box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
@@ -383,8 +386,11 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
         if (lane + 32 * i < kScaleCopies) {
           // The copy's bytes inside the row: 4, 2 when its second scale is past the row's end, 0
           // past it.
-          int const bytes = !Sc_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - Sc_first[i]))) : Sc_first[i] * kGroup < k_left ? 4 : 0;
-          cp_async_4_bytes(Sc_dst[i] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t), Sc_src[i] + j * (depth / 256), bytes);
+          int const bytes = !Sc_in[i] ? 0 : kOddRows ? min(4,
+                                                           max(0,
+                                                               2 * (k_left / kGroup - Sc_first[i]))) : Sc_first[i] * kGroup < k_left ? 4 : 0;
+          cp_async_4_bytes(Sc_dst[i] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t), Sc_src[i] + j * (depth / 256),
+                           bytes);
         }
       }
       mbarrier_arrive_on_copies(cast_smem_ptr_to_uint(&smem.full[stage]));
@@ -412,7 +418,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int r = 0; r < 2; ++r) {
       Wp_rd[r][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
       // one slot later in rows that start mid-word
-      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));
+      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r,
+                                                (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0),
+                                                0));
       asm volatile("" : "+r"(Wp_rd[r][s]), "+r"(Sc_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -527,7 +535,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 
 }  // namespace tilegen::w4_thin_f16
 
-extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden, cudaStream_t stream)
+extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features,
+                                   int hidden, cudaStream_t stream)
 {
   using namespace tilegen::w4_thin_f16;
   if (tokens < 1 || features < 1 || hidden < 1 || hidden % 256 != 0) {
@@ -558,7 +567,8 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   auto const kernel = odd_rows ? w4_thin_f16_kernel<1, true> : w4_thin_f16_kernel<1, false>;
   size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;
   if (smem_bytes > 48 * 1024) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(smem_bytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
