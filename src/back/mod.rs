@@ -508,9 +508,9 @@ fn break_code(line: &str) -> Vec<String> {
         // in the outermost list, the last of those; else the first break there is (a long
         // argument then has a line of its own).
         let later = breaks.iter().filter(|b| b.0 > start + 2);
-        let fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
+        let mut fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
         let outermost = fitting.clone().map(|b| b.2).min();
-        let pick = fitting.filter(|b| Some(b.2) == outermost).last().or_else(|| later.clone().next());
+        let pick = fitting.rfind(|b| Some(b.2) == outermost).or_else(|| later.clone().next());
         let Some(&(at, opener, _)) = pick else { break };
         let align = column(&lines, opener) + 1;
         // Continuing past the width's last 40 columns leaves too little room: indent instead.
