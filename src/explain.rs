@@ -468,8 +468,9 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
     let _ = writeln!(o, "  row tiles: {} of 8 rows per block{}", p.m_tiles, if p.small_m { "; the launcher runs a one-tile instantiation when M <= 8" } else { "" });
     match &p.tma {
         Some(t) => {
-            let _ = writeln!(o, "\nWarp roles ({} threads)", spec.threads.0 + crate::layout::PRODUCER_THREADS);
-            let _ = writeln!(o, "  producer: threads {}..{} (one warp): lane 0 issues the TMA loads, every lane copies scales; __launch_bounds__ minimum {} block(s) per SM", spec.threads.0, spec.threads.0 + crate::layout::PRODUCER_THREADS - 1, t.min_blocks);
+            let producers = c.plan.producer().map_or(0, |(n, _)| n);
+            let _ = writeln!(o, "\nWarp roles ({} threads)", spec.threads.0 + producers);
+            let _ = writeln!(o, "  producer: threads {}..{} (one warp): lane 0 issues the TMA loads, every lane copies scales; __launch_bounds__ minimum {} block(s) per SM", spec.threads.0, spec.threads.0 + producers - 1, t.min_blocks);
             let _ = writeln!(o, "  consumers: threads 0..{} (the spec's), waiting on the stages, unpacking and multiplying", spec.threads.0 - 1);
         }
         None => {
@@ -532,7 +533,7 @@ fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::Dequan
     let (bm, bn, bk) = p.block;
     let name = |b: usize| &spec.buffers[b].name.name;
     let [a_s, wq_s, s_s, w_s, acc] = p.buffers;
-    let producers = crate::layout::WGMMA_PRODUCER_THREADS;
+    let producers = c.plan.producer().map_or(0, |(n, _)| n);
     let _ = writeln!(o, "\nWide-tile dequant GEMM (warpgroup MMAs, the unpacked weights as their register A operand)");
     let _ = writeln!(o, "  {}\n  {}", heading(p.dequant), heading(p.gemm));
     let _ = writeln!(o, "    MMA {} (wgmma.mma_async), Cᵀ = W · Aᵀ: 64 weight rows x {bm} rows of A per MMA and warpgroup; `{}` is never stored: each thread unpacks its A registers from the packed words in shared memory (one scale per {} values, {})",
