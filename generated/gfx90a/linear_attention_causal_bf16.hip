@@ -367,6 +367,7 @@ extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   linear_attention_causal_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementQ const*>(Q), static_cast<ElementK const*>(K), static_cast<ElementV const*>(V), static_cast<ElementO*>(O), B, S, H);
+      static_cast<ElementQ const*>(Q), static_cast<ElementK const*>(K), static_cast<ElementV const*>(V),
+      static_cast<ElementO*>(O), B, S, H);
   return static_cast<int>(hipGetLastError());
 }

@@ -255,6 +255,7 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   w4a16_gemm_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N, K);
+      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
+      static_cast<ElementC*>(C), M, N, K);
   return static_cast<int>(hipGetLastError());
 }

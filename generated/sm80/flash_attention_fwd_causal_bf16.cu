@@ -611,13 +611,15 @@ extern "C" int tilegen_flash_attention_fwd_causal_bf16(const void* Q, const void
   }
   if (kSmemBytes > 48 * 1024) {
     cudaError_t const err = cudaFuncSetAttribute(
-        flash_attention_fwd_causal_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+        flash_attention_fwd_causal_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(kSmemBytes));
     if (err != cudaSuccess) {
       return static_cast<int>(err);
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   flash_attention_fwd_causal_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
-      static_cast<ElementQ const*>(Q), static_cast<ElementK const*>(K), static_cast<ElementV const*>(V), static_cast<ElementO*>(O), B, S, H);
+      static_cast<ElementQ const*>(Q), static_cast<ElementK const*>(K), static_cast<ElementV const*>(V),
+      static_cast<ElementO*>(O), B, S, H);
   return static_cast<int>(cudaGetLastError());
 }

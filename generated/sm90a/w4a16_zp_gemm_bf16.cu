@@ -228,7 +228,8 @@ inline CUresult tma_map_A(CUtensorMap* map, ElementA const* A, int M, int K, int
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                                                                   odd_rows ? 3 : 4, const_cast<ElementA*>(A),
       odd_rows ? line_dims : span_dims, strides, box, unit,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 // spec 27: `Wq`'s tensor map. With a whole number of spans per row: (kSpanWords
 // words, rows, spans), a box of (kSpanWords, block_N, kSpans) loading a whole tile as
@@ -245,7 +246,8 @@ inline CUresult tma_map_Wq(CUtensorMap* map, ElementWq const* Wq, int N, int K, 
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3,
                                                                   const_cast<ElementWq*>(Wq),
       odd_rows ? word_dims : span_dims, strides, box, unit,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // Shared buffer `S_s` (spec 19): one scale per 128 values of each weight row, row-major.
@@ -382,17 +384,20 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
             int const k_span = (j * kSpans + span) * kSpan;  // k of the span's first value
             // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
             SM90_TMA_LOAD_3D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                   smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, k_span / kLineA, m0);
+                                   smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0,
+                                   k_span / kLineA, m0);
             // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): read once
             SM90_TMA_LOAD_2D::copy(&tma_Wq, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
-                                   smem.mainloop.Wq_s.data() + stage * kStageWq_s + span * block_N * kSpanWords, k_span / 8, n0);
+                                   smem.mainloop.Wq_s.data() + stage * kStageWq_s + span * block_N * kSpanWords,
+                                   k_span / 8, n0);
           }
         } else {
           CUTE_UNROLL
           // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
           for (int span = 0; span < kSpans; ++span) {
             SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                   smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
+                                   smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, 0, m0,
+                                   j * kSpans + span);
           }
           // copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): read once
           SM90_TMA_LOAD_3D::copy(&tma_Wq, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
@@ -612,6 +617,7 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
     return static_cast<int>(cudaErrorInvalidValue);
   }
   kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq, tma_rows);
+      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
+      static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq, tma_rows);
   return static_cast<int>(cudaGetLastError());
 }

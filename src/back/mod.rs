@@ -463,6 +463,9 @@ fn break_code(line: &str) -> Vec<String> {
     let mut breaks = Vec::new();
     let mut open: Vec<(char, usize)> = Vec::new();
     let mut quote: Option<char> = None;
+    // Whether the line closes a bracket it did not open (it continues a list); checked at the
+    // end, so that commas before the closing bracket count too.
+    let mut closed_earlier = false;
     let mut i = 0;
     while i < chars.len() {
         let ch = chars[i];
@@ -481,17 +484,25 @@ fn break_code(line: &str) -> Vec<String> {
                     open.pop();
                 }
                 ')' | ']' | '}' => {
+                    closed_earlier |= open.iter().all(|o| o.0 == '<');
                     while open.pop().is_some_and(|o| o.0 == '<') {}
                 }
                 ',' if chars.get(i + 1) == Some(&' ') => {
                     if let Some(('(' | '{', at)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
-                        breaks.push((i + 2, at, open.len()));
+                        breaks.push((i + 2, Some(at), open.len()));
+                    } else if open.is_empty() {
+                        // A list opened on an earlier line (a launch's arguments): its
+                        // continuations keep this line's indent.
+                        breaks.push((i + 2, None, 0));
                     }
                 }
                 _ => {}
             },
         }
         i += 1;
+    }
+    if !closed_earlier {
+        breaks.retain(|b| b.1.is_some());
     }
     // Output lines as (index of their first character, the column it is printed at).
     let mut lines: Vec<(usize, usize)> = vec![(0, 0)];
@@ -512,9 +523,9 @@ fn break_code(line: &str) -> Vec<String> {
         let outermost = fitting.clone().map(|b| b.2).min();
         let pick = fitting.rfind(|b| Some(b.2) == outermost).or_else(|| later.clone().next());
         let Some(&(at, opener, _)) = pick else { break };
-        let align = column(&lines, opener) + 1;
-        // Continuing past the width's last 40 columns leaves too little room: indent instead.
         let indent = chars.iter().take_while(|c| **c == ' ').count();
+        let align = opener.map_or(indent, |o| column(&lines, o) + 1);
+        // Continuing past the width's last 40 columns leaves too little room: indent instead.
         lines.push((at, if align + 40 > CODE_WIDTH { indent + 4 } else { align }));
     }
     lines.iter().enumerate().map(|(n, &(start, col))| {
@@ -611,5 +622,12 @@ mod tests {
         assert_eq!(tidy(&quoted), format!("{quoted}\n"));
         assert_eq!(trailing_comment("  f(\"a\\\"//\");  // c"), Some(15));
         assert_eq!(trailing_comment("  // all comment"), None);
+        // A list opened on an earlier line breaks at its own commas, keeping the line's indent;
+        // a declaration of several names does not.
+        let args = format!("      {}, B, S, H);", ["static_cast<ElementQ const*>(Q)"; 4].join(", "));
+        assert_eq!(break_code(&args), [format!("      {},", ["static_cast<ElementQ const*>(Q)"; 3].join(", ")),
+                                       "      static_cast<ElementQ const*>(Q), B, S, H);".to_string()]);
+        let names = format!("  int const {};", (0..12).map(|i| format!("value{i} = a * b + c")).collect::<Vec<_>>().join(", "));
+        assert_eq!(break_code(&names), std::slice::from_ref(&names));
     }
 }

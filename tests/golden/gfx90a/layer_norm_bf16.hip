@@ -277,6 +277,7 @@ extern "C" int tilegen_layer_norm_bf16(const void* X, const void* gamma, const v
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   layer_norm_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementX const*>(X), static_cast<ElementGamma const*>(gamma), static_cast<ElementBeta const*>(beta), static_cast<ElementY*>(Y), M, N);
+      static_cast<ElementX const*>(X), static_cast<ElementGamma const*>(gamma), static_cast<ElementBeta const*>(beta),
+      static_cast<ElementY*>(Y), M, N);
   return static_cast<int>(hipGetLastError());
 }

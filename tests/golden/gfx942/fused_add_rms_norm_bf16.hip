@@ -285,6 +285,7 @@ extern "C" int tilegen_fused_add_rms_norm_bf16(const void* X, const void* W, voi
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   fused_add_rms_norm_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementX const*>(X), static_cast<ElementW const*>(W), static_cast<ElementR*>(R), static_cast<ElementY*>(Y), M, N);
+      static_cast<ElementX const*>(X), static_cast<ElementW const*>(W), static_cast<ElementR*>(R),
+      static_cast<ElementY*>(Y), M, N);
   return static_cast<int>(hipGetLastError());
 }

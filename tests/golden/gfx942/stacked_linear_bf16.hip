@@ -210,6 +210,7 @@ extern "C" int tilegen_stacked_linear_bf16(const void* A, const void* B, const v
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   stacked_linear_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementBias const*>(bias), static_cast<ElementC*>(C), batch, M, N, K);
+      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementBias const*>(bias),
+      static_cast<ElementC*>(C), batch, M, N, K);
   return static_cast<int>(hipGetLastError());
 }

@@ -303,6 +303,7 @@ extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, 
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   rms_norm_quant_i8_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementX const*>(X), static_cast<ElementW const*>(W), static_cast<ElementQ*>(Q), static_cast<ElementScale*>(Scale), M, N);
+      static_cast<ElementX const*>(X), static_cast<ElementW const*>(W), static_cast<ElementQ*>(Q),
+      static_cast<ElementScale*>(Scale), M, N);
   return static_cast<int>(cudaGetLastError());
 }

@@ -525,6 +525,7 @@ extern "C" int tilegen_w4_prefill_onewg_f16(const void* A, const void* Wq, const
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   kernel<<<grid, kThreads, smem_bytes, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales), static_cast<ElementC*>(C), M, N, K);
+      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
+      static_cast<ElementC*>(C), M, N, K);
   return static_cast<int>(cudaGetLastError());
 }

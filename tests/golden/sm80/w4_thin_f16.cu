@@ -538,6 +538,7 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
   kernel<<<grid, kThreads, smem_bytes, stream>>>(
-      static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc), static_cast<ElementY*>(Y), tokens, features, hidden);
+      static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc),
+      static_cast<ElementY*>(Y), tokens, features, hidden);
   return static_cast<int>(cudaGetLastError());
 }

@@ -224,7 +224,8 @@ inline CUresult tma_map_X(CUtensorMap* map, ElementX const* X, int tokens, int h
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                                                                   odd_rows ? 3 : 4, const_cast<ElementX*>(X),
       odd_rows ? line_dims : span_dims, strides, box, unit,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 // spec 23: `Wp`'s tensor map. With a whole number of spans per row: (kSpanWords
 // words, rows, spans), a box of (kSpanWords, cols, kSpans) loading a whole tile as
@@ -242,7 +243,8 @@ inline CUresult tma_map_Wp(CUtensorMap* map, ElementWp const* Wp, int features, 
   return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(map, CU_TENSOR_MAP_DATA_TYPE_INT32, odd_rows ? 2 : 3,
                                                                   const_cast<ElementWp*>(Wp),
       odd_rows ? word_dims : span_dims, strides, box, unit,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // Shared buffer `S_t` (spec 16): one scale per 256 values of each weight row, row-major.
@@ -363,17 +365,20 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
             int const k_span = (j * kSpans + span) * kSpan;  // k of the span's first value
             // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
             SM90_TMA_LOAD_3D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                   smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, k_span / kLineA, m0);
+                                   smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0,
+                                   k_span / kLineA, m0);
             // copy(Wp[nb*cols, kt*(depth/8)], P_t): read once
             SM90_TMA_LOAD_2D::copy(&tma_Wp, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
-                                   smem.mainloop.P_t.data() + stage * kStageP_t + span * cols * kSpanWords, k_span / 8, n0);
+                                   smem.mainloop.P_t.data() + stage * kStageP_t + span * cols * kSpanWords, k_span / 8,
+                                   n0);
           }
         } else {
           CUTE_UNROLL
           // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
           for (int span = 0; span < kSpans; ++span) {
             SM90_TMA_LOAD_4D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
-                                   smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, 0, m0, j * kSpans + span);
+                                   smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, 0, m0,
+                                   j * kSpans + span);
           }
           // copy(Wp[nb*cols, kt*(depth/8)], P_t): read once
           SM90_TMA_LOAD_3D::copy(&tma_Wp, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_FIRST),
@@ -584,6 +589,7 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
     return static_cast<int>(cudaErrorInvalidValue);
   }
   kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>(
-      static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc), static_cast<ElementY*>(Y), tokens, features, hidden, tma_X, tma_Wp, tma_rows);
+      static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc),
+      static_cast<ElementY*>(Y), tokens, features, hidden, tma_X, tma_Wp, tma_rows);
   return static_cast<int>(cudaGetLastError());
 }
