@@ -46,7 +46,7 @@ enum Command {
         check: bool,
     },
     /// Parse, check and infer layouts; write nothing.
-    #[command(after_help = "Without --target, every target is checked as `tilegen gen` renders them: a target with no\nlowering for a spec is a note (gen skips that pair), anything else an error. A target named\nwith --target must lower the spec: every reason it cannot is an error.\n\nExample:\n  tilegen check specs/*.yaml\n  tilegen check --target gfx942 specs/w4a16_gemm_bf16.yaml\n")]
+    #[command(after_help = "Without --target, every target is checked as `tilegen gen` renders them: a target with no\nlowering for a spec is a note (gen skips that pair), anything else an error. A target named\nwith --target must lower the spec: every reason it cannot is an error. Without --target, the\nspec's own constants (no target's overrides: what `tilegen run` executes) are checked too.\n\nExample:\n  tilegen check specs/*.yaml\n  tilegen check --target gfx942 specs/w4a16_gemm_bf16.yaml\n")]
     Check {
         /// Spec files.
         #[arg(required = true)]
@@ -273,9 +273,23 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
                 code = code.max(exit::FAILED);
             }
         }
+        // The spec's own constants, no target's overrides: what `tilegen run` executes. An
+        // error there that every target's overrides hide would otherwise pass until `run`.
+        let mut checked = targets.len();
+        if lenient && let Ok(file) = output::read_spec(path) {
+            checked += 1;
+            if let Err((file, d)) = tilegen::check_spec(file) {
+                let report = render_all(&d, &file);
+                match reports.iter_mut().find(|(r, _)| *r == report) {
+                    Some((_, ts)) => ts.push("`tilegen run` (no target's overrides)"),
+                    None => reports.push((report, vec!["`tilegen run` (no target's overrides)"])),
+                }
+                code = code.max(exit::FAILED);
+            }
+        }
         for (report, ts) in &reports {
             // Name the targets unless the report holds for every target checked.
-            if ts.len() < targets.len() {
+            if ts.len() < checked {
                 eprintln!("{}: for {}:", path.display(), ts.join(", "));
             }
             eprint!("{report}");

@@ -96,6 +96,21 @@ fn check_reports_spec_errors_once_and_target_errors_per_target() {
     let (code, text) = tilegen(dir.path(), &["check", "--target", "sm80,sm90a", fp8.to_str().unwrap()]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("gemm_fp8_bf16.yaml: for sm80:\n") && text.contains("gemm_fp8_bf16.yaml: ok for sm90a"), "{text}");
+    // The spec's own constants are checked too (what `tilegen run` executes): an error every
+    // target's override hides is reported, labelled, and only without --target.
+    let hidden = gemm.replace("constants: {block_M: 128, block_N: 128, block_K: 32, stages: 4}",
+                              "constants: {block_M: 128, block_N: 128, block_K: 32, stages: 4, groups: 0, per_group: block_K / groups}")
+        .replace("cluster: [2, 1]}", "cluster: [2, 1]}\n  sm80: {constants: {groups: 2}}\n  gfx942: {constants: {groups: 2}}\n  gfx90a: {constants: {groups: 2}}")
+        .replace("stages: 4}, cluster", "stages: 4, groups: 2}, cluster");
+    assert_eq!(hidden.matches("groups: 2").count(), 4, "{hidden}");
+    std::fs::write(dir.path().join("hidden.yaml"), &hidden).unwrap();
+    let (code, text) = tilegen(dir.path(), &["check", "hidden.yaml"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("hidden.yaml: for `tilegen run` (no target's overrides):\nhidden.yaml:7:87: error: constant `per_group` divides by zero")
+        && text.contains("hidden.yaml: ok for sm80, sm90a, gfx942, gfx90a"), "{text}");
+    let (code, text) = tilegen(dir.path(), &["check", "--target", "sm80", "hidden.yaml"]);
+    assert_eq!(code, 0, "{text}");
+    // An error of the spec itself holds for `run` too: still printed once, unlabelled (above).
     // Not UTF-8: an error at the byte, exit 1 like any spec error.
     std::fs::write(dir.path().join("latin1.yaml"), b"kernel: k\ndoc: caf\xe9\n").unwrap();
     let (code, text) = tilegen(dir.path(), &["check", "latin1.yaml"]);
