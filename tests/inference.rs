@@ -247,11 +247,11 @@ fn sm90a_batched_epilogue_vectors_step_with_the_batch_and_fold_only_when_rows_al
     assert_eq!(form(&c), Some(BatchForm::Batched));
     let cu = &rendered_cu(&c);
     assert!(cu.contains("using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, int64_t>,")
-        && cu.contains("// bias\n        {static_cast<ElementBias const*>(bias), ElementBias(0.0f), {cute::Int<0>{}, cute::Int<1>{}, int64_t(N)}},\n"), "{cu}");
+        && cu.contains("{static_cast<ElementBias const*>(bias), ElementBias(0.0f), {cute::Int<0>{}, cute::Int<1>{}, int64_t(N)}},  // bias"), "{cu}");
     assert!(tilegen::explain::explain(&c).contains("D = plus(acc, row_broadcast(bias, per batch))"));
     // One scale per batch over the rows: a column broadcast stepping by M.
     let c = compile_for(batched_with_epilogue("bmm_bf16", "scale: {dtype: f32, shape: [batch, M]}", "acc[i, j] = acc[i, j] * scale[bz, by*block_M + i]"), Target::Sm90a).unwrap();
-    assert!(rendered_cu(&c).contains("// scale\n        {static_cast<ElementScale const*>(scale), ElementScale(0.0f), {cute::Int<1>{}, cute::Int<0>{}, int64_t(M)}},\n"));
+    assert!(rendered_cu(&c).contains("{static_cast<ElementScale const*>(scale), ElementScale(0.0f), {cute::Int<1>{}, cute::Int<0>{}, int64_t(M)}},  // scale"));
     // With B shared the batches fold into M while every epilogue vector is one value per
     // folded row: a packed [batch, M] vector is, and it needs no batch stride.
     let c = compile_for(batched_with_epilogue("linear3d_bf16", "scale: {dtype: f32, shape: [batch, M]}", "acc[i, j] = acc[i, j] * scale[bz, by*block_M + i]"), Target::Sm90a).unwrap();

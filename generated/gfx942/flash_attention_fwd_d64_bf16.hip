@@ -53,9 +53,7 @@ constexpr float kSoftmaxScale = scale_log2 * 0.693147180559945309f;
 
 // No mask: every query attends to every key (as the probe confirmed).
 using DeviceAttention = ck::tensor_operation::device::DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle<
-    // NumDimG (batch, heads), NumDimM (queries), NumDimN (keys), NumDimK (head dim of Q·Kᵀ),
-    // NumDimO (head dim of O)
-    2, 1, 1, 1, 1,
+    2, 1, 1, 1, 1,  // NumDimG (batch, heads), NumDimM (queries), NumDimN (keys), NumDimK (head dim of Q·Kᵀ), NumDimO (head dim of O)
     ElementQ, ElementK,             // ADataType (Q), BDataType (K)
     ElementV, ElementO,             // B1DataType (V), CDataType (O)
     ck::Tuple<>, ck::Tuple<>,       // D0sDataType, D1sDataType: no bias on either product

@@ -188,18 +188,14 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   int const bz = blockIdx.z;
 
   // Global tensors (64-bit strides).
-  // Q [B, S, H, D]
   Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
-  // K [B, S, H, D]
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // Q [B, S, H, D]
   Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
-  // V [B, S, H, D]
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // K [B, S, H, D]
   Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
-  // O [B, S, H, D]
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // V [B, S, H, D]
   Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // O [B, S, H, D]
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (block_M, D)
@@ -299,9 +295,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     G2SCopyK_s g2s_copy_K;
     auto g2s_thr_K = g2s_copy_K.get_slice(tid);
     Tensor gK = local_tile(mK_tile, make_shape(Int<block_N>{}, Int<D>{}), make_coord(_, 0));  // (tile, tile, t)
-    // -> coordinates
     Tensor idK = local_tile(make_identity_tensor(shape(mK_tile)), make_shape(Int<block_N>{}, Int<D>{}),
-                            make_coord(_, 0));
+                            make_coord(_, 0));  // -> coordinates
     Tensor tKgK = g2s_thr_K.partition_S(gK);  // (CPY, CPY_0, CPY_1, t)
     Tensor tKsK = g2s_thr_K.partition_D(sK_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tKcK = g2s_thr_K.partition_S(idK);  // (CPY, CPY_0, CPY_1, t)

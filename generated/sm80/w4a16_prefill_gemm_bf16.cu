@@ -146,8 +146,7 @@ using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<3, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
-    // (block_N, block_K/8, stage)
-    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));
+    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
 // Shared buffer `S_s` (spec 21): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -157,8 +156,7 @@ using SmemLayoutS_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    // (block_N, block_K/128, stage)
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));
+    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // gemm (spec 31): 8 warps as 2x4: each warp owns a 64x32 accumulator tile, the squarest split of
 // 128x128 (best operand reuse).
@@ -267,9 +265,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
   // Operand partitions of the MMA at spec 31.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
-  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
-  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{},
-      Int<block_K>{})))));
+  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
   auto s2r_thr_A_s = s2r_copy_A_s.get_slice(tid);
   Tensor tXsA_s = s2r_thr_A_s.partition_S(sA_s);
@@ -286,9 +282,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    // -> coordinates
     Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
-                            make_coord(by, _));
+                            make_coord(by, _));  // -> coordinates
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -296,9 +291,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     G2SCopyWq_s g2s_copy_Wq;
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // (tile, tile, k)
-    // -> coordinates
     Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}),
-                             make_coord(bx, _));
+                             make_coord(bx, _));  // -> coordinates
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);  // (CPY, CPY_0, CPY_1, k)
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);  // (CPY, CPY_0, CPY_1, k)
@@ -307,9 +301,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_scales = g2s_copy_scales.get_slice(tid);
     // (tile, tile, k)
     Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
-    // -> coordinates
     Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}),
-                                 make_coord(bx, _));
+                                 make_coord(bx, _));  // -> coordinates
     Tensor tscalesgscales = g2s_thr_scales.partition_S(gscales);  // (CPY, CPY_0, CPY_1, k)
     Tensor tscalessscales = g2s_thr_scales.partition_D(sS_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tscalescscales = g2s_thr_scales.partition_S(idscales);  // (CPY, CPY_0, CPY_1, k)
@@ -422,9 +415,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
             int const b_row = get<0>(tCcW_s(0, j, 0));
             // k-blocks k_block and k_block + 1 of row b_row
             uint4 const b_words = *reinterpret_cast<uint4 const*>(&sWq_s(b_row, 2 * k_block, read_stage));
-            // the row's scale, twice
             uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0),
-                                                    read_stage).raw()) * 0x10001u;
+                                                    read_stage).raw()) * 0x10001u;  // the row's scale, twice
             // the zero point 8, as dequant_int4x2 takes it
             uint32_t const b_neg_bias = dequant_neg_bias<8, ElementS_s>();
             Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));

@@ -123,8 +123,7 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar),
-               "r"(parity) : "memory");
+  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -172,8 +171,7 @@ constexpr int kRowA_s = block_K + 16;  // elements per row, padded
 constexpr int kStageA_s = block_M * kRowA_s;
 using SmemLayoutA_s = decltype(composition(
     Swizzle<1, 3, 3>{},
-    // (block_M, block_K, stage)
-    Layout<Shape<Int<block_M>, Int<block_K>, Int<stages>>, Stride<Int<kRowA_s>, _1, Int<kStageA_s>>>{}));
+    Layout<Shape<Int<block_M>, Int<block_K>, Int<stages>>, Stride<Int<kRowA_s>, _1, Int<kStageA_s>>>{}));  // (block_M, block_K, stage)
 // Shared buffer `Wq_s` (spec 18): each thread's packed words, 16 bytes at a time; Swizzle<1,4,2>:
 // the first layout under which the cp.async writes and the 16-byte reads of each thread's four
 // words hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen).
@@ -181,8 +179,7 @@ constexpr int kRowWq_s = (block_K / 8);  // words per row
 constexpr int kStageWq_s = block_N * kRowWq_s;
 using SmemLayoutWq_s = decltype(composition(
     Swizzle<1, 4, 2>{},
-    // (block_N, (block_K / 8), stage)
-    Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>, Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));
+    Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>, Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));  // (block_N, (block_K / 8), stage)
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageA_s % 128 == 0 && kStageWq_s % 128 == 0, "stages are translates of stage 0");
@@ -195,8 +192,7 @@ constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
 template <bool kOddRows>
-// (block_N, slot, stage)
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).
@@ -367,10 +363,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       Wq_rd[h][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
-      // one slot later in rows that start mid-word
       scales_rd[h][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * h,
                                                     (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0),
-                                                    0));
+                                                    0));  // one slot later in rows that start mid-word
       asm volatile("" : "+r"(Wq_rd[h][s]), "+r"(scales_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -403,8 +398,7 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage * kStageWq_s * sizeof(ElementWq_s));
       uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      // twice
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
+      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;  // twice
       uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
       // The rows' zero points (spec 30: `Z_s`), as dequant_int4x2 takes them.
       uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u);

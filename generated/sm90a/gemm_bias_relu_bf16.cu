@@ -79,8 +79,7 @@ using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree for the spec's element-wise epilogue (spec 25).
 using Acc = Sm90AccFetch;  // the accumulator
-// `bias`: one value per output column, broadcast down the rows
-using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;
+using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;  // `bias`: one value per output column, broadcast down the rows
 // plus(Acc, RowBias)
 using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;
 using Scalar1 = Sm90ScalarBroadcast<ElementCompute, Stride<_0, _0, _0>, 1>;  // the constant 0.0f

@@ -234,18 +234,14 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   int const bz = blockIdx.z;
 
   // Global tensors (64-bit strides).
-  // Q [B, S, H, D]
   Tensor mQ = make_tensor(make_gmem_ptr(Q), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
-  // K [B, S, H, D]
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // Q [B, S, H, D]
   Tensor mK = make_tensor(make_gmem_ptr(K), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
-  // V [B, S, H, D]
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // K [B, S, H, D]
   Tensor mV = make_tensor(make_gmem_ptr(V), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
-  // O [B, S, H, D]
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // V [B, S, H, D]
   Tensor mO = make_tensor(make_gmem_ptr(O), make_shape(B, S, H, Int<D>{}),
-                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));
+                          make_stride(int64_t(D) * H * S, int64_t(D) * H, int64_t(D), _1{}));  // O [B, S, H, D]
 
   // Shared tensors.
   Tensor sQ_s = make_tensor(make_smem_ptr(smem.mainloop.Q_s.data()), SmemLayoutQ_s{});  // (chunk, D, stage)

@@ -251,9 +251,8 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     // held before.
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (tid == kThreads) {
-      // every k-tile of the block's rows
       Tensor gA = local_tile(tma_A.get_tma_tensor(make_shape(M, K)), make_shape(Int<kRowsA>{}, Int<block_K>{}),
-                             make_coord(by, _));
+                             make_coord(by, _));  // every k-tile of the block's rows
       Tensor gWq = local_tile(tma_Wq.get_tma_tensor(make_shape(N, (K / 8))),
                               make_shape(Int<block_N>{}, Int<(block_K / 8)>{}), make_coord(bx, _));
       auto tma_thr_A = tma_A.get_slice(0);
@@ -379,8 +378,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     // into block 0's free stages (each thread its fragment as float4s, at a stride of kThreads) and
     // leaves; block 0 adds them to its own and stores C.
     constexpr int kVectors = size(decltype(acc){}) / 4;
-    static_assert(size(decltype(acc){}) % 4 == 0 && sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial),
-                  "the partial tile fits");
+    static_assert(size(decltype(acc){}) % 4 == 0 && sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial), "the partial tile fits");
     cute::cluster_arrive();  // release: this block's stages have been read
     cute::cluster_wait();  // acquire: so have the other block's
     if (k_half == 1) {

@@ -387,16 +387,20 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
 /// Longest comment line, in characters, before `tidy` wraps it.
 const COMMENT_WIDTH: usize = 100;
 
-/// Code lines wider than this lose their trailing comment to the line(s) above them.
+/// Code lines wider than this are broken, or lose their trailing comment to the line(s) above
+/// them ([`lay_out`]).
 const CODE_WIDTH: usize = 120;
 
 /// Strips trailing spaces, collapses runs of blank lines left by template control flow,
-/// moves the trailing comment of a code line wider than [`CODE_WIDTH`] onto its own line(s)
-/// above the code, and wraps comment-only lines longer than [`COMMENT_WIDTH`] at word
-/// boundaries, so that the generated source reads well in a review (and a side-by-side diff).
+/// lays out code lines wider than [`CODE_WIDTH`] ([`lay_out`]), and wraps comment-only lines
+/// longer than [`COMMENT_WIDTH`] at word boundaries, so that the generated source reads well
+/// in a review (and a side-by-side diff).
 pub(crate) fn tidy(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut blank = 0;
+    // Whether the next code line starts a statement (the last one ended with `;`, `{` or `}`,
+    // or was a preprocessor line): only there may a comment move above it.
+    let mut statement_start = true;
     for line in text.lines() {
         let line = line.trim_end();
         if line.is_empty() {
@@ -407,22 +411,41 @@ pub(crate) fn tidy(text: &str) -> String {
         } else {
             blank = 0;
         }
-        let (comment, code) = match trailing_comment(line) {
-            Some(at) if line.chars().count() > CODE_WIDTH => {
-                let indent = &line[..line.len() - line.trim_start().len()];
-                (Some(format!("{indent}{}", &line[at..])), line[..at].trim_end())
-            }
-            _ => (None, line),
-        };
-        for wrapped in comment.iter().flat_map(|c| wrap_comment(c)).chain(break_code(code)) {
+        for wrapped in lay_out(line, statement_start) {
             out.push_str(&wrapped);
             out.push('\n');
+        }
+        let body = line.trim_start();
+        if !body.starts_with("//") {
+            let code = trailing_comment(line).map_or(line, |at| line[..at].trim_end());
+            statement_start = code.is_empty() || body.starts_with('#') || code.ends_with([';', '{', '}']);
         }
     }
     while out.ends_with("\n\n") {
         out.pop();
     }
     out
+}
+
+/// One source line as printed: a code line wider than [`CODE_WIDTH`] is broken at its
+/// argument lists ([`break_code`]); its trailing comment stays on the last piece where that
+/// fits, else moves above the code when that makes every piece fit and the line starts a
+/// statement (so that it never lands inside a statement, or between `template <...>` or
+/// `CUTE_UNROLL` and what they apply to), else stays where it was.
+fn lay_out(line: &str, statement_start: bool) -> Vec<String> {
+    let width = |l: &str| l.chars().count();
+    let Some(at) = trailing_comment(line).filter(|_| width(line) > CODE_WIDTH) else {
+        return break_code(line);
+    };
+    let (code, comment) = (line[..at].trim_end(), &line[at..]);
+    let mut pieces = break_code(code);
+    let last = pieces.len() - 1;
+    if width(&pieces[last]) + 2 + width(comment) <= CODE_WIDTH || !statement_start || pieces.iter().any(|p| width(p) > CODE_WIDTH) {
+        pieces[last] = format!("{}  {comment}", pieces[last]);
+        return pieces;
+    }
+    let indent = &line[..line.len() - line.trim_start().len()];
+    wrap_comment(&format!("{indent}{comment}")).into_iter().chain(pieces).collect()
 }
 
 /// Where the `//` comment after code on `line` starts (outside string and character
@@ -448,7 +471,8 @@ fn trailing_comment(line: &str) -> Option<usize> {
 
 /// Breaks a code line wider than [`CODE_WIDTH`] after commas of an argument or initializer
 /// list, as clang-format does: each continuation is aligned one column after the bracket that
-/// opened the list, and each line takes as many arguments as fit. Commas inside template
+/// opened the list, and each line takes as many arguments as fit; a line is broken only where
+/// every piece then fits within the width. Commas inside template
 /// arguments (`Stride<_0, _1>`), index brackets and one-line blocks (`[&](int k) { ... }`)
 /// are kept, and so are literals and preprocessor lines; a line with no such comma stays
 /// whole. Only whitespace changes.
@@ -518,21 +542,25 @@ fn break_code(line: &str) -> Vec<String> {
         // Of the breaks that keep this line within the width (the text up to the comma), one
         // in the outermost list, the last of those; else the first break there is (a long
         // argument then has a line of its own).
-        let later = breaks.iter().filter(|b| b.0 > start + 2);
+        // A continuation aligned past the width's last 40 columns has too little room: such
+        // a break is no candidate.
+        let indent = chars.iter().take_while(|c| **c == ' ').count();
+        let align = |opener: Option<usize>| opener.map_or(indent, |o| column(&lines, o) + 1);
+        let later = breaks.iter().filter(|b| b.0 > start + 2 && align(b.1) + 40 <= CODE_WIDTH);
         let mut fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
         let outermost = fitting.clone().map(|b| b.2).min();
         let pick = fitting.rfind(|b| Some(b.2) == outermost).or_else(|| later.clone().next());
         let Some(&(at, opener, _)) = pick else { break };
-        let indent = chars.iter().take_while(|c| **c == ' ').count();
-        let align = opener.map_or(indent, |o| column(&lines, o) + 1);
-        // Continuing past the width's last 40 columns leaves too little room: indent instead.
-        lines.push((at, if align + 40 > CODE_WIDTH { indent + 4 } else { align }));
+        let col = align(opener);
+        lines.push((at, col));
     }
-    lines.iter().enumerate().map(|(n, &(start, col))| {
+    let pieces: Vec<String> = lines.iter().enumerate().map(|(n, &(start, col))| {
         let end = lines.get(n + 1).map_or(chars.len(), |l| l.0);
         let text: String = chars[start..end].iter().collect();
         format!("{}{}", " ".repeat(if n == 0 { 0 } else { col }), text.trim_end())
-    }).collect()
+    }).collect();
+    // Broken only where every piece then fits: a partial break reads worse than none.
+    if pieces.iter().all(|p| p.chars().count() <= CODE_WIDTH) { pieces } else { vec![line.to_string()] }
 }
 
 /// Splits a `// ...` line wider than [`COMMENT_WIDTH`] into several, keeping its indent.
@@ -610,13 +638,24 @@ mod tests {
 
     #[test]
     fn wide_code_lines_lose_their_trailing_comment_to_the_line_above() {
-        let code = format!("    Tensor t = make_tensor({});", "a".repeat(100));
+        let code = format!("    Tensor t = make_tensor({});", "a".repeat(80));
         let out = tidy(&format!("{code}  // the tile (spec 12)\n  short();  // stays\n"));
         assert_eq!(out, format!("    // the tile (spec 12)\n{code}\n  short();  // stays\n"));
         // A long comment moved up wraps like any other; the code line is left whole.
         let out = tidy(&format!("{code}  // {}\n", "word ".repeat(30)));
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines.len() == 3 && lines[..2].iter().all(|l| l.starts_with("    // word")) && lines[2] == code, "{out}");
+        // Only above a statement's first line: a line continuing a statement, or one after
+        // `template <...>` or `CUTE_UNROLL`, keeps its comment.
+        for before in ["  auto x = f(a,", "template <bool kOdd>", "  CUTE_UNROLL"] {
+            let text = format!("{before}\n{code}  // the tile (spec 12)\n");
+            assert_eq!(tidy(&text), text, "after {before}");
+        }
+        // Nor where moving it leaves the code too wide, or the comment fits after the broken code.
+        let wide = format!("    Tensor t = make_tensor({});", "a".repeat(120));
+        assert_eq!(tidy(&format!("{wide}  // c\n")), format!("{wide}  // c\n"));
+        let args = format!("  Tensor t = make_tensor({}, {});", "a".repeat(60), "b".repeat(60));
+        assert_eq!(tidy(&format!("{args}  // c\n")), format!("  Tensor t = make_tensor({},\n{}{});  // c\n", "a".repeat(60), " ".repeat("  Tensor t = make_tensor(".len()), "b".repeat(60)));
         // `//` inside a string or character literal is not a comment.
         let quoted = format!("  puts(\"http://{}\"); char c = '/';", "x".repeat(120));
         assert_eq!(tidy(&quoted), format!("{quoted}\n"));

@@ -179,8 +179,7 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 4; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        // spec 24: acc[i, j] = acc[i, j] - m[i]
-        acc[bi][bj][r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) - ck::type_convert<float>(m[bi]));
+        acc[bi][bj][r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) - ck::type_convert<float>(m[bi]));  // spec 24: acc[i, j] = acc[i, j] - m[i]
       }
     }
   }

@@ -162,9 +162,7 @@ gemm_scaled_sync_kernel(ElementA const* __restrict__ A,
       for (int r = 0; r < 4; ++r) {
         // spec 23: acc[i, j] *= alpha
         acc[bi][bj][r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) * (alpha));
-        // spec 24: acc[i, j] = select(acc[i, j] > limit, limit, max(acc[i, j], -limit))
-        acc[bi][bj][r] = ck::type_convert<ck::half_t>((ck::type_convert<float>(acc[bi][bj][r]) > limit ? limit : fmaxf(ck::type_convert<float>(acc[bi][bj][r]),
-            -limit)));
+        acc[bi][bj][r] = ck::type_convert<ck::half_t>((ck::type_convert<float>(acc[bi][bj][r]) > limit ? limit : fmaxf(ck::type_convert<float>(acc[bi][bj][r]), -limit)));  // spec 24: acc[i, j] = select(acc[i, j] > limit, limit, max(acc[i, j], -limit))
       }
     }
   }

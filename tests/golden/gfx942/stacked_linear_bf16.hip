@@ -169,8 +169,7 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
         int const j = acc_col + bj * 16 + lane_col + r;
-        // spec 25: acc[i, j] = gelu(acc[i, j] + f32(bias[bz, bx*block_N + j]))
-        acc[bi][bj][r] = gelu_erf(acc[bi][bj][r] + ((bz < batch && bx * block_N + j < N) ? ck::type_convert<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));
+        acc[bi][bj][r] = gelu_erf(acc[bi][bj][r] + ((bz < batch && bx * block_N + j < N) ? ck::type_convert<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));  // spec 25: acc[i, j] = gelu(acc[i, j] + f32(bias[bz, bx*block_N + j]))
       }
     }
   }

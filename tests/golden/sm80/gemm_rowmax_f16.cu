@@ -172,9 +172,8 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    // -> coordinates
     Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
-                            make_coord(by, _));
+                            make_coord(by, _));  // -> coordinates
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -184,9 +183,8 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
     G2SCopyB_s g2s_copy_B;
     auto g2s_thr_B = g2s_copy_B.get_slice(tid);
     Tensor gB = local_tile(mB_t, make_shape(Int<block_N>{}, Int<block_K>{}), make_coord(0, _));  // (tile, tile, k)
-    // -> coordinates
     Tensor idB = local_tile(make_identity_tensor(shape(mB_t)), make_shape(Int<block_N>{}, Int<block_K>{}),
-                            make_coord(0, _));
+                            make_coord(0, _));  // -> coordinates
     Tensor tBgB = g2s_thr_B.partition_S(gB);  // (CPY, CPY_0, CPY_1, k)
     Tensor tBsB = g2s_thr_B.partition_D(sB_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tBcB = g2s_thr_B.partition_S(idB);  // (CPY, CPY_0, CPY_1, k)

@@ -123,8 +123,7 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar),
-               "r"(parity) : "memory");
+  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -168,8 +167,7 @@ constexpr int kRowX_t = depth + 16;  // elements per row, padded
 constexpr int kStageX_t = rows * kRowX_t;
 using SmemLayoutX_t = decltype(composition(
     Swizzle<1, 3, 3>{},
-    // (rows, depth, stage)
-    Layout<Shape<Int<rows>, Int<depth>, Int<stages>>, Stride<Int<kRowX_t>, _1, Int<kStageX_t>>>{}));
+    Layout<Shape<Int<rows>, Int<depth>, Int<stages>>, Stride<Int<kRowX_t>, _1, Int<kStageX_t>>>{}));  // (rows, depth, stage)
 // Shared buffer `P_t` (spec 15): each thread's packed words, 16 bytes at a time; Swizzle<1,4,2>:
 // the first layout under which the cp.async writes and the 16-byte reads of each thread's four
 // words hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen).
@@ -177,8 +175,7 @@ constexpr int kRowP_t = (depth / 8);  // words per row
 constexpr int kStageP_t = cols * kRowP_t;
 using SmemLayoutP_t = decltype(composition(
     Swizzle<1, 4, 2>{},
-    // (cols, (depth / 8), stage)
-    Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>, Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));
+    Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>, Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));  // (cols, (depth / 8), stage)
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageX_t % 128 == 0 && kStageP_t % 128 == 0, "stages are translates of stage 0");
@@ -191,8 +188,7 @@ constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
 template <bool kOddRows>
-// (cols, slot, stage)
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
@@ -350,10 +346,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       Wp_rd[h][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * h, 16 * (k0 + s) + 4 * t, 0));
-      // one slot later in rows that start mid-word
       Sc_rd[h][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * h,
                                                 (k0 + s) * 128 / kGroup + (kOddRows ? (n0 + w_row + 8 * h) & 1 : 0),
-                                                0));
+                                                0));  // one slot later in rows that start mid-word
       asm volatile("" : "+r"(Wp_rd[h][s]), "+r"(Sc_rd[h][s]));  // kept in registers (below)
     }
   }
@@ -386,8 +381,7 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage * kStageP_t * sizeof(ElementP_t));
       uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
-      // twice
-      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
+      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;  // twice
       uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
       // the zero point 7
       constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;

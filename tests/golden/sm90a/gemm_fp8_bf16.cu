@@ -85,8 +85,7 @@ using Acc = Sm90AccFetch;  // the accumulator
 using ColA_scale = Sm90ColBroadcast<0, TileShape, ElementA_scale, ElementCompute, Stride<_1, _0, _0>, 1, false>;
 // multiplies(Acc, ColA_scale)
 using Node1 = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementCompute, ElementCompute, RoundStyle>, Acc, ColA_scale>;
-// `b_scale`: one value per output column, broadcast down the rows
-using RowB_scale = Sm90RowBroadcast<0, TileShape, ElementB_scale, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementB_scale>::value, false>;
+using RowB_scale = Sm90RowBroadcast<0, TileShape, ElementB_scale, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementB_scale>::value, false>;  // `b_scale`: one value per output column, broadcast down the rows
 // multiplies(Node1, RowB_scale)
 using Epilogue = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, ElementCompute, RoundStyle>, Node1, RowB_scale>;
 

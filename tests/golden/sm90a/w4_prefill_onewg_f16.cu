@@ -168,8 +168,7 @@ using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<0, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
-    // (block_N, block_K/8, stage)
-    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));
+    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
 // Shared buffer `S_s` (spec 16): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -179,8 +178,7 @@ using SmemLayoutS_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    // (block_N, block_K/128, stage)
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));
+    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // Shared buffer `W_s` (spec 17): gemm operand B, viewed as (N, K); not filled from global memory,
 // so K (or the last dim) is contiguous; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8
@@ -306,9 +304,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     G2SCopyA_s g2s_copy_A;
     auto g2s_thr_A = g2s_copy_A.get_slice(tid);
     Tensor gA = local_tile(mA, make_shape(Int<block_M>{}, Int<block_K>{}), make_coord(by, _));  // (tile, tile, k)
-    // -> coordinates
     Tensor idA = local_tile(make_identity_tensor(shape(mA)), make_shape(Int<block_M>{}, Int<block_K>{}),
-                            make_coord(by, _));
+                            make_coord(by, _));  // -> coordinates
     Tensor tAgA = g2s_thr_A.partition_S(gA);  // (CPY, CPY_0, CPY_1, k)
     Tensor tAsA = g2s_thr_A.partition_D(sA_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tAcA = g2s_thr_A.partition_S(idA);  // (CPY, CPY_0, CPY_1, k)
@@ -316,9 +313,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     G2SCopyWq_s g2s_copy_Wq;
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, _));  // (tile, tile, k)
-    // -> coordinates
     Tensor idWq = local_tile(make_identity_tensor(shape(mWq)), make_shape(Int<block_N>{}, Int<block_K / 8>{}),
-                             make_coord(bx, _));
+                             make_coord(bx, _));  // -> coordinates
     Tensor tWqgWq = g2s_thr_Wq.partition_S(gWq);  // (CPY, CPY_0, CPY_1, k)
     Tensor tWqsWq = g2s_thr_Wq.partition_D(sWq_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tWqcWq = g2s_thr_Wq.partition_S(idWq);  // (CPY, CPY_0, CPY_1, k)
@@ -327,9 +323,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
     auto g2s_thr_scales = g2s_copy_scales.get_slice(tid);
     // (tile, tile, k)
     Tensor gscales = local_tile(mscales, make_shape(Int<block_N>{}, Int<block_K / 128>{}), make_coord(bx, _));
-    // -> coordinates
     Tensor idscales = local_tile(make_identity_tensor(shape(mscales)), make_shape(Int<block_N>{}, Int<block_K / 128>{}),
-                                 make_coord(bx, _));
+                                 make_coord(bx, _));  // -> coordinates
     Tensor tscalesgscales = g2s_thr_scales.partition_S(gscales);  // (CPY, CPY_0, CPY_1, k)
     Tensor tscalessscales = g2s_thr_scales.partition_D(sS_s);  // (CPY, CPY_0, CPY_1, stage)
     Tensor tscalescscales = g2s_thr_scales.partition_S(idscales);  // (CPY, CPY_0, CPY_1, k)
