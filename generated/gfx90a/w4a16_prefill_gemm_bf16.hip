@@ -130,19 +130,25 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     __syncthreads();  // `A_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_M * (block_K / 4); e += kThreads) {
       int const r = e / (block_K / 4), c = e % (block_K / 4) * 4;
-      store_vec<4>(&A_s[r][c], (by * block_M + r < M && k * block_K + c < K) ? load_vec<4>(&A[int64_t(by * block_M + r) * K + k * block_K + c]) : Vec<ElementA_s, 4>{});
+      store_vec<4>(&A_s[r][c], (by * block_M + r < M && k * block_K + c < K)
+                                   ? load_vec<4>(&A[int64_t(by * block_M + r) * K + k * block_K + c])
+                                   : Vec<ElementA_s, 4>{});
     }
     // spec 28: copy(Wq[bx*block_N, k*(block_K/8)], Wq_s): every thread a strided share of the tile,
     // 4 elements (16 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_N * ((block_K / 8) / 4); e += kThreads) {
       int const r = e / ((block_K / 8) / 4), c = e % ((block_K / 8) / 4) * 4;
-      store_vec<4>(&Wq_s[r][c], (bx * block_N + r < N && k * (block_K / 8) + c < (K / 8)) ? load_vec<4>(&Wq[int64_t(bx * block_N + r) * (K / 8) + k * (block_K / 8) + c]) : Vec<ElementWq_s, 4>{});
+      store_vec<4>(&Wq_s[r][c], (bx * block_N + r < N && k * (block_K / 8) + c < (K / 8))
+                                    ? load_vec<4>(&Wq[int64_t(bx * block_N + r) * (K / 8) + k * (block_K / 8) + c])
+                                    : Vec<ElementWq_s, 4>{});
     }
     // spec 29: copy(scales[bx*block_N, k*(block_K/128)], S_s): every thread a strided share of the
     // tile; elements past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_N * (block_K / 128); e += kThreads) {
       int const r = e / (block_K / 128), c = e % (block_K / 128);
-      S_s[r][c] = (bx * block_N + r < N && k * (block_K / 128) + c < (K / 128)) ? scales[int64_t(bx * block_N + r) * (K / 128) + k * (block_K / 128) + c] : ck::type_convert<ck::bhalf_t>(0.f);
+      S_s[r][c] = (bx * block_N + r < N && k * (block_K / 128) + c < (K / 128))
+                      ? scales[int64_t(bx * block_N + r) * (K / 128) + k * (block_K / 128) + c]
+                      : ck::type_convert<ck::bhalf_t>(0.f);
     }
     // spec 30: dequant_int4(Wq_s, W_s, scales=S_s, zero=8): each thread unpacks whole words:
     // element c of a row is bits 4*(c%8) .. of word c/8, minus 8, times the scale of group c/128

@@ -164,13 +164,17 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     __syncthreads();  // `Q_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&Q_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&Q[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c]) : Vec<ElementQ_s, 4>{});
+      store_vec<4>(&Q_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D)
+                                   ? load_vec<4>(&Q[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c])
+                                   : Vec<ElementQ_s, 4>{});
     }
     // spec 37: copy(K[bz, t*chunk:, by, :], K_s): every thread a strided share of the tile, 4
     // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&K_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D) ? load_vec<4>(&K[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c]) : Vec<ElementK_s, 4>{});
+      store_vec<4>(&K_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D)
+                                   ? load_vec<4>(&K[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c])
+                                   : Vec<ElementK_s, 4>{});
     }
     // spec 38: copy(V[bz, t*chunk:, by, bx*block_V:], V_s): every thread a strided share of the
     // tile, 4 elements (8 bytes) per access; vectors past the tensor's edges read as zero

@@ -348,7 +348,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       }
     };
 
-    int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N) ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
+    int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N)
+                               ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
     // Prologue: start the first stages - 1 tiles. Every stage commits a group,
     // even an empty one, so that the wait counts below stay uniform.
     CUTE_UNROLL

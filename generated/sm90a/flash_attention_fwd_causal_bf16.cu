@@ -283,7 +283,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         auto tma_thr_V = tma_V_s.get_slice(0);
         Tensor tVgV = tma_thr_V.partition_S(gV);  // (TMA, TMA_0, TMA_1, t)
         Tensor tVsV = tma_thr_V.partition_D(sV_s);  // (TMA, TMA_0, TMA_1, stage)
-        int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N) ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
+        int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N)
+                                   ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
         for (int t = 0; t < num_tiles; ++t) {
           int const stage = t % stages;
           if (t >= stages) {  // the stage's previous tile: wait until every consumer is done with it
@@ -354,7 +355,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // tile's second gemm is issued after the next tile's first and runs during that tile's work
   // between the gemms, so each stage is released one tile later.
   {
-    int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N) ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
+    int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N)
+                               ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
     int read_stage = 0;
     uint32_t phase = 0;  // the parity of read_stage's current mbarrier phase
     int prev_stage = 0;  // the previous tile's stage: its second gemm may still read it

@@ -389,7 +389,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
         if (lane + 32 * i < kScaleCopies) {
           // The copy's bytes inside the row: 4, 2 when its second scale is past the row's end, 0
           // past it.
-          int const bytes = !scales_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - scales_first[i]))) : scales_first[i] * kGroup < k_left ? 4 : 0;
+          int const bytes = !scales_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - scales_first[i])))
+                                : scales_first[i] * kGroup < k_left ? 4 : 0;
           cp_async_4_bytes(scales_dst[i] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s),
                            scales_src[i] + j * (block_K / 128), bytes);
         }

@@ -482,14 +482,25 @@ fn break_code(line: &str) -> Vec<String> {
     if chars.len() <= CODE_WIDTH || body.starts_with('#') || body.starts_with("//") {
         return wrap_comment(line);
     }
-    // Break points: (the index of the argument after `, `, the index of its list's opener,
-    // how many brackets are open there).
-    let mut breaks = Vec::new();
-    let mut open: Vec<(char, usize)> = Vec::new();
+    // Break points: (the index the continuation starts at, the index its alignment is taken
+    // from and the columns added to it, how many brackets are open there). After `, ` the
+    // continuation aligns one past the list's opener; before a ternary's ` ? ` or ` : `, four
+    // past the start of the list element (or of the right-hand side) the ternary is in.
+    let mut breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
+    // Open brackets: (kind, index, where the current element of the list starts); closed
+    // ones as (opener's index, closer's index).
+    let mut open: Vec<(char, usize, usize)> = Vec::new();
+    let mut closer: Vec<(usize, usize)> = Vec::new();
+    // A ternary's ` ? ` and ` : `: (index, its element's start, depth, its list's opener).
+    let mut ternary: Vec<(usize, usize, usize, Option<usize>)> = Vec::new();
+    let indent = chars.iter().take_while(|c| **c == ' ').count();
+    // Where the outermost expression starts: the line's text, or after its first ` = `.
+    let mut top_start = indent;
     let mut quote: Option<char> = None;
     // Whether the line closes a bracket it did not open (it continues a list); checked at the
     // end, so that commas before the closing bracket count too.
     let mut closed_earlier = false;
+    let spaced = |i: usize| i > 0 && chars[i - 1] == ' ' && chars.get(i + 1) == Some(&' ');
     let mut i = 0;
     while i < chars.len() {
         let ch = chars[i];
@@ -500,25 +511,38 @@ fn break_code(line: &str) -> Vec<String> {
             None => match ch {
                 '"' | '\'' => quote = Some(ch),
                 // A block (`) {`: a lambda's or statement's body) is kept whole: marked `b`.
-                '{' if chars[..i].iter().rev().find(|c| **c != ' ') == Some(&')') => open.push(('b', i)),
-                '(' | '[' | '{' => open.push((ch, i)),
+                '{' if chars[..i].iter().rev().find(|c| **c != ' ') == Some(&')') => open.push(('b', i, i + 1)),
+                '(' | '[' | '{' => open.push((ch, i, i + 1)),
                 // A template's argument list: `<` right after a name (comparisons are spaced).
-                '<' if i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_') => open.push((ch, i)),
+                '<' if i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_') => open.push((ch, i, i + 1)),
                 '>' if open.last().is_some_and(|o| o.0 == '<') => {
                     open.pop();
                 }
                 ')' | ']' | '}' => {
                     closed_earlier |= open.iter().all(|o| o.0 == '<');
-                    while open.pop().is_some_and(|o| o.0 == '<') {}
+                    while let Some(o) = open.pop() {
+                        if o.0 != '<' {
+                            closer.push((o.1, i));
+                            break;
+                        }
+                    }
                 }
+                '=' if open.is_empty() && top_start == indent && spaced(i) => top_start = i + 2,
                 ',' if chars.get(i + 1) == Some(&' ') => {
-                    if let Some(('(' | '{', at)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
-                        breaks.push((i + 2, Some(at), open.len()));
+                    if let Some(('(' | '{', at, _)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
+                        breaks.push((i + 2, Some(at), 1, open.len()));
+                        if let Some(top) = open.last_mut() {
+                            top.2 = i + 2;
+                        }
                     } else if open.is_empty() {
                         // A list opened on an earlier line (a launch's arguments): its
                         // continuations keep this line's indent.
-                        breaks.push((i + 2, None, 0));
+                        breaks.push((i + 2, None, 0, 0));
+                        top_start = i + 2;
                     }
+                }
+                '?' | ':' if spaced(i) && !open.iter().any(|o| matches!(o.0, 'b' | '<' | '[')) => {
+                    ternary.push((i, open.last().map_or(top_start, |o| o.2), open.len(), open.last().map(|o| o.1)));
                 }
                 _ => {}
             },
@@ -528,6 +552,13 @@ fn break_code(line: &str) -> Vec<String> {
     if !closed_earlier {
         breaks.retain(|b| b.1.is_some());
     }
+    // A ternary breaks only where it ends its statement or list: outermost, or in brackets
+    // after which the line only closes (`f(a, c ? x : y);`), never inside `int64_t(c ? x : y) * n`.
+    let ends_line = |opener: Option<usize>| opener.is_none_or(|o| {
+        closer.iter().find(|c| c.0 == o).is_some_and(|c| chars[c.1 + 1..].iter().all(|ch| matches!(ch, ')' | ']' | '}' | ';' | ',' | ' ')))
+    });
+    breaks.extend(ternary.into_iter().filter(|t| ends_line(t.3)).map(|(at, start, depth, _)| (at, Some(start), 4, depth)));
+    breaks.sort();
     // Output lines as (index of their first character, the column it is printed at).
     let mut lines: Vec<(usize, usize)> = vec![(0, 0)];
     let column = |lines: &[(usize, usize)], at: usize| {
@@ -544,15 +575,13 @@ fn break_code(line: &str) -> Vec<String> {
         // argument then has a line of its own).
         // A continuation aligned past the width's last 40 columns has too little room: such
         // a break is no candidate.
-        let indent = chars.iter().take_while(|c| **c == ' ').count();
-        let align = |opener: Option<usize>| opener.map_or(indent, |o| column(&lines, o) + 1);
-        let later = breaks.iter().filter(|b| b.0 > start + 2 && align(b.1) + 40 <= CODE_WIDTH);
+        let align = |b: &(usize, Option<usize>, usize, usize)| b.1.map_or(indent, |a| column(&lines, a) + b.2);
+        let later = breaks.iter().filter(|b| b.0 > start + 2 && align(b) + 40 <= CODE_WIDTH);
         let mut fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
-        let outermost = fitting.clone().map(|b| b.2).min();
-        let pick = fitting.rfind(|b| Some(b.2) == outermost).or_else(|| later.clone().next());
-        let Some(&(at, opener, _)) = pick else { break };
-        let col = align(opener);
-        lines.push((at, col));
+        let outermost = fitting.clone().map(|b| b.3).min();
+        let pick = fitting.rfind(|b| Some(b.3) == outermost).or_else(|| later.clone().next());
+        let Some(b) = pick else { break };
+        lines.push((b.0, align(b)));
     }
     let pieces: Vec<String> = lines.iter().enumerate().map(|(n, &(start, col))| {
         let end = lines.get(n + 1).map_or(chars.len(), |l| l.0);
@@ -666,6 +695,14 @@ mod tests {
         let args = format!("      {}, B, S, H);", ["static_cast<ElementQ const*>(Q)"; 4].join(", "));
         assert_eq!(break_code(&args), [format!("      {},", ["static_cast<ElementQ const*>(Q)"; 3].join(", ")),
                                        "      static_cast<ElementQ const*>(Q), B, S, H);".to_string()]);
+        // A ternary that ends its list or statement breaks before `?` and `:`, four columns in
+        // from where its condition starts; one inside a larger expression does not.
+        let (cond, yes, no) = ("(row < M && col < N)".repeat(2), format!("load({})", "x".repeat(85)), "zero()");
+        let call = format!("  store(&dst[r], {cond} ? {yes} : {no});");
+        let at = "  store(&dst[r], ".len() + 4;
+        assert_eq!(break_code(&call), [format!("  store(&dst[r], {cond}"), format!("{}? {yes}", " ".repeat(at)), format!("{}: {no});", " ".repeat(at))]);
+        let inner = format!("  p = base + int64_t({cond} ? {yes} : 0) * n;");
+        assert_eq!(break_code(&inner), std::slice::from_ref(&inner));
         let names = format!("  int const {};", (0..12).map(|i| format!("value{i} = a * b + c")).collect::<Vec<_>>().join(", "));
         assert_eq!(break_code(&names), std::slice::from_ref(&names));
     }

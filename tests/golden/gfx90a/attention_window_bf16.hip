@@ -143,7 +143,9 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   // elements (8 bytes) per access; vectors past the tensor's edges read as zero
   for (int e = threadIdx.x; e < block_M * (D / 4); e += kThreads) {
     int const r = e / (D / 4), c = e % (D / 4) * 4;
-    store_vec<4>(&Q_s[r][c], (bz < B && bx * block_M + r < S && by < H && c < D) ? load_vec<4>(&Q[(((int64_t(bz)) * S + bx * block_M + r) * H + by) * D + c]) : Vec<ElementQ_s, 4>{});
+    store_vec<4>(&Q_s[r][c], (bz < B && bx * block_M + r < S && by < H && c < D)
+                                 ? load_vec<4>(&Q[(((int64_t(bz)) * S + bx * block_M + r) * H + by) * D + c])
+                                 : Vec<ElementQ_s, 4>{});
   }
   // spec 37: clear(O_f)
   #pragma unroll
@@ -175,13 +177,17 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     __syncthreads();  // `K_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_N * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&K_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D) ? load_vec<4>(&K[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c]) : Vec<ElementK_s, 4>{});
+      store_vec<4>(&K_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D)
+                                   ? load_vec<4>(&K[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c])
+                                   : Vec<ElementK_s, 4>{});
     }
     // spec 42: copy(V[bz, t*block_N:, by, :], V_s): every thread a strided share of the tile, 4
     // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_N * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
-      store_vec<4>(&V_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D) ? load_vec<4>(&V[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c]) : Vec<ElementV_s, 4>{});
+      store_vec<4>(&V_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D)
+                                   ? load_vec<4>(&V[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c])
+                                   : Vec<ElementV_s, 4>{});
     }
     // spec 43: clear(S_f)
     #pragma unroll

@@ -125,13 +125,16 @@ linear3d_bf16_kernel(ElementA const* __restrict__ A,
     __syncthreads();  // `A_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_M * block_K; e += kThreads) {
       int const r = e / block_K, c = e % block_K;
-      A_s[r][c] = (bz < batch && by * block_M + r < M && k * block_K + c < K) ? A[((int64_t(bz)) * M + by * block_M + r) * K + k * block_K + c] : ck::type_convert<ck::bhalf_t>(0.f);
+      A_s[r][c] = (bz < batch && by * block_M + r < M && k * block_K + c < K)
+                      ? A[((int64_t(bz)) * M + by * block_M + r) * K + k * block_K + c]
+                      : ck::type_convert<ck::bhalf_t>(0.f);
     }
     // spec 21: copy(B[k*block_K:, bx*block_N:], B_s): every thread a strided share of the tile;
     // elements past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_K * block_N; e += kThreads) {
       int const r = e / block_N, c = e % block_N;
-      B_s[r][c] = (k * block_K + r < K && bx * block_N + c < N) ? B[int64_t(k * block_K + r) * N + bx * block_N + c] : ck::type_convert<ck::bhalf_t>(0.f);
+      B_s[r][c] = (k * block_K + r < K && bx * block_N + c < N) ? B[int64_t(k * block_K + r) * N + bx * block_N + c]
+                      : ck::type_convert<ck::bhalf_t>(0.f);
     }
     // spec 22: gemm(A_s, B_s, acc): 128x128x32 in 2 k-steps of 16; each MFMA takes the B operand as
     // its rows and A's as its columns, so the result lands row-of-lane

@@ -123,13 +123,15 @@ gemm_nt_f16_kernel(ElementA const* __restrict__ A,
     __syncthreads();  // `A_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_M * block_K; e += kThreads) {
       int const r = e / block_K, c = e % block_K;
-      A_s[r][c] = (by * block_M + r < M && k * block_K + c < K) ? A[int64_t(k * block_K + c) * M + by * block_M + r] : ck::type_convert<ck::half_t>(0.f);
+      A_s[r][c] = (by * block_M + r < M && k * block_K + c < K) ? A[int64_t(k * block_K + c) * M + by * block_M + r]
+                      : ck::type_convert<ck::half_t>(0.f);
     }
     // spec 20: copy(B[bx*block_N, k*block_K], B_s): every thread a strided share of the tile;
     // elements past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_N * block_K; e += kThreads) {
       int const r = e / block_K, c = e % block_K;
-      B_s[r][c] = (bx * block_N + r < N && k * block_K + c < K) ? B[int64_t(bx * block_N + r) * K + k * block_K + c] : ck::type_convert<ck::half_t>(0.f);
+      B_s[r][c] = (bx * block_N + r < N && k * block_K + c < K) ? B[int64_t(bx * block_N + r) * K + k * block_K + c]
+                      : ck::type_convert<ck::half_t>(0.f);
     }
     // spec 21: gemm(A_s, B_s, acc, transpose_b=true): 64x64x64 in 4 k-steps of 16; each MFMA takes
     // the B operand as its rows and A's as its columns, so the result lands row-of-lane

@@ -113,13 +113,15 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
   // (16 bytes) per access; vectors past the tensor's edges read as zero
   for (int e = threadIdx.x; e < block_N * ((block_K / 8) / 4); e += kThreads) {
     int const r = e / ((block_K / 8) / 4), c = e % ((block_K / 8) / 4) * 4;
-    store_vec<4>(&Wq_s[r][c], (bx * block_N + r < N && c < 4) ? load_vec<4>(&Wq[int64_t(bx * block_N + r) * 4 + c]) : Vec<ElementWq_s, 4>{});
+    store_vec<4>(&Wq_s[r][c], (bx * block_N + r < N && c < 4) ? load_vec<4>(&Wq[int64_t(bx * block_N + r) * 4 + c])
+                                  : Vec<ElementWq_s, 4>{});
   }
   // spec 20: copy(scales[bx*block_N, 0], S_s): every thread a strided share of the tile, 2 elements
   // (4 bytes) per access; vectors past the tensor's edges read as zero
   for (int e = threadIdx.x; e < block_N * ((block_K / 16) / 2); e += kThreads) {
     int const r = e / ((block_K / 16) / 2), c = e % ((block_K / 16) / 2) * 2;
-    store_vec<2>(&S_s[r][c], (bx * block_N + r < N && c < 2) ? load_vec<2>(&scales[int64_t(bx * block_N + r) * 2 + c]) : Vec<ElementS_s, 2>{});
+    store_vec<2>(&S_s[r][c], (bx * block_N + r < N && c < 2) ? load_vec<2>(&scales[int64_t(bx * block_N + r) * 2 + c])
+                                 : Vec<ElementS_s, 2>{});
   }
   // spec 21: dequant_int4(Wq_s, W_s, scales=S_s, zero=8): each thread unpacks whole words: element
   // c of a row is bits 4*(c%8) .. of word c/8, minus 8, times the scale of group c/16
@@ -151,7 +153,8 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
     __syncthreads();  // `A_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_M * (block_K / 4); e += kThreads) {
       int const r = e / (block_K / 4), c = e % (block_K / 4) * 4;
-      store_vec<4>(&A_s[r][c], (m * block_M + r < M && c < 32) ? load_vec<4>(&A[int64_t(m * block_M + r) * 32 + c]) : Vec<ElementA_s, 4>{});
+      store_vec<4>(&A_s[r][c], (m * block_M + r < M && c < 32) ? load_vec<4>(&A[int64_t(m * block_M + r) * 32 + c])
+                                   : Vec<ElementA_s, 4>{});
     }
     // spec 25: gemm(A_s, W_s, acc, transpose_b=true): 64x16x32 in 2 k-steps of 16; each MFMA takes
     // the B operand as its rows and A's as its columns, so the result lands row-of-lane

@@ -279,7 +279,9 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
       int const j = get<1>(tCcacc(e));
-      acc(e) = gelu_erf(acc(e) + ((bz < batch && bx * block_N + j < N) ? static_cast<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));  // spec 25
+      // spec 25
+      acc(e) = gelu_erf(acc(e) + ((bz < batch && bx * block_N + j < N)
+                                      ? static_cast<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));
     }
   }
 

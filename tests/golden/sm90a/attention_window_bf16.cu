@@ -329,7 +329,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
       copy(tma_V_s.with(smem.full_t[stage]), tVgV(_, _, _, tile), tVsV(_, _, _, stage));
     };
 
-    int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N) ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
+    int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N)
+                               ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
     // Prologue: the first stages - 1 tiles.
     if (tid == 0) {
       CUTE_UNROLL

@@ -254,7 +254,8 @@ gemm_scaled_sync_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
       acc(e) = static_cast<ElementAcc>(static_cast<float>(acc(e)) * alpha);  // spec 23
-      acc(e) = static_cast<ElementAcc>((static_cast<float>(acc(e)) > limit ? limit : fmaxf(static_cast<float>(acc(e)), -limit)));  // spec 24
+      acc(e) = static_cast<ElementAcc>((static_cast<float>(acc(e)) > limit ? limit
+                                            : fmaxf(static_cast<float>(acc(e)), -limit)));  // spec 24
     }
   }
 

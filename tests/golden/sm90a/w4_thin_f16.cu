@@ -386,7 +386,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
         if (lane + 32 * i < kScaleCopies) {
           // The copy's bytes inside the row: 4, 2 when its second scale is past the row's end, 0
           // past it.
-          int const bytes = !Sc_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - Sc_first[i]))) : Sc_first[i] * kGroup < k_left ? 4 : 0;
+          int const bytes = !Sc_in[i] ? 0 : kOddRows ? min(4, max(0, 2 * (k_left / kGroup - Sc_first[i])))
+                                : Sc_first[i] * kGroup < k_left ? 4 : 0;
           cp_async_4_bytes(Sc_dst[i] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t), Sc_src[i] + j * (depth / 256),
                            bytes);
         }
