@@ -244,6 +244,10 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
         // Each distinct report, with the targets that gave it: errors in the spec itself
         // (syntax, names, shapes) are the same for every target and print once.
         let mut reports: Vec<(String, Vec<&'static str>)> = Vec::new();
+        let mut add_report = |report: String, by: &'static str| match reports.iter_mut().find(|(r, _)| *r == report) {
+            Some((_, ts)) => ts.push(by),
+            None => reports.push((report, vec![by])),
+        };
         for &target in &targets {
             let file = match output::read_spec(path) {
                 Ok(f) => f,
@@ -265,11 +269,7 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
             if lenient && !d.is_empty() && d.iter().all(|x| x.unsupported) {
                 eprintln!("note: {}", output::skip_note(&file.path, target, &d));
             } else {
-                let report = render_all(&d, &file);
-                match reports.iter_mut().find(|(r, _)| *r == report) {
-                    Some((_, ts)) => ts.push(target.name()),
-                    None => reports.push((report, vec![target.name()])),
-                }
+                add_report(render_all(&d, &file), target.name());
                 code = code.max(exit::FAILED);
             }
         }
@@ -279,11 +279,7 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
         if lenient && let Ok(file) = output::read_spec(path) {
             checked += 1;
             if let Err((file, d)) = tilegen::check_spec(file) {
-                let report = render_all(&d, &file);
-                match reports.iter_mut().find(|(r, _)| *r == report) {
-                    Some((_, ts)) => ts.push("`tilegen run` (no target's overrides)"),
-                    None => reports.push((report, vec!["`tilegen run` (no target's overrides)"])),
-                }
+                add_report(render_all(&d, &file), "`tilegen run` (no target's overrides)");
                 code = code.max(exit::FAILED);
             }
         }

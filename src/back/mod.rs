@@ -411,13 +411,14 @@ pub(crate) fn tidy(text: &str) -> String {
         } else {
             blank = 0;
         }
-        for wrapped in lay_out(line, statement_start) {
+        let comment = trailing_comment(line);
+        for wrapped in lay_out(line, comment, statement_start) {
             out.push_str(&wrapped);
             out.push('\n');
         }
         let body = line.trim_start();
         if !body.starts_with("//") {
-            let code = trailing_comment(line).map_or(line, |at| line[..at].trim_end());
+            let code = comment.map_or(line, |at| line[..at].trim_end());
             statement_start = code.is_empty() || body.starts_with('#') || code.ends_with([';', '{', '}']);
         }
     }
@@ -432,9 +433,10 @@ pub(crate) fn tidy(text: &str) -> String {
 /// fits, else moves above the code when that makes every piece fit and the line starts a
 /// statement (so that it never lands inside a statement, or between `template <...>` or
 /// `CUTE_UNROLL` and what they apply to), else stays where it was.
-fn lay_out(line: &str, statement_start: bool) -> Vec<String> {
+/// `comment` is where the line's trailing comment starts ([`trailing_comment`]).
+fn lay_out(line: &str, comment: Option<usize>, statement_start: bool) -> Vec<String> {
     let width = |l: &str| l.chars().count();
-    let Some(at) = trailing_comment(line).filter(|_| width(line) > CODE_WIDTH) else {
+    let Some(at) = comment.filter(|_| width(line) > CODE_WIDTH) else {
         return break_code(line);
     };
     let (code, comment) = (line[..at].trim_end(), &line[at..]);
