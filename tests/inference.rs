@@ -362,7 +362,7 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
             "2, 16, 16, false,               // B: source vector dim (K)", "float const acc = ck::type_convert<float>(c);", "K % 16 != 0",
             // The bf16 output moves 8 elements per 16-byte vector, the i8 operands 16.
             "S<8, 1, 4>,", "if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {"] {
-            assert!(src.contains(want), "{target}: no `{want}` in\n{src}");
+            assert!(squashed(&src).contains(&squashed(want)), "{target}: no `{want}` in\n{src}");
         }
     }
     // The i32 accumulator stored as is (torch._int_mm) is exact: CK's plain GEMM with i32 C.
@@ -372,13 +372,13 @@ fn amd_int8_gemm_takes_composable_kernel_with_exact_i32_accumulation() {
     let c = compile_for(as_i32, Target::Gfx942).unwrap();
     assert_eq!(c.plan.collective.as_ref().map(|p| p.epilogue_compute), Some(tilegen::ast::DType::I32));
     let src = hip(&c);
-    assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && src.contains("using ElementC = int32_t;") && src.contains("ElementC,                       // CShuffleDataType"), "{src}");
+    assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && src.contains("using ElementC = int32_t;") && squashed(&src).contains("ElementC, // CShuffleDataType"), "{src}");
     assert!(src.contains("if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 4 != 0) {"), "{src}");
     // A bf16 output of the plain instance moves 4 elements per C-transfer vector, and the
     // launcher asks for no more (B is K-major here, so nothing else needs N % 8).
     let tn = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/specs/gemm_narrow_tn_bf16.yaml")).unwrap();
     let src = hip(&compile_for(tn, Target::Gfx942).unwrap());
-    assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && src.contains("    4,                              // C block transfer scalars per vector (N)"), "{src}");
+    assert!(src.contains("DeviceGemm_Xdl_CShuffleV3<") && squashed(&src).contains(" 4, // C block transfer scalars per vector (N)"), "{src}");
     assert!(src.contains("if (reinterpret_cast<uintptr_t>(C) % 8 != 0 || N % 4 != 0) {") && !src.contains("N % 8"), "{src}");
     // Any other integer output would be rounded from f32 where the spec truncates.
     for out in ["i8", "i32"] {
@@ -1767,4 +1767,37 @@ fn constant_expressions_fold_after_the_targets_overrides() {
     assert_eq!(c.info.const_int("block_N"), Some(256));
     let cu = rendered_cu(&c);
     assert!(cu.contains("constexpr int block_N = 256;") && cu.contains("using TileShape = Shape<Int<block_M>, Int<block_N>, Int<block_K>>;"), "{cu}");
+}
+
+/// Every `using Element<Name> = ...;` a kernel declares is used by it: a fragment whose element
+/// type is its MMA's accumulator (spelled by the MMA atom) gets no alias, and the rest keep theirs.
+#[test]
+fn generated_kernels_declare_only_the_element_aliases_they_use() {
+    let mut specs: Vec<std::path::PathBuf> = Vec::new();
+    for dir in ["specs", "tests/golden/specs"] {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+        specs.extend(entries.map(|e| e.expect("a directory entry").path()).filter(|p| p.extension().is_some_and(|x| x == "yaml")));
+    }
+    specs.sort();
+    let mut rendered = 0;
+    for path in &specs {
+        let text = std::fs::read_to_string(path).expect("a readable spec");
+        for target in Target::ALL {
+            let Ok(c) = tilegen::compile(SourceFile::new(path.display().to_string(), text.clone()), target) else { continue };
+            let Ok(files) = tilegen::back::render(&c) else { continue };
+            for f in files {
+                rendered += 1;
+                let code: String = f.contents.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
+                for alias in code.lines().filter_map(|l| l.strip_prefix("using Element")?.split_once(" =").map(|(n, _)| format!("Element{n}"))) {
+                    let uses = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| *w == alias).count();
+                    assert!(uses > 1, "{} for {}: `{alias}` is declared and never used", f.name, target.name());
+                }
+            }
+        }
+    }
+    assert!(rendered > 100, "only {rendered} files rendered");
+    // Linear attention's f32 fragments are MMA accumulators; its bf16 `P_f` is built by the code.
+    let la = std::fs::read_to_string("specs/linear_attention_causal_bf16.yaml").expect("the bundled spec");
+    let cu = rendered_cu(&compile_for(la, Target::Sm80).expect("compiles"));
+    assert!(cu.contains("using ElementP_f = cute::bfloat16_t;") && !cu.contains("ElementO_f"), "{cu}");
 }

@@ -41,7 +41,6 @@ using ElementA_s = ck::bhalf_t;  // shared buffer `A_s`
 using ElementWq_s = int32_t;  // shared buffer `Wq_s`
 using ElementS_s = ck::bhalf_t;  // shared buffer `S_s`
 using ElementW_s = ck::bhalf_t;  // shared buffer `W_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // D += A·B on one 16x16x16 MFMA (wave-wide): lane l gives row l % 16 of the
 // instruction's A and column l % 16 of its B (4 k values each, from k = 4 * (l / 16)),

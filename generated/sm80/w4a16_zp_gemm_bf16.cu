@@ -141,9 +141,6 @@ using ElementC = cute::bfloat16_t;  // tensor `C`
 using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
 using ElementWq_s = int32_t;  // shared buffer `Wq_s`
 using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
-using ElementZ_s = cute::bfloat16_t;  // shared buffer `Z_s`
-using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // gemm (spec 31) with the dequant_int4 at spec 30 fused into it: a 16-row tile: C is computed
 // transposed (Cᵀ = W · Aᵀ) on m16n8k16 MMAs, the unpacked weights as the A operand (16 weight rows

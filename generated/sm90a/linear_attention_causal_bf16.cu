@@ -78,10 +78,7 @@ using ElementQ_s = cute::bfloat16_t;  // shared buffer `Q_s`
 using ElementK_s = cute::bfloat16_t;  // shared buffer `K_s`
 using ElementV_s = cute::bfloat16_t;  // shared buffer `V_s`
 using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
-using ElementA_f = float;  // fragment buffer `A_f`
 using ElementP_f = cute::bfloat16_t;  // fragment buffer `P_f`
-using ElementO_f = float;  // fragment buffer `O_f`
-using ElementS_f = float;  // fragment buffer `S_f`
 
 // Shared buffer `Q_s` (spec 24): gemm operand A, viewed as (M, K); `D` (dim 1) contiguous to match
 // `Q` so TMA boxes run along it; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8 stretches of

@@ -112,9 +112,7 @@ using ElementScales = cute::bfloat16_t;  // tensor `scales`
 using ElementC = cute::bfloat16_t;  // tensor `C`
 using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
 using ElementWq_s = int32_t;  // shared buffer `Wq_s`
-using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
 using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // gemm (spec 31) with the dequant_int4 at spec 30 fused into it: a 256-row tile of A on sm90a: C is
 // computed transposed (Cᵀ = W · Aᵀ) on 64x256x16 warpgroup MMAs, 2 consumer warpgroup(s) of 64

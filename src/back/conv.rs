@@ -236,12 +236,17 @@ pub fn with_lower_bounds<'a>(may_be_negative: impl Iterator<Item = &'a str>, in_
 
 /// Whether `name` occurs in `text` as a whole C++ identifier.
 pub fn mentions(text: &str, name: &str) -> bool {
+    mention_count(text, name) > 0
+}
+
+/// How many times `text` names the identifier `name` (as a whole word).
+pub fn mention_count(text: &str, name: &str) -> usize {
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices(name).any(|(i, _)| {
+    text.match_indices(name).filter(|&(i, _)| {
         let before = text[..i].chars().next_back().is_some_and(ident);
         let after = text[i + name.len()..].chars().next().is_some_and(ident);
         !before && !after
-    })
+    }).count()
 }
 
 /// The element offset of `tensor` at the C++ indices `ix` (one per dimension, in its memory

@@ -38,6 +38,17 @@ use crate::diag::Diagnostic;
 use crate::target::Target;
 use crate::Compiled;
 
+/// One `using Element<Name> = <type>;` line of a generated kernel: the alias, its C++ type and
+/// what it is the element of (``tensor `Q` ``, ``shared buffer `Q_s` ``). Every back end's
+/// context lists them under `elements`; [`render_pair_extending`] drops those the rendered
+/// code never names.
+#[derive(serde::Serialize)]
+pub(crate) struct ElementCtx {
+    pub alias: String,
+    pub cpp_type: String,
+    pub of: String,
+}
+
 /// One generated file: its name (relative to the target's output folder) and contents.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputFile {
@@ -336,15 +347,31 @@ fn helper_signature<'a>(helper: &'a str, name: &str) -> Option<&'a str> {
     Some(&helper[start..=end])
 }
 
-/// The helpers of [`CALLED_HELPERS`] that `code` calls (outside comments) and does not define
+/// `code` without its `//` comments.
+fn uncommented(code: &str) -> String {
+    code.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+}
+
+/// The helpers of [`CALLED_HELPERS`] that `code` (without comments) calls and does not define
 /// (with a helper's own signature for one of its functions): one scan of the rendered kernel
 /// decides every inclusion, so a call and its definition cannot disagree.
 fn called_helpers(code: &str) -> Vec<&'static str> {
-    let uncommented: String = code.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
     CALLED_HELPERS.iter().filter(|(names, text)| {
-        let defined = names.iter().filter_map(|n| helper_signature(text, n)).any(|sig| uncommented.contains(sig));
-        names.iter().any(|n| conv::mentions(&uncommented, n)) && !defined
+        let defined = names.iter().filter_map(|n| helper_signature(text, n)).any(|sig| code.contains(sig));
+        names.iter().any(|n| conv::mentions(code, n)) && !defined
     }).map(|(_, text)| *text).collect()
+}
+
+/// The context's `elements` ([`ElementCtx`]) that `code` (without comments) names beyond their
+/// own declaration, and whether any went: a fragment's element type is usually its MMA's
+/// accumulator, which the MMA atom spells, so its alias would be dead code.
+fn named_elements(code: &str, context: &tera::Context) -> (Vec<tera::Value>, bool) {
+    let all: Vec<tera::Value> = context.get("elements").and_then(|v| v.as_array()).map(<[tera::Value]>::to_vec).unwrap_or_default();
+    let named: Vec<tera::Value> = all.iter().filter(|e| {
+        e.get_from_path("alias").and_then(|a| a.as_str()).is_none_or(|a| conv::mention_count(code, a) > 1)
+    }).cloned().collect();
+    let dropped = named.len() != all.len();
+    (named, dropped)
 }
 
 /// Renders a kernel template and the shared header template with one context into
@@ -366,14 +393,22 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
     let mut context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
     let mut cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
-    // The helpers the code calls by name go first among the context's helpers, then render again.
-    let called = called_helpers(&cu);
+    // One scan of the rendered kernel, then render again if it asks: the helpers the code calls
+    // by name go first among the context's helpers, and element aliases it never names go.
+    let code = uncommented(&cu);
+    let called = called_helpers(&code);
+    let (elements, dropped) = named_elements(&code, &context);
     if !called.is_empty() {
         let hip = c.plan.target.is_amd();
         let mut helpers: Vec<String> = called.iter().map(|h| if hip { h.replace("CUTE_DEVICE", "__device__ inline") } else { h.to_string() }).collect();
         let planned: Vec<tera::Value> = context.get("helpers").and_then(|v| v.as_array()).map(<[tera::Value]>::to_vec).unwrap_or_default();
         helpers.extend(planned.iter().filter_map(|v| v.as_str().map(String::from)));
         context.insert("helpers", &helpers);
+    }
+    if dropped {
+        context.insert("elements", &elements);
+    }
+    if !called.is_empty() || dropped {
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
     let h = tera.render("launcher.h", &context).map_err(|e| template_error(c, &e))?;
@@ -625,7 +660,7 @@ mod tests {
 
     #[test]
     fn helpers_are_included_for_calls_in_code_only() {
-        let names = |code: &str| called_helpers(code).iter().map(|h| CALLED_HELPERS.iter().position(|(_, t)| t == h).unwrap()).collect::<Vec<_>>();
+        let names = |code: &str| called_helpers(&uncommented(code)).iter().map(|h| CALLED_HELPERS.iter().position(|(_, t)| t == h).unwrap()).collect::<Vec<_>>();
         // Calls, in key order, one helper for both float_to_int functions.
         assert_eq!(names("  y = silu(x) + float_to_i32(z);\n  q = float_to_i8(w);"), [2, 5]);
         // A comment, a longer identifier or a definition already present include nothing.

@@ -2,7 +2,8 @@
 //! ([`AttentionPlan`]): one `DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle` instance with
 //! every template argument named, and the NVIDIA targets' launcher contract on `hipStream_t`.
 
-use super::{element, ElemCtx};
+use super::element;
+use crate::back::ElementCtx;
 use crate::back::conv::upper_first;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::layout::attention::AttentionPlan;
@@ -18,7 +19,7 @@ pub(super) struct Context {
     why: String,
     scores_line: usize,
     output_line: usize,
-    elements: Vec<ElemCtx>,
+    elements: Vec<ElementCtx>,
     elem_q: String,
     elem_k: String,
     elem_v: String,
@@ -62,9 +63,9 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
     let spec = &c.spec;
     let name = |t: usize| spec.tensors[t].name.name.clone();
     let alias = |t: usize| format!("Element{}", upper_first(&spec.tensors[t].name.name));
-    let elements = [a.q, a.k, a.v, a.o].iter().map(|&t| ElemCtx {
+    let elements = [a.q, a.k, a.v, a.o].iter().map(|&t| ElementCtx {
         alias: alias(t),
-        cpp: element(spec.tensors[t].dtype.0).to_string(),
+        cpp_type: element(spec.tensors[t].dtype.0).to_string(),
         of: format!("tensor `{}`", name(t)),
     }).collect();
     // The head dim by the spec's constant name, or `kHeadDim` when the spec writes a literal.

@@ -13,6 +13,7 @@ use crate::diag::Diagnostic;
 use crate::layout::{CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 use crate::Compiled;
 use crate::back::conv::upper_first;
+use crate::back::ElementCtx;
 use serde::Serialize;
 
 mod attention;
@@ -28,7 +29,7 @@ struct Context {
     why: String,
     gemm_line: usize,
     epilogue_lines: String,
-    elements: Vec<ElemCtx>,
+    elements: Vec<ElementCtx>,
     elem_a: String,
     elem_b: String,
     elem_e: String,
@@ -71,14 +72,6 @@ struct Context {
     doc_errors: String,
     /// When the launcher returns the runtime's "unknown" error (text for the header).
     doc_unknown: String,
-}
-
-/// An element type alias.
-#[derive(Serialize)]
-pub(super) struct ElemCtx {
-    pub(super) alias: String,
-    pub(super) cpp: String,
-    pub(super) of: String,
 }
 
 /// One CK "D" tensor: a broadcast vector of the epilogue.
@@ -216,7 +209,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
             _ => None,
         }
     }).collect();
-    let elem = |t: &crate::ast::Tensor| ElemCtx { alias: format!("Element{}", upper_first(&t.name.name)), cpp: element(t.dtype.0).to_string(), of: format!("tensor `{}`", t.name.name) };
+    let elem = |t: &crate::ast::Tensor| ElementCtx { alias: format!("Element{}", upper_first(&t.name.name)), cpp_type: element(t.dtype.0).to_string(), of: format!("tensor `{}`", t.name.name) };
     let mut elements = vec![elem(ta), elem(tb)];
     for t in &broadcast {
         elements.push(elem(&spec.tensors[*t]));

@@ -4,6 +4,7 @@
 
 use crate::ast::*;
 use crate::back::conv::{cpp_type, upper_first, Conv, Env};
+pub(crate) use crate::back::ElementCtx;
 use crate::check::{ConstValue, Symbol};
 use crate::layout::Swizzle;
 use crate::Compiled;
@@ -15,13 +16,6 @@ pub struct ConstantCtx {
     pub cpp_type: String,
     pub name: String,
     pub value: String,
-}
-
-#[derive(Serialize)]
-pub struct ElementCtx {
-    pub alias: String,
-    pub cpp_type: String,
-    pub of: String,
 }
 
 #[derive(Serialize)]

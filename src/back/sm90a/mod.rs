@@ -15,6 +15,7 @@ use crate::diag::Diagnostic;
 use crate::layout::{BatchForm, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 use crate::Compiled;
 use crate::back::conv::upper_first;
+use crate::back::ElementCtx;
 use serde::Serialize;
 
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/sm90a/kernel.cu.tera");
@@ -31,7 +32,7 @@ struct Context {
     /// The line of the store (`copy(acc, C[...])`).
     store_line: usize,
     constants: Vec<Triple>,
-    elements: Vec<Triple>,
+    elements: Vec<ElementCtx>,
     layout_a: String,
     layout_a_note: String,
     layout_b: String,
@@ -210,16 +211,16 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         };
         Triple { a: ty.to_string(), b: k.name.name.clone(), c: v }
     }).collect();
-    let triple = |a: &str, b: &str, c: String| Triple { a: a.into(), b: b.into(), c };
+    let element = |alias: &str, t: &crate::ast::Tensor, of: String| ElementCtx { alias: alias.into(), cpp_type: cpp_type(t.dtype.0).into(), of };
     let mut elements = vec![
-        triple("ElementA", cpp_type(ta.dtype.0), format!("tensor `{}`", ta.name.name)),
-        triple("ElementB", cpp_type(tb.dtype.0), format!("tensor `{}`", tb.name.name)),
-        triple("ElementD", cpp_type(td.dtype.0), format!("tensor `{}` (the output)", td.name.name)),
+        element("ElementA", ta, format!("tensor `{}`", ta.name.name)),
+        element("ElementB", tb, format!("tensor `{}`", tb.name.name)),
+        element("ElementD", td, format!("tensor `{}` (the output)", td.name.name)),
     ];
     crate::layout::collect_broadcasts(&p.epilogue, &mut |t, _| {
         let alias = format!("Element{}", upper_first(&spec.tensors[t].name.name));
-        if !elements.iter().any(|e| e.a == alias) {
-            elements.push(Triple { a: alias, b: cpp_type(spec.tensors[t].dtype.0).into(), c: format!("tensor `{}`", spec.tensors[t].name.name) });
+        if !elements.iter().any(|e| e.alias == alias) {
+            elements.push(element(&alias, &spec.tensors[t], format!("tensor `{}`", spec.tensors[t].name.name)));
         }
     });
     // Names of M, N, K (and the batch) as the launcher knows them. A batched GEMM's leading

@@ -44,13 +44,6 @@ using ElementO = ck::bhalf_t;  // tensor `O`
 using ElementQ_s = ck::bhalf_t;  // shared buffer `Q_s`
 using ElementK_s = ck::bhalf_t;  // shared buffer `K_s`
 using ElementV_s = ck::bhalf_t;  // shared buffer `V_s`
-using ElementS_f = float;  // fragment buffer `S_f`
-using ElementP_f = ck::bhalf_t;  // fragment buffer `P_f`
-using ElementO_f = float;  // fragment buffer `O_f`
-using ElementM = float;  // fragment buffer `m`
-using ElementM_prev = float;  // fragment buffer `m_prev`
-using ElementL = float;  // fragment buffer `l`
-using ElementAlpha = float;  // fragment buffer `alpha`
 
 // D += A·B on one 16x16x16 MFMA (wave-wide): lane l gives row l % 16 of the
 // instruction's A and column l % 16 of its B (4 k values each, from k = 4 * (l / 16)),

@@ -39,7 +39,6 @@ using ElementB = ck::half_t;  // tensor `B`
 using ElementC = ck::half_t;  // tensor `C`
 using ElementA_s = ck::half_t;  // shared buffer `A_s`
 using ElementB_s = ck::half_t;  // shared buffer `B_s`
-using ElementAcc = ck::half_t;  // fragment buffer `acc`
 
 // D += A·B on one 16x16x16 MFMA (wave-wide): lane l gives row l % 16 of the
 // instruction's A and column l % 16 of its B (4 k values each, from k = 4 * (l / 16)),

@@ -40,7 +40,6 @@ using ElementBias = ck::bhalf_t;  // tensor `bias`
 using ElementC = ck::bhalf_t;  // tensor `C`
 using ElementA_s = ck::bhalf_t;  // shared buffer `A_s`
 using ElementB_s = ck::bhalf_t;  // shared buffer `B_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // GELU, exact (erf) form: x/2 * (1 + erf(x/sqrt(2))).
 __device__ inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }

@@ -35,7 +35,6 @@ using ElementB = int8_t;  // tensor `B`
 using ElementC = int32_t;  // tensor `C`
 using ElementA_s = int8_t;  // shared buffer `A_s`
 using ElementB_s = int8_t;  // shared buffer `B_s`
-using ElementAcc = int32_t;  // fragment buffer `acc`
 
 // Shared buffer `A_s` (spec 14): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
 // match `A` so cp.async moves 16-byte vectors; Swizzle<2,4,3> on a 8x64 atom spreads each 128-byte

@@ -35,7 +35,6 @@ using ElementB = cute::half_t;  // tensor `B`
 using ElementC = float;  // tensor `C`
 using ElementA_s = cute::half_t;  // shared buffer `A_s`
 using ElementB_s = cute::half_t;  // shared buffer `B_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // Shared buffer `A_s` (spec 13): gemm operand A, viewed as (M, K); `block_M` (dim 0) contiguous to
 // match `A` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte

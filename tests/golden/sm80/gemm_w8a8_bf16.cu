@@ -38,7 +38,6 @@ using ElementB_scale = float;  // tensor `b_scale`
 using ElementC = cute::bfloat16_t;  // tensor `C`
 using ElementA_s = int8_t;  // shared buffer `A_s`
 using ElementB_s = int8_t;  // shared buffer `B_s`
-using ElementAcc = int32_t;  // fragment buffer `acc`
 using ElementOut = float;  // fragment buffer `out`
 
 // Shared buffer `A_s` (spec 16): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to

@@ -35,7 +35,6 @@ using ElementB = cute::bfloat16_t;  // tensor `B`
 using ElementC = cute::bfloat16_t;  // tensor `C`
 using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
 using ElementB_s = cute::bfloat16_t;  // shared buffer `B_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // Shared buffer `A_s` (spec 14): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
 // match `A` so cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte

@@ -130,7 +130,6 @@ using ElementWq_s = int32_t;  // shared buffer `Wq_s`
 using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
 using ElementZ_s = cute::bfloat16_t;  // shared buffer `Z_s`
 using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // Shared buffer `A_s` (spec 15): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
 // match `A` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 8x64 atom spreads each 128-byte

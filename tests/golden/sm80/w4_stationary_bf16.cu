@@ -108,7 +108,6 @@ using ElementWq_s = int32_t;  // shared buffer `Wq_s`
 using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
 using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
 using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // Shared buffer `Wq_s` (spec 13): not a gemm operand; dim 1 contiguous to match `Wq` so cp.async
 // moves 16-byte vectors.

@@ -140,7 +140,6 @@ using ElementY = cute::half_t;  // tensor `Y`
 using ElementX_t = cute::half_t;  // shared buffer `X_t`
 using ElementP_t = int32_t;  // shared buffer `P_t`
 using ElementS_t = cute::half_t;  // shared buffer `S_t`
-using ElementW_t = cute::half_t;  // shared buffer `W_t`
 
 // gemm (spec 26) with the dequant_int4 at spec 25 fused into it: an 8-row tile: C is computed
 // transposed (Cᵀ = W · Aᵀ) on m16n8k16 MMAs, the unpacked weights as the A operand (16 weight rows

@@ -114,10 +114,7 @@ using ElementZeros = cute::bfloat16_t;  // tensor `zeros`
 using ElementC = cute::bfloat16_t;  // tensor `C`
 using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
 using ElementWq_s = int32_t;  // shared buffer `Wq_s`
-using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
-using ElementZ_s = cute::bfloat16_t;  // shared buffer `Z_s`
 using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // gemm (spec 29) with the dequant_int4 at spec 28 fused into it: a 64-row tile of A on sm90a: C is
 // computed transposed (Cᵀ = W · Aᵀ) on 64x64x16 warpgroup MMAs, 1 consumer warpgroup(s) of 64

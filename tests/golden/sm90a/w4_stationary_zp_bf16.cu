@@ -111,7 +111,6 @@ using ElementS_s = cute::bfloat16_t;  // shared buffer `S_s`
 using ElementZ_s = cute::bfloat16_t;  // shared buffer `Z_s`
 using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
 using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
-using ElementAcc = float;  // fragment buffer `acc`
 
 // Shared buffer `Wq_s` (spec 14): not a gemm operand; dim 1 contiguous to match `Wq` so cp.async
 // moves 16-byte vectors.

@@ -6,7 +6,8 @@
 //! buffer is read after another thread wrote it, or written after another read it; the C
 //! launcher contract is the NVIDIA targets' on `hipStream_t`.
 
-use super::{element, ElemCtx};
+use super::element;
+use crate::back::ElementCtx;
 use crate::ast::*;
 use crate::back::conv::{float_literal, mentions, upper_first, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
@@ -37,7 +38,7 @@ pub(super) struct Context {
     threads: i64,
     waves: i64,
     threads_line: usize,
-    elements: Vec<ElemCtx>,
+    elements: Vec<ElementCtx>,
     helpers: Vec<String>,
     /// The MFMA wrappers the products need: (operand type, builtin).
     mfmas: Vec<(String, String)>,
@@ -578,8 +579,8 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
         format!("{unused}constexpr {ty} {} = {value};  // spec {line}{note}", k.name.name)
     }).collect();
     let alias = |n: &str| format!("Element{}", upper_first(n));
-    let mut elements: Vec<ElemCtx> = spec.tensors.iter().map(|t| ElemCtx { alias: alias(&t.name.name), cpp: element(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) })
-        .chain(spec.buffers.iter().map(|b| ElemCtx { alias: alias(&b.name.name), cpp: element(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) }))
+    let mut elements: Vec<ElementCtx> = spec.tensors.iter().map(|t| ElementCtx { alias: alias(&t.name.name), cpp_type: element(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) })
+        .chain(spec.buffers.iter().map(|b| ElementCtx { alias: alias(&b.name.name), cpp_type: element(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) }))
         .collect();
     let mut seen = BTreeSet::new();
     elements.retain(|e| seen.insert(e.alias.clone()));
