@@ -59,33 +59,33 @@ struct Epilogue {
 // D0: `bias`: one value per output column; row-major with row stride 0 (broadcast down the rows).
 
 using DeviceGemm = ck::tensor_operation::device::DeviceGemmMultiD_Xdl_CShuffle_V3<
-    Row, Row,                       // ALayout, BLayout
-    ck::Tuple<Row>,                 // DsLayout
-    Row,                            // ELayout
-    ElementA, ElementB,             // ADataType, BDataType
-    ck::Tuple<ElementBias>,  // DsDataType
-    ElementC,                       // EDataType
-    ElementAccumulator,             // GemmAccDataType
-    ElementAccumulator,             // CShuffleDataType: the epilogue sees the f32 accumulator
-    PassThrough, PassThrough,       // A, B element-wise operations
-    Epilogue,                       // CDE element-wise operation
+    Row, Row,                              // ALayout, BLayout
+    ck::Tuple<Row>,                        // DsLayout
+    Row,                                   // ELayout
+    ElementA, ElementB,                    // ADataType, BDataType
+    ck::Tuple<ElementBias>,                // DsDataType
+    ElementC,                              // EDataType
+    ElementAccumulator,                    // GemmAccDataType
+    ElementAccumulator,                    // CShuffleDataType: the epilogue sees the f32 accumulator
+    PassThrough, PassThrough,              // A, B element-wise operations
+    Epilogue,                              // CDE element-wise operation
     ck::tensor_operation::device::GemmSpecialization::MNKPadding,  // any M, N, K (ragged tiles padded)
-    256,                            // BlockSize: 4 waves of 64
-    128, 128, 64,                   // MPerBlock, NPerBlock, KPerBlock
-    8, 4,                           // AK1, BK1
-    32, 32,                         // MPerXDL, NPerXDL: 32x32x8 MFMA
-    2, 2,                           // MXdlPerWave, NXdlPerWave
-    S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // A: thread cluster K0_M_K1, arrange order, source access order
-    2, 8, 8, false,                 // A: source vector dim (K), source / LDS vector widths, no extra LDS row
-    S<16, 16, 1>, S<0, 2, 1>, S<0, 2, 1>, // B: thread cluster K0_N_K1, arrange order, source access order
-    1, 8, 4, false,                 // B: source vector dim (N), source / LDS vector widths, no extra LDS row
-    1, 1,                           // C shuffle: M / N XDL per wave per shuffle
-    S<1, 32, 1, 8>,                 // CDE block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
-    S<8, 8>,                        // CDE scalars per vector: E, D0
+    256,                                   // BlockSize: 4 waves of 64
+    128, 128, 64,                          // MPerBlock, NPerBlock, KPerBlock
+    8, 4,                                  // AK1, BK1
+    32, 32,                                // MPerXDL, NPerXDL: 32x32x8 MFMA
+    2, 2,                                  // MXdlPerWave, NXdlPerWave
+    S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,   // A: thread cluster K0_M_K1, arrange order, source access order
+    2, 8, 8, false,                        // A: source vector dim (K), source / LDS vector widths, no extra LDS row
+    S<16, 16, 1>, S<0, 2, 1>, S<0, 2, 1>,  // B: thread cluster K0_N_K1, arrange order, source access order
+    1, 8, 4, false,                        // B: source vector dim (N), source / LDS vector widths, no extra LDS row
+    1, 1,                                  // C shuffle: M / N XDL per wave per shuffle
+    S<1, 32, 1, 8>,                        // CDE block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
+    S<8, 8>,                               // CDE scalars per vector: E, D0
     ck::BlockGemmPipelineScheduler::Intrawave,
     ck::BlockGemmPipelineVersion::v3,
-    ElementA, ElementB,             // ComputeTypeA, ComputeTypeB
-    ElementA, ElementB>;            // LDSTypeA, LDSTypeB
+    ElementA, ElementB,   // ComputeTypeA, ComputeTypeB
+    ElementA, ElementB>;  // LDSTypeA, LDSTypeB
 
 }  // namespace tilegen::gemm_bias_gelu_bf16
 

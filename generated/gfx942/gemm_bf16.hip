@@ -37,28 +37,28 @@ template <ck::index_t... Is>
 using S = ck::Sequence<Is...>;
 
 using DeviceGemm = ck::tensor_operation::device::DeviceGemm_Xdl_CShuffleV3<
-    Row, Row, Row,                  // ALayout, BLayout, CLayout
-    ElementA, ElementB,             // ADataType, BDataType
-    ElementC,                       // CDataType
-    ElementAccumulator,             // GemmAccDataType
-    ElementC,                       // CShuffleDataType
+    Row, Row, Row,                          // ALayout, BLayout, CLayout
+    ElementA, ElementB,                     // ADataType, BDataType
+    ElementC,                               // CDataType
+    ElementAccumulator,                     // GemmAccDataType
+    ElementC,                               // CShuffleDataType
     PassThrough, PassThrough, PassThrough,  // A, B, C element-wise operations
     ck::tensor_operation::device::GemmSpecialization::MNKPadding,  // any M, N, K (ragged tiles padded)
-    256,                            // BlockSize: 4 waves of 64
-    128, 128, 64,                   // MPerBlock, NPerBlock, KPerBlock
-    8, 4,                           // AK1, BK1
-    32, 32,                         // MPerXDL, NPerXDL: 32x32x8 MFMA
-    2, 2,                           // MXdlPerWave, NXdlPerWave
-    S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // A: thread cluster K0_M_K1, arrange order, source access order
-    2, 8, 8, false,                 // A: source vector dim (K), source / LDS vector widths, no extra LDS row
-    S<16, 16, 1>, S<0, 2, 1>, S<0, 2, 1>, // B: thread cluster K0_N_K1, arrange order, source access order
-    1, 8, 4, false,                 // B: source vector dim (N), source / LDS vector widths, no extra LDS row
-    1, 1,                           // C shuffle: M / N XDL per wave per shuffle
-    S<1, 16, 1, 16>,                // C block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
-    4,                              // C block transfer scalars per vector (N)
+    256,                                    // BlockSize: 4 waves of 64
+    128, 128, 64,                           // MPerBlock, NPerBlock, KPerBlock
+    8, 4,                                   // AK1, BK1
+    32, 32,                                 // MPerXDL, NPerXDL: 32x32x8 MFMA
+    2, 2,                                   // MXdlPerWave, NXdlPerWave
+    S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,    // A: thread cluster K0_M_K1, arrange order, source access order
+    2, 8, 8, false,                         // A: source vector dim (K), source / LDS vector widths, no extra LDS row
+    S<16, 16, 1>, S<0, 2, 1>, S<0, 2, 1>,   // B: thread cluster K0_N_K1, arrange order, source access order
+    1, 8, 4, false,                         // B: source vector dim (N), source / LDS vector widths, no extra LDS row
+    1, 1,                                   // C shuffle: M / N XDL per wave per shuffle
+    S<1, 16, 1, 16>,                        // C block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
+    4,                                      // C block transfer scalars per vector (N)
     ck::BlockGemmPipelineScheduler::Intrawave,
     ck::BlockGemmPipelineVersion::v3,
-    ElementA, ElementB>;            // ComputeTypeA, ComputeTypeB
+    ElementA, ElementB>;  // ComputeTypeA, ComputeTypeB
 
 }  // namespace tilegen::gemm_bf16
 

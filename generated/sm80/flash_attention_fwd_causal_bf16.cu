@@ -102,7 +102,7 @@ using SmemLayoutV_s = decltype(tile_to_shape(
 using TiledMma0 = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
     Layout<Shape<Int<4>, Int<1>, _1>>,  // warps (M, N, K)
-    Tile<Int<64>, Int<16>, _16>>;          // one MMA step of the block
+    Tile<Int<64>, Int<16>, _16>>;       // one MMA step of the block
 static_assert(size(TiledMma0{}) == kThreads, "the MMA uses every thread of the block");
 // A is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
 using S2RCopyAtomQ_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementQ_s>;
@@ -114,7 +114,7 @@ using S2RCopyAtomK_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementK_s>;
 using TiledMma1 = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
     Layout<Shape<Int<4>, Int<1>, _1>>,  // warps (M, N, K)
-    Tile<Int<64>, Int<16>, _16>>;          // one MMA step of the block
+    Tile<Int<64>, Int<16>, _16>>;       // one MMA step of the block
 static_assert(size(TiledMma1{}) == kThreads, "the MMA uses every thread of the block");
 // A comes from registers (`P_f`): no shared-memory load.
 // B is MN-major in shared memory: ldmatrix.x4.trans transposes the 8x8 tiles on the way to
@@ -126,21 +126,21 @@ using S2RCopyAtomV_s = Copy_Atom<SM75_U16x8_LDSM_T, ElementV_s>;
 using G2SCopyQ_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementQ_s>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                          // values per thread
 
 // copy (spec 42): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 8x16 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyK_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementK_s>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                          // values per thread
 
 // copy (spec 43): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 16x8 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyV_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementV_s>{},
     Layout<Shape<Int<16>, Int<8>>, Stride<_1, Int<16>>>{},  // thread layout
-    Layout<Shape<Int<8>, _1>>{}));                             // values per thread
+    Layout<Shape<Int<8>, _1>>{}));                          // values per thread
 
 // copy (spec 66): accumulators are converted to bf16 and staged through a swizzled shared tile
 // (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp
@@ -153,7 +153,7 @@ using R2SCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, ElementO>;  // two accum
 using S2GCopyO = decltype(make_tiled_copy(
     Copy_Atom<UniversalCopy<cute::uint128_t>, ElementO>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                          // values per thread
 
 // Shared memory: the pipeline's buffers, reused by the epilogue's staging tile.
 struct SharedStorage {
@@ -362,7 +362,7 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
     for (int t = 0; t < num_tiles; ++t) {
       cp_async_wait<stages - 2>();  // tile t has landed for this thread,
-      __syncthreads();                         // for every thread; write_stage is free again
+      __syncthreads();              // for every thread; write_stage is free again
       if (t + stages - 1 < num_tiles) {
         load_tile(t + stages - 1, write_stage);
       }

@@ -64,7 +64,7 @@ using SmemLayoutB_s = decltype(tile_to_shape(
 using TiledMma = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
     Layout<Shape<Int<2>, Int<2>, _1>>,  // warps (M, N, K)
-    Tile<Int<32>, Int<32>, _16>>;          // one MMA step of the block
+    Tile<Int<32>, Int<32>, _16>>;       // one MMA step of the block
 static_assert(size(TiledMma{}) == kThreads, "the MMA uses every thread of the block");
 // A is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
 using S2RCopyAtomA_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementA_s>;
@@ -77,14 +77,14 @@ using S2RCopyAtomB_s = Copy_Atom<SM75_U16x8_LDSM_T, ElementB_s>;
 using G2SCopyA_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementA_s>{},
     Layout<Shape<Int<32>, Int<4>>, Stride<Int<4>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                         // values per thread
 
 // copy (spec 21): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 16x8 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyB_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementB_s>{},
     Layout<Shape<Int<16>, Int<8>>, Stride<_1, Int<16>>>{},  // thread layout
-    Layout<Shape<Int<8>, _1>>{}));                             // values per thread
+    Layout<Shape<Int<8>, _1>>{}));                          // values per thread
 
 // copy (spec 25): accumulators are converted to bf16 and staged through a swizzled shared tile
 // (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp
@@ -97,7 +97,7 @@ using R2SCopyAtomC = Copy_Atom<UniversalCopy<uint32_t>, ElementC>;  // two accum
 using S2GCopyC = decltype(make_tiled_copy(
     Copy_Atom<UniversalCopy<cute::uint128_t>, ElementC>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                          // values per thread
 
 // Shared memory: the pipeline's buffers, reused by the epilogue's staging tile.
 struct SharedStorage {
@@ -240,7 +240,7 @@ gemm_bias_gelu_bf16_kernel(ElementA const* __restrict__ A,
 
     for (int k = 0; k < num_tiles; ++k) {
       cp_async_wait<stages - 2>();  // tile k has landed for this thread,
-      __syncthreads();                         // for every thread; write_stage is free again
+      __syncthreads();              // for every thread; write_stage is free again
       if (k + stages - 1 < num_tiles) {
         load_tile(k + stages - 1, write_stage);
       }

@@ -181,7 +181,7 @@ using R2SCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, ElementO>;  // two accum
 using S2GCopyO = decltype(make_tiled_copy(
     Copy_Atom<UniversalCopy<cute::uint128_t>, ElementO>{},
     Layout<Shape<Int<16>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                           // values per thread
 
 // Shared memory: the pipeline's buffers, reused by the epilogue's staging tile.
 struct SharedStorage {

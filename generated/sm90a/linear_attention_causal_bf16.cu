@@ -194,7 +194,7 @@ using R2SCopyAtomO = Copy_Atom<UniversalCopy<uint32_t>, ElementO>;  // two accum
 using S2GCopyO = decltype(make_tiled_copy(
     Copy_Atom<UniversalCopy<cute::uint128_t>, ElementO>{},
     Layout<Shape<Int<16>, Int<8>>, Stride<Int<8>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                         // values per thread
 
 // Shared memory: the pipeline's buffers, and the staging tiles of the stores inside the loop (they
 // cannot reuse the buffers, which later tiles still need).

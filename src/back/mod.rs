@@ -460,6 +460,59 @@ pub(crate) fn tidy(text: &str) -> String {
     while out.ends_with("\n\n") {
         out.pop();
     }
+    align_comment_runs(&out)
+}
+
+/// Lines with trailing comments that follow each other form a run. Where the template meant
+/// their comments to line up (some line of the run pads its comment with three spaces or
+/// more), they start in one column: templates pad for the widths they expect, and the values
+/// they are given vary. A line whose code reaches past that column keeps two spaces before its
+/// comment (it overflows, as in hand-aligned code); so does a line whose comment would pass
+/// [`CODE_WIDTH`] there, which is ragged if its comment would fit after its own code. The
+/// column is the one, two past some line's code, that leaves the fewest ragged lines, then
+/// aligns the most, then is leftmost. A padded comment alone in its run gets two spaces.
+fn align_comment_runs(text: &str) -> String {
+    let width = |s: &str| s.chars().count();
+    let lines: Vec<&str> = text.lines().collect();
+    // (code without trailing spaces, comment) where a line has both, and whether the template
+    // padded the comment (three spaces or more).
+    let split: Vec<Option<(&str, &str, bool)>> = lines.iter().map(|l| {
+        trailing_comment(l).map(|at| {
+            let code = l[..at].trim_end();
+            (code, &l[at..], at - code.len() >= 3)
+        })
+    }).collect();
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut i = 0;
+    while i < lines.len() {
+        let end = (i..lines.len()).find(|&j| split[j].is_none()).unwrap_or(lines.len());
+        let run: Vec<(&str, &str)> = split[i..end].iter().flatten().map(|&(code, comment, _)| (code, comment)).collect();
+        let padded = split[i..end].iter().flatten().any(|&(_, _, padded)| padded);
+        if !padded {
+            out.push_str(lines[i]);
+            out.push('\n');
+            i += 1;
+            continue;
+        }
+        // Two past a line's code, with the comment inside the width.
+        let fits = |column: usize, (code, comment): (&str, &str)| width(code) + 2 <= column && column + width(comment) <= CODE_WIDTH;
+        let ragged = |column: usize| run.iter().filter(|&&(code, comment)| {
+            width(code) + 2 <= column && !fits(column, (code, comment)) && fits(width(code) + 2, (code, comment))
+        }).count();
+        let aligned = |column: usize| run.iter().filter(|&&line| fits(column, line)).count();
+        // A lone comment was padded for neighbours without one: it has nothing to line up with.
+        let column = if run.len() == 1 { 0 } else {
+            run.iter().map(|&(code, _)| width(code) + 2).min_by_key(|&c| (ragged(c), std::cmp::Reverse(aligned(c)), c)).unwrap_or(0)
+        };
+        for &(code, comment) in &run {
+            let pad = if fits(column, (code, comment)) { column - width(code) } else { 2 };
+            out.push_str(&format!("{code}{}{comment}\n", " ".repeat(pad)));
+        }
+        i = end;
+    }
+    if !text.ends_with('\n') {
+        out.pop();
+    }
     out
 }
 
@@ -742,5 +795,30 @@ mod tests {
         assert_eq!(break_code(&inner), std::slice::from_ref(&inner));
         let names = format!("  int const {};", (0..12).map(|i| format!("value{i} = a * b + c")).collect::<Vec<_>>().join(", "));
         assert_eq!(break_code(&names), std::slice::from_ref(&names));
+    }
+
+    #[test]
+    fn padded_comment_runs_line_up_two_columns_past_the_widest_code() {
+        // The template padded for shorter values: both comments move to one column.
+        let text = "    Layout<Shape<Int<4>, Int<1>, _1>>,  // warps (M, N, K)\n    Tile<Int<64>, Int<16>, _16>>;          // one MMA step\n";
+        let want = "    Layout<Shape<Int<4>, Int<1>, _1>>,  // warps (M, N, K)\n    Tile<Int<64>, Int<16>, _16>>;       // one MMA step\n";
+        assert_eq!(tidy(text), want);
+        assert_eq!(tidy(want), want, "aligned runs stay as they are");
+        // Runs nobody padded, and code without comments between runs, are left alone.
+        let plain = "using A = float;  // a\nusing Bb = float;  // b\nint x;\n";
+        assert_eq!(tidy(plain), plain);
+        // A padded comment with no commented neighbour gets two spaces.
+        assert_eq!(tidy("int x;\nconstexpr int k = 4;        // stages\nint y;\n"), "int x;\nconstexpr int k = 4;  // stages\nint y;\n");
+        // Code wider than the column overflows with two spaces. A comment that would pass the
+        // width in the widest code's column pulls the column left rather than hang ragged.
+        let long = "x".repeat(60);
+        let run = format!("    a,     // one\n    {long},  // two\n    bb,  // {}\n", "c".repeat(40));
+        let out = tidy(&run);
+        let columns: Vec<usize> = out.lines().map(|l| l.find("//").unwrap()).collect();
+        assert_eq!(columns, [67, 67, 67], "{out}");
+        let wide = format!("    a,  // one\n    {long},     // two\n    bb,  // {}\n", "c".repeat(60));
+        let out = tidy(&wide);
+        let columns: Vec<usize> = out.lines().map(|l| l.find("//").unwrap()).collect();
+        assert_eq!(columns, [9, 67, 9], "the third line's comment fits after its own code, not after the 60 x's:\n{out}");
     }
 }

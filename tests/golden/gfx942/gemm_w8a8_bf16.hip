@@ -61,33 +61,33 @@ struct Epilogue {
 // rows).
 
 using DeviceGemm = ck::tensor_operation::device::DeviceGemmMultiD_Xdl_CShuffle_V3<
-    Row, Col,                       // ALayout, BLayout
-    ck::Tuple<Col, Row>,                 // DsLayout
-    Row,                            // ELayout
-    ElementA, ElementB,             // ADataType, BDataType
+    Row, Col,                             // ALayout, BLayout
+    ck::Tuple<Col, Row>,                  // DsLayout
+    Row,                                  // ELayout
+    ElementA, ElementB,                   // ADataType, BDataType
     ck::Tuple<ElementA_scale, ElementB_scale>,  // DsDataType
-    ElementC,                       // EDataType
-    ElementAccumulator,             // GemmAccDataType
-    ElementAccumulator,             // CShuffleDataType: the epilogue sees the i32 accumulator
-    PassThrough, PassThrough,       // A, B element-wise operations
-    Epilogue,                       // CDE element-wise operation
+    ElementC,                             // EDataType
+    ElementAccumulator,                   // GemmAccDataType
+    ElementAccumulator,                   // CShuffleDataType: the epilogue sees the i32 accumulator
+    PassThrough, PassThrough,             // A, B element-wise operations
+    Epilogue,                             // CDE element-wise operation
     ck::tensor_operation::device::GemmSpecialization::MNKPadding,  // any M, N, K (ragged tiles padded)
-    256,                            // BlockSize: 4 waves of 64
-    128, 128, 128,                  // MPerBlock, NPerBlock, KPerBlock
-    16, 16,                         // AK1, BK1
-    32, 32,                         // MPerXDL, NPerXDL: 32x32x16 i8 MFMA
-    2, 2,                           // MXdlPerWave, NXdlPerWave
+    256,                                  // BlockSize: 4 waves of 64
+    128, 128, 128,                        // MPerBlock, NPerBlock, KPerBlock
+    16, 16,                               // AK1, BK1
+    32, 32,                               // MPerXDL, NPerXDL: 32x32x16 i8 MFMA
+    2, 2,                                 // MXdlPerWave, NXdlPerWave
     S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // A: thread cluster K0_M_K1, arrange order, source access order
-    2, 16, 16, false,               // A: source vector dim (K), source / LDS vector widths, no extra LDS row
+    2, 16, 16, false,                     // A: source vector dim (K), source / LDS vector widths, no extra LDS row
     S<8, 32, 1>, S<1, 0, 2>, S<1, 0, 2>,  // B: thread cluster K0_N_K1, arrange order, source access order
-    2, 16, 16, false,               // B: source vector dim (K), source / LDS vector widths, no extra LDS row
-    1, 1,                           // C shuffle: M / N XDL per wave per shuffle
-    S<1, 32, 1, 8>,                 // CDE block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
-    S<8, 1, 4>,                        // CDE scalars per vector: E, D0, D1
+    2, 16, 16, false,                     // B: source vector dim (K), source / LDS vector widths, no extra LDS row
+    1, 1,                                 // C shuffle: M / N XDL per wave per shuffle
+    S<1, 32, 1, 8>,                       // CDE block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
+    S<8, 1, 4>,                           // CDE scalars per vector: E, D0, D1
     ck::BlockGemmPipelineScheduler::Intrawave,
     ck::BlockGemmPipelineVersion::v3,
-    ElementA, ElementB,             // ComputeTypeA, ComputeTypeB
-    ElementA, ElementB>;            // LDSTypeA, LDSTypeB
+    ElementA, ElementB,   // ComputeTypeA, ComputeTypeB
+    ElementA, ElementB>;  // LDSTypeA, LDSTypeB
 
 }  // namespace tilegen::gemm_w8a8_bf16
 

@@ -158,7 +158,7 @@ using SmemLayoutA_s = decltype(tile_to_shape(
 using TiledMma = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
     Layout<Shape<Int<4>, Int<1>, _1>>,  // warps (M, N, K)
-    Tile<Int<64>, Int<16>, _16>>;          // one MMA step of the block
+    Tile<Int<64>, Int<16>, _16>>;       // one MMA step of the block
 static_assert(size(TiledMma{}) == kThreads, "the MMA uses every thread of the block");
 // A is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
 using S2RCopyAtomA_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementA_s>;
@@ -171,7 +171,7 @@ using S2RCopyAtomW_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementW_s>;
 using G2SCopyWq_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementWq_s>{},
     Layout<Shape<Int<16>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<4>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<4>>>{}));                         // values per thread
 
 // copy (spec 22): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
 // 16x1 threads, numbered along it first so that neighbours read neighbouring bytes (the tile holds
@@ -179,7 +179,7 @@ using G2SCopyWq_s = decltype(make_tiled_copy(
 using G2SCopyS_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementS_s>{},
     Layout<Shape<Int<16>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<2>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<2>>>{}));                         // values per thread
 
 // copy (spec 23): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
 // 16x1 threads, numbered along it first so that neighbours read neighbouring bytes (the tile holds
@@ -187,14 +187,14 @@ using G2SCopyS_s = decltype(make_tiled_copy(
 using G2SCopyZ_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementZ_s>{},
     Layout<Shape<Int<16>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<2>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<2>>>{}));                         // values per thread
 
 // copy (spec 27): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 32x4 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyA_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementA_s>{},
     Layout<Shape<Int<32>, Int<4>>, Stride<Int<4>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                         // values per thread
 
 // copy (spec 29): accumulators are converted to bf16 and staged through a swizzled shared tile
 // (Swizzle<1,3,3>), then stored as 16-byte vectors by 64x2 threads: whole 128-byte lines per warp
@@ -207,7 +207,7 @@ using R2SCopyAtomC = Copy_Atom<UniversalCopy<uint32_t>, ElementC>;  // two accum
 using S2GCopyC = decltype(make_tiled_copy(
     Copy_Atom<UniversalCopy<cute::uint128_t>, ElementC>{},
     Layout<Shape<Int<64>, Int<2>>, Stride<Int<2>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                         // values per thread
 
 // Shared memory: the pipeline's buffers, and the staging tiles of the stores inside the loop (they
 // cannot reuse the buffers, which later tiles still need).

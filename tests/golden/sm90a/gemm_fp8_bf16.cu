@@ -71,10 +71,10 @@ constexpr int AlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
 constexpr int AlignmentC = AlignmentD;
 
 // Shapes and schedules, all explicit: output never changes meaning with CUTLASS's defaults.
-using TileShape = Shape<Int<block_M>, Int<block_N>, Int<block_K>>;          // CTA tile (M, N, K)
-using ClusterShape = Shape<Int<2>, Int<1>, _1>;    // CTAs per cluster; TMA multicasts across it
+using TileShape = Shape<Int<block_M>, Int<block_N>, Int<block_K>>;  // CTA tile (M, N, K)
+using ClusterShape = Shape<Int<2>, Int<1>, _1>;                     // CTAs per cluster; TMA multicasts across it
 using EpilogueTile = Shape<Int<128>, Int<32>>;
-constexpr int kStages = stages;                 // shared-memory pipeline stages
+constexpr int kStages = stages;  // shared-memory pipeline stages
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using TileScheduler = cutlass::gemm::PersistentScheduler;

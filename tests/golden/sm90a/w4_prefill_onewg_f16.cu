@@ -198,14 +198,14 @@ static_assert(size(TiledMma{}) == kThreads, "the MMA uses every thread of the bl
 using G2SCopyA_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementA_s>{},
     Layout<Shape<Int<4>, Int<32>>, Stride<Int<32>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                          // values per thread
 
 // copy (spec 23): 16-byte cp.async (L2-only) vectors of 4 elements along the contiguous dimension;
 // 16x8 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyWq_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementWq_s>{},
     Layout<Shape<Int<16>, Int<8>>, Stride<Int<8>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<4>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<4>>>{}));                         // values per thread
 
 // copy (spec 24): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
 // 128x1 threads, numbered along it first so that neighbours read neighbouring bytes; with an odd
@@ -216,7 +216,7 @@ using G2SCopyWq_s = decltype(make_tiled_copy(
 using G2SCopyS_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementS_s>{},
     Layout<Shape<Int<128>, Int<1>>, Stride<Int<1>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<2>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<2>>>{}));                          // values per thread
 
 // copy (spec 27): accumulators are converted to f16 and staged through a swizzled shared tile
 // (Swizzle<3,3,3>), then stored as 16-byte vectors by 8x16 threads: whole 128-byte lines per warp
@@ -229,7 +229,7 @@ using R2SCopyAtomC = Copy_Atom<UniversalCopy<uint32_t>, ElementC>;  // two accum
 using S2GCopyC = decltype(make_tiled_copy(
     Copy_Atom<UniversalCopy<cute::uint128_t>, ElementC>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<Int<16>, _1>>{},  // thread layout
-    Layout<Shape<_1, Int<8>>>{}));                             // values per thread
+    Layout<Shape<_1, Int<8>>>{}));                          // values per thread
 
 // Shared memory: the pipeline's buffers, reused by the epilogue's staging tile.
 template <bool kOddRows>
@@ -400,8 +400,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
 
     for (int k = 0; k < num_tiles; ++k) {
       cp_async_wait<stages - 2>();  // tile k has landed for this thread,
-      fence_view_async_shared();               // is visible to warpgroup MMAs,
-      __syncthreads();                         // for every thread; write_stage is free again
+      fence_view_async_shared();    // is visible to warpgroup MMAs,
+      __syncthreads();              // for every thread; write_stage is free again
       if (k + stages - 1 < num_tiles) {
         load_tile(k + stages - 1, write_stage);
       }
