@@ -148,7 +148,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int bj = 0; bj < 4; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        S_s[S_f_row + bi * 16 + lane_row][S_f_col + bj * 16 + lane_col + r] = ck::type_convert<ck::bhalf_t>(S_f[bi][bj][r]);
+        S_s[S_f_row + bi * 16 + lane_row][S_f_col + bj * 16 + lane_col + r] =
+            ck::type_convert<ck::bhalf_t>(S_f[bi][bj][r]);
       }
     }
   }
@@ -288,7 +289,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int bi = 0; bi < 2; ++bi) {
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        if (bz < B && t * chunk + O_f_row + bi * 16 + lane_row < S && by < H && bx * block_V + O_f_col + bj * 16 + lane_col < D) {
+        if (bz < B && t * chunk + O_f_row + bi * 16 + lane_row < S && by < H &&
+            bx * block_V + O_f_col + bj * 16 + lane_col < D) {
           store_vec<4>(&O[(((int64_t(bz)) * S + t * chunk + O_f_row + bi * 16 + lane_row) * H + by) * D + bx * block_V + O_f_col + bj * 16 + lane_col], Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
         }
       }
@@ -321,7 +323,8 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       for (int bj = 0; bj < 4; ++bj) {
         #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          S_s[S_f_row + bi * 16 + lane_row][S_f_col + bj * 16 + lane_col + r] = ck::type_convert<ck::bhalf_t>(S_f[bi][bj][r]);
+          S_s[S_f_row + bi * 16 + lane_row][S_f_col + bj * 16 + lane_col + r] =
+              ck::type_convert<ck::bhalf_t>(S_f[bi][bj][r]);
         }
       }
     }

@@ -274,7 +274,9 @@ gemm_bias_gelu_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int e = 0; e < size(acc); ++e) {
       int const j = get<1>(tCcacc(e));
-      acc(e) = gelu_erf(acc(e) + ((bx * block_N + j < N) ? static_cast<float>(bias[bx * block_N + j]) : 0.f)) * out_scale;  // spec 24
+      // spec 24
+      acc(e) =
+          gelu_erf(acc(e) + ((bx * block_N + j < N) ? static_cast<float>(bias[bx * block_N + j]) : 0.f)) * out_scale;
     }
   }
 

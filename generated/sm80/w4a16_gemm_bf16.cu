@@ -122,7 +122,13 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile(
+      "{\n"
+      " .reg .pred done;\n"
+      " WAIT:\n"
+      " mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n"
+      "}" :: "r"(bar), "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -166,7 +172,8 @@ constexpr int kRowA_s = block_K + 16;  // elements per row, padded
 constexpr int kStageA_s = block_M * kRowA_s;
 using SmemLayoutA_s = decltype(composition(
     Swizzle<1, 3, 3>{},
-    Layout<Shape<Int<block_M>, Int<block_K>, Int<stages>>, Stride<Int<kRowA_s>, _1, Int<kStageA_s>>>{}));  // (block_M, block_K, stage)
+    Layout<Shape<Int<block_M>, Int<block_K>, Int<stages>>,
+           Stride<Int<kRowA_s>, _1, Int<kStageA_s>>>{}));  // (block_M, block_K, stage)
 // Shared buffer `Wq_s` (spec 18): each thread's packed words, 16 bytes at a time; Swizzle<1,4,2>:
 // the first layout under which the cp.async writes and the 16-byte reads of each thread's four
 // words hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen).
@@ -174,7 +181,8 @@ constexpr int kRowWq_s = (block_K / 8);  // words per row
 constexpr int kStageWq_s = block_N * kRowWq_s;
 using SmemLayoutWq_s = decltype(composition(
     Swizzle<1, 4, 2>{},
-    Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>, Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));  // (block_N, (block_K / 8), stage)
+    Layout<Shape<Int<block_N>, Int<(block_K / 8)>, Int<stages>>,
+           Stride<Int<kRowWq_s>, _1, Int<kStageWq_s>>>{}));  // (block_N, (block_K / 8), stage)
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageA_s % 128 == 0 && kStageWq_s % 128 == 0, "stages are translates of stage 0");
@@ -187,7 +195,8 @@ constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>,
+                             Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).
@@ -250,7 +259,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // takes one more
   constexpr int kScaleCopiesPerRow = (block_K / 128) / 2 + (kOddRows ? 1 : 0);
   constexpr int kScaleCopies = block_N * kScaleCopiesPerRow;  // the first threads copy one each
-  static_assert(kChunksA * kThreads * 8 == kRowsA * block_K && kChunksWq * kThreads * 4 == block_N * (block_K / 8) && kScaleCopies <= kThreads,
+  static_assert(kChunksA * kThreads * 8 == kRowsA * block_K && kChunksWq * kThreads * 4 == block_N * (block_K / 8) &&
+                kScaleCopies <= kThreads,
                 "whole chunks per thread");
   ElementA const* A_src[kChunksA];
   uint32_t A_dst[kChunksA];
@@ -282,8 +292,11 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   bool const scales_in = scale_copier && n0 + scale_row < N;
   // The bytes of a copy inside the row (kOddRows): 4, 2 when its second scale is past the row's
   // end, 0 past it.
-  auto const scale_bytes = [&](int k_left) { return scales_in ? min(4, max(0, 2 * (k_left / kGroup - scale_first))) : 0; };
-  ElementScales const* scales_src = scales + int64_t(scales_in ? n0 + scale_row : 0) * (K / 128) + (scales_in ? scale_first : scale_slot);
+  auto const scale_bytes = [&](int k_left) {
+    return scales_in ? min(4, max(0, 2 * (k_left / kGroup - scale_first))) : 0;
+  };
+  ElementScales const* scales_src =
+      scales + int64_t(scales_in ? n0 + scale_row : 0) * (K / 128) + (scales_in ? scale_first : scale_slot);
   uint32_t const scales_dst = cast_smem_ptr_to_uint(&sS_s(scale_copier ? scale_row : 0, scale_slot, 0));
 
   // Issues the next tile's copies into `stage` (a constant: the ring below is unrolled). A tile
@@ -378,12 +391,15 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
   // spec 28-29: one k-tile from shared stage `stage`.
   auto mma_tile = [&](int stage) {
+    // The stage's byte offsets in the tiles of the words and of the scales.
+    uint32_t const stage_Wq = stage * kStageWq_s * sizeof(ElementWq_s);
+    uint32_t const stage_scales = stage * kStageS_s<kOddRows> * sizeof(ElementS_s);
     CUTE_UNROLL
     for (int s = 0; s < kStepsPerWarp; ++s) {
-      uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
+      uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage_Wq);
+      uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage_Wq);
+      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage_scales) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage_scales) * 0x10001u;
       // the zero point 8
       constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;
       CUTE_UNROLL

@@ -145,7 +145,8 @@ using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<3, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
-    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
+    SmemLayoutWq_sAtom{},
+    make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
 // Shared buffer `S_s` (spec 21): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -155,7 +156,9 @@ using SmemLayoutS_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    SmemLayoutS_sAtom{},
+    make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{},
+               Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // gemm (spec 31): 8 warps as 2x4: each warp owns a 64x32 accumulator tile, the squarest split of
 // 128x128 (best operand reuse).

@@ -124,7 +124,10 @@ using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
 // The kernel is instantiated for kRowsA rows of `A` per block (the MMA's N): block_M, or block_M /
 // 2 when the spec's tiles would occupy at most half the SMs (the launcher decides).
 template <int kRowsA>
-using TiledMma = decltype(make_tiled_mma(std::conditional_t<kRowsA == block_M, SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>{},
+using TiledMma =
+    decltype(make_tiled_mma(std::conditional_t<kRowsA == block_M,
+                                               SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>,
+                                               SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>{},
                                          Layout<Shape<Int<2>, _1, _1>>{}));  // warpgroups stacked along the weight rows
 static_assert(size(TiledMma<block_M>{}) == kThreads && 2 * 64 == block_N,
               "each consumer warpgroup owns 64 weight rows of the tile");
@@ -376,7 +379,9 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
     // into block 0's free stages (each thread its fragment as float4s, at a stride of kThreads) and
     // leaves; block 0 adds them to its own and stores C.
     constexpr int kVectors = size(decltype(acc){}) / 4;
-    static_assert(size(decltype(acc){}) % 4 == 0 && sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial), "the partial tile fits");
+    static_assert(size(decltype(acc){}) % 4 == 0 &&
+                  sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial),
+                  "the partial tile fits");
     cute::cluster_arrive();  // release: this block's stages have been read
     cute::cluster_wait();  // acquire: so have the other block's
     if (k_half == 1) {

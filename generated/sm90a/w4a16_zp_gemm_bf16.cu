@@ -127,7 +127,13 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile(
+      "{\n"
+      " .reg .pred done;\n"
+      " WAIT:\n"
+      " mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n"
+      "}" :: "r"(bar), "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -187,17 +193,21 @@ static_assert(kSpanWords * sizeof(ElementWq_s) == 128 && kSpan == 4 * 2 * 32,
 constexpr int kStageA_s = block_M * block_K;
 template <int kRows>
 using SmemLayoutA_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementA_s>>,
-    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageA_s>>>>;  // (kRows, block_K, stage)
+    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>,
+           Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageA_s>>>>;  // (kRows, block_K, stage)
 // Shared buffer `Wq_s` (spec 18): each thread's packed words, 16 bytes at a time; 256-deep spans of
 // 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which
 // the 16-byte reads of each thread's four words hit eight different 16-byte bank groups in every
 // quarter-warp (checked by tilegen).
 constexpr int kStageWq_s = block_N * (block_K / 8);
 using SmemLayoutWq_s = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementWq_s>>,
-    Layout<Shape<Int<block_N>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<block_N * kSpanWords>>, Int<kStageWq_s>>>>;  // (block_N, (block_K / 8), stage)
+    Layout<Shape<Int<block_N>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>,
+           Stride<Int<kSpanWords>, Stride<_1, Int<block_N * kSpanWords>>,
+                  Int<kStageWq_s>>>>;  // (block_N, (block_K / 8), stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
-static_assert(8 * kSpan * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(ElementWq_s) % 1024 == 0 && block_N * kSpanWords * sizeof(ElementWq_s) % 1024 == 0,
+static_assert(8 * kSpan * sizeof(ElementA_s) % 1024 == 0 && kStageWq_s * sizeof(ElementWq_s) % 1024 == 0 &&
+              block_N * kSpanWords * sizeof(ElementWq_s) % 1024 == 0,
               "spans and stages start on the swizzle's period");
 
 // spec 26: `A`'s tensor map, rows as 128-byte lines of kLineA values. A box of
@@ -252,7 +262,8 @@ constexpr int kRowS_s = (block_K / 128) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_s = block_N * kRowS_s<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>, Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
+using SmemLayoutS_s = Layout<Shape<Int<block_N>, Int<kRowS_s<kOddRows>>, Int<stages>>,
+                             Stride<Int<kRowS_s<kOddRows>>, _1, Int<kStageS_s<kOddRows>>>>;  // (block_N, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_s`).
@@ -313,7 +324,8 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const n0 = bx * block_N;  // spec 27: the weight rows (columns of `C`)
   // `Z_s` holds each zero point where `S_s` holds its scale, this many bytes on: its
   // copies and reads reuse the scales' offsets.
-  uint32_t const zp_offset = cast_smem_ptr_to_uint(smem.mainloop.Z_s.data()) - cast_smem_ptr_to_uint(smem.mainloop.S_s.data());
+  uint32_t const zp_offset =
+      cast_smem_ptr_to_uint(smem.mainloop.Z_s.data()) - cast_smem_ptr_to_uint(smem.mainloop.S_s.data());
 
   // spec 26, 27, 28, 29: the producer warp. Lane 0 issues each tile's TMA loads (`A` span by span,
   // `Wq` whole) on the stage's full mbarrier, announcing their bytes; every lane copies its share
@@ -348,10 +360,12 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     bool scales_in[kScaleRounds];
     CUTE_UNROLL
     for (int i = 0; i < kScaleRounds; ++i) {
-      int const copy = (lane + 32 * i) % kScaleCopies, row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
+      int const copy = (lane + 32 * i) % kScaleCopies;
+      int const row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
       scales_in[i] = n0 + row < N;
       scales_first[i] = slot - (kOddRows ? (n0 + row) & 1 : 0);
-      scales_src[i] = scales + int64_t(scales_in[i] ? n0 + row : 0) * (K / 128) + (scales_in[i] ? scales_first[i] : slot);
+      scales_src[i] =
+          scales + int64_t(scales_in[i] ? n0 + row : 0) * (K / 128) + (scales_in[i] ? scales_first[i] : slot);
       scales_dst[i] = cast_smem_ptr_to_uint(&sS_s(row, slot, 0));
     }
     // copy(zeros[bx*block_N, k*(block_K/128)], Z_s): the same lanes copy the zero points beside
@@ -359,7 +373,8 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     ElementZeros const* zeros_src[kScaleRounds];
     CUTE_UNROLL
     for (int i = 0; i < kScaleRounds; ++i) {
-      int const copy = (lane + 32 * i) % kScaleCopies, row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
+      int const copy = (lane + 32 * i) % kScaleCopies;
+      int const row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
       zeros_src[i] = zeros + int64_t(scales_in[i] ? n0 + row : 0) * (K / 128) + (scales_in[i] ? scales_first[i] : slot);
     }
     // box rows of `A` and a tile of `Wq`
@@ -385,8 +400,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
                                    k_span / 8, n0);
           }
         } else {
+          // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks.
           CUTE_UNROLL
-          for (int span = 0; span < kSpans; ++span) {  // copy(A[by*block_M, k*block_K], A_s): kept in L2 for the other blocks
+          for (int span = 0; span < kSpans; ++span) {
             SM90_TMA_LOAD_4D::copy(&tma_A, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
                                    smem.mainloop.A_s.data() + stage * kStageA_s + span * kRowsA * kSpan, 0, 0, m0,
                                    j * kSpans + span);
@@ -434,7 +450,9 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wq_rd[r][s] = cast_smem_ptr_to_uint(&sWq_s(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));  // one slot later in rows that start mid-word
+      // One slot later in rows that start mid-word.
+      int const slot = (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0);
+      scales_rd[r][s] = cast_smem_ptr_to_uint(&sS_s(w_row + 8 * r, slot, 0));
       asm volatile("" : "+r"(Wq_rd[r][s]), "+r"(scales_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -462,15 +480,20 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
   // spec 30-31: one k-tile from shared stage `stage`.
   auto mma_tile = [&](int stage) {
+    // The stage's byte offsets in the tiles of the words and of the scales.
+    uint32_t const stage_Wq = stage * kStageWq_s * sizeof(ElementWq_s);
+    uint32_t const stage_scales = stage * kStageS_s<kOddRows> * sizeof(ElementS_s);
     CUTE_UNROLL
     for (int s = 0; s < kStepsPerWarp; ++s) {
-      uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage * kStageWq_s * sizeof(ElementWq_s));
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u;
+      uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage_Wq);
+      uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage_Wq);
+      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage_scales) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage_scales) * 0x10001u;
       // The rows' zero points (spec 30: `Z_s`), as dequant_int4x2 takes them.
-      uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u);
-      uint32_t const neg_bias_hi = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[1][s] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s)) * 0x10001u);
+      uint32_t const neg_bias_lo =
+          dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage_scales) * 0x10001u);
+      uint32_t const neg_bias_hi =
+          dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[1][s] + zp_offset + stage_scales) * 0x10001u);
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];

@@ -520,7 +520,8 @@ fn align_comment_runs(text: &str) -> String {
 /// argument lists ([`break_code`]); its trailing comment stays on the last piece where that
 /// fits, else moves above the code when that makes every piece fit and the line starts a
 /// statement (so that it never lands inside a statement, or between `template <...>` or
-/// `CUTE_UNROLL` and what they apply to), else stays where it was.
+/// `CUTE_UNROLL` and what they apply to); inside a statement the code breaks to leave it room
+/// where it can, else it stays where it was.
 /// `comment` is where the line's trailing comment starts ([`trailing_comment`]).
 fn lay_out(line: &str, comment: Option<usize>, statement_start: bool) -> Vec<String> {
     let width = |l: &str| l.chars().count();
@@ -529,6 +530,13 @@ fn lay_out(line: &str, comment: Option<usize>, statement_start: bool) -> Vec<Str
     };
     let (code, comment) = (line[..at].trim_end(), &line[at..]);
     let mut pieces = break_code(code);
+    if !statement_start && width(&pieces[pieces.len() - 1]) + 2 + width(comment) > CODE_WIDTH {
+        // Inside a statement the comment cannot move above: the code breaks to make room.
+        let roomy = break_code_leaving(code, 2 + width(comment));
+        if roomy.len() > 1 && roomy.iter().all(|p| width(p) <= CODE_WIDTH) && width(&roomy[roomy.len() - 1]) + 2 + width(comment) <= CODE_WIDTH {
+            pieces = roomy;
+        }
+    }
     let last = pieces.len() - 1;
     if width(&pieces[last]) + 2 + width(comment) <= CODE_WIDTH || !statement_start || pieces.iter().any(|p| width(p) > CODE_WIDTH) {
         pieces[last] = format!("{}  {comment}", pieces[last]);
@@ -567,9 +575,15 @@ fn trailing_comment(line: &str) -> Option<usize> {
 /// are kept, and so are literals and preprocessor lines; a line with no such comma stays
 /// whole. Only whitespace changes.
 fn break_code(line: &str) -> Vec<String> {
+    break_code_leaving(line, 0)
+}
+
+/// [`break_code`], leaving `reserve` columns free after the last piece (for a trailing
+/// comment), so that a line that fits alone may break too.
+fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     let chars: Vec<char> = line.chars().collect();
     let body = line.trim_start();
-    if chars.len() <= CODE_WIDTH || body.starts_with('#') || body.starts_with("//") {
+    if chars.len() + reserve <= CODE_WIDTH || body.starts_with('#') || body.starts_with("//") {
         return wrap_comment(line);
     }
     // Break points: (the index the continuation starts at, the index its alignment is taken
@@ -590,7 +604,15 @@ fn break_code(line: &str) -> Vec<String> {
     // Whether the line closes a bracket it did not open (it continues a list); checked at the
     // end, so that commas before the closing bracket count too.
     let mut closed_earlier = false;
+    // The statement's first ` = ` outside brackets, and whether a comma follows outside them
+    // (a declaration of several names, or a list continued from an earlier line).
+    let mut assign: Option<usize> = None;
+    let mut top_comma = false;
     let spaced = |i: usize| i > 0 && chars[i - 1] == ' ' && chars.get(i + 1) == Some(&' ');
+    let spaced_pair = |i: usize| i > 0 && chars[i - 1] == ' ' && chars.get(i + 2) == Some(&' ');
+    // Commas of template argument lists (`Layout<Shape<...>, Stride<...>>`): used only where
+    // no other break makes the line fit.
+    let mut template_breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let ch = chars[i];
@@ -617,8 +639,14 @@ fn break_code(line: &str) -> Vec<String> {
                         }
                     }
                 }
-                '=' if open.is_empty() && top_start == indent && spaced(i) => top_start = i + 2,
+                '=' if open.is_empty() && top_start == indent && spaced(i) => {
+                    top_start = i + 2;
+                    assign = Some(i);
+                }
                 ',' if chars.get(i + 1) == Some(&' ') => {
+                    if let Some(('<', at, _)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
+                        template_breaks.push((i + 2, Some(at), 1, open.len()));
+                    }
                     if let Some(('(' | '{', at, _)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
                         breaks.push((i + 2, Some(at), 1, open.len()));
                         if let Some(top) = open.last_mut() {
@@ -628,8 +656,14 @@ fn break_code(line: &str) -> Vec<String> {
                         // A list opened on an earlier line (a launch's arguments): its
                         // continuations keep this line's indent.
                         breaks.push((i + 2, None, 0, 0));
+                        top_comma = true;
                         top_start = i + 2;
                     }
+                }
+                // After a spaced `&&` or `||`: the continuation aligns with the operand list's
+                // element (a condition of `static_assert`, `if`).
+                '&' | '|' if chars.get(i + 1) == Some(&ch) && spaced_pair(i) && !open.iter().any(|o| matches!(o.0, 'b' | '<' | '[')) => {
+                    breaks.push((i + 3, Some(open.last().map_or(top_start, |o| o.2)), 0, open.len()));
                 }
                 '?' | ':' if spaced(i) && !open.iter().any(|o| matches!(o.0, 'b' | '<' | '[')) => {
                     ternary.push((i, open.last().map_or(top_start, |o| o.2), open.len(), open.last().map(|o| o.1)));
@@ -649,37 +683,66 @@ fn break_code(line: &str) -> Vec<String> {
     });
     breaks.extend(ternary.into_iter().filter(|t| ends_line(t.3)).map(|(at, start, depth, _)| (at, Some(start), 4, depth)));
     breaks.sort();
-    // Output lines as (index of their first character, the column it is printed at).
-    let mut lines: Vec<(usize, usize)> = vec![(0, 0)];
-    let column = |lines: &[(usize, usize)], at: usize| {
-        let (start, col) = lines.iter().rev().find(|(s, _)| *s <= at).copied().unwrap_or((0, 0));
-        col + at - start
-    };
-    loop {
-        let (start, col) = *lines.last().unwrap_or(&(0, 0));
-        if col + chars.len() - start <= CODE_WIDTH {
-            break;
+    // The pieces the line breaks into at `breaks`.
+    let layout = |breaks: &[(usize, Option<usize>, usize, usize)]| -> Vec<String> {
+        // Output lines as (index of their first character, the column it is printed at).
+        let mut lines: Vec<(usize, usize)> = vec![(0, 0)];
+        let column = |lines: &[(usize, usize)], at: usize| {
+            let (start, col) = lines.iter().rev().find(|(s, _)| *s <= at).copied().unwrap_or((0, 0));
+            col + at - start
+        };
+        loop {
+            let (start, col) = *lines.last().unwrap_or(&(0, 0));
+            if col + chars.len() - start + reserve <= CODE_WIDTH {
+                break;
+            }
+            // Of the breaks that keep this line within the width (the text up to the comma),
+            // one in the outermost list, the last of those; else the first break there is (a
+            // long argument then has a line of its own).
+            // A continuation aligned past the width's last 40 columns has too little room:
+            // such a break is no candidate.
+            let align = |b: &(usize, Option<usize>, usize, usize)| b.1.map_or(indent, |a| column(&lines, a) + b.2);
+            let later = breaks.iter().filter(|b| b.0 > start + 2 && align(b) + 40 <= CODE_WIDTH);
+            let mut fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
+            let outermost = fitting.clone().map(|b| b.3).min();
+            let pick = fitting.rfind(|b| Some(b.3) == outermost).or_else(|| later.clone().next());
+            let Some(b) = pick else { break };
+            lines.push((b.0, align(b)));
         }
-        // Of the breaks that keep this line within the width (the text up to the comma), one
-        // in the outermost list, the last of those; else the first break there is (a long
-        // argument then has a line of its own).
-        // A continuation aligned past the width's last 40 columns has too little room: such
-        // a break is no candidate.
-        let align = |b: &(usize, Option<usize>, usize, usize)| b.1.map_or(indent, |a| column(&lines, a) + b.2);
-        let later = breaks.iter().filter(|b| b.0 > start + 2 && align(b) + 40 <= CODE_WIDTH);
-        let mut fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
-        let outermost = fitting.clone().map(|b| b.3).min();
-        let pick = fitting.rfind(|b| Some(b.3) == outermost).or_else(|| later.clone().next());
-        let Some(b) = pick else { break };
-        lines.push((b.0, align(b)));
-    }
-    let pieces: Vec<String> = lines.iter().enumerate().map(|(n, &(start, col))| {
-        let end = lines.get(n + 1).map_or(chars.len(), |l| l.0);
-        let text: String = chars[start..end].iter().collect();
-        format!("{}{}", " ".repeat(if n == 0 { 0 } else { col }), text.trim_end())
-    }).collect();
+        lines.iter().enumerate().map(|(n, &(start, col))| {
+            let end = lines.get(n + 1).map_or(chars.len(), |l| l.0);
+            let text: String = chars[start..end].iter().collect();
+            format!("{}{}", " ".repeat(if n == 0 { 0 } else { col }), text.trim_end())
+        }).collect()
+    };
     // Broken only where every piece then fits: a partial break reads worse than none.
-    if pieces.iter().all(|p| p.chars().count() <= CODE_WIDTH) { pieces } else { vec![line.to_string()] }
+    let fit = |pieces: &[String]| {
+        pieces.iter().all(|p| p.chars().count() <= CODE_WIDTH) && pieces.last().is_some_and(|p| p.chars().count() + reserve <= CODE_WIDTH)
+    };
+    let pieces = layout(&breaks);
+    if fit(&pieces) {
+        return pieces;
+    }
+    // Else at the template argument lists' commas too, aligned after their `<`.
+    if !template_breaks.is_empty() {
+        breaks.extend(template_breaks);
+        breaks.sort();
+        let pieces = layout(&breaks);
+        if fit(&pieces) {
+            return pieces;
+        }
+    }
+    // Else after the ` = ` of an assignment or declaration of one name, its right-hand side four
+    // columns in on the next line (and broken there as above, if it still does not fit).
+    if let Some(eq) = assign.filter(|_| !top_comma) {
+        let rhs: String = chars[eq + 2..].iter().collect();
+        let mut pieces = vec![chars[..=eq].iter().collect::<String>()];
+        pieces.extend(break_code_leaving(&format!("{}{rhs}", " ".repeat(indent + 4)), reserve));
+        if fit(&pieces) {
+            return pieces;
+        }
+    }
+    vec![line.to_string()]
 }
 
 /// Splits a `// ...` line wider than [`COMMENT_WIDTH`] into several, keeping its indent.
@@ -795,6 +858,22 @@ mod tests {
         assert_eq!(break_code(&inner), std::slice::from_ref(&inner));
         let names = format!("  int const {};", (0..12).map(|i| format!("value{i} = a * b + c")).collect::<Vec<_>>().join(", "));
         assert_eq!(break_code(&names), std::slice::from_ref(&names));
+    }
+
+    #[test]
+    fn a_right_hand_side_without_commas_moves_to_its_own_line() {
+        let sum = (0..9).map(|i| format!("term{i} * k")).collect::<Vec<_>>().join(" + ");
+        let line = format!("  float const total = {sum};");
+        assert_eq!(break_code(&line), [String::from("  float const total ="), format!("      {sum};")]);
+        // A declaration of several names stays whole; so does a line whose right-hand side would
+        // not fit on a line of its own either.
+        let two = format!("  int const a = {sum}, b = a + 1;");
+        assert_eq!(break_code(&two), std::slice::from_ref(&two));
+        let longer = format!("  float const total = {sum} + {sum};");
+        assert_eq!(break_code(&longer), std::slice::from_ref(&longer));
+        // Commas of an argument list still come first.
+        let call = format!("  auto t = make_tensor({}, {});", "a".repeat(60), "b".repeat(60));
+        assert_eq!(break_code(&call)[0], format!("  auto t = make_tensor({},", "a".repeat(60)));
     }
 
     #[test]

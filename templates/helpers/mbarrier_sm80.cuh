@@ -6,7 +6,13 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile(
+      "{\n"
+      " .reg .pred done;\n"
+      " WAIT:\n"
+      " mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n"
+      "}" :: "r"(bar), "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");

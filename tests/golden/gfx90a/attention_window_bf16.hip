@@ -223,7 +223,10 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
         for (int r = 0; r < 4; ++r) {
           int const i = S_f_row + bi * 16 + lane_row;
           int const j = S_f_col + bj * 16 + lane_col + r;
-          S_f[bi][bj][r] = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) && t * block_N + j < S ? S_f[bi][bj][r] : -INFINITY);  // spec 46: S_f[i, j] = select(t*block_N + j <= bx*block_M + i && t*block_N + j + window > bx*block_M + i && t*block_N + j < S, S_f[i, j], -inf)
+          // spec 46: S_f[i, j] = select(t*block_N + j <= bx*block_M + i && t*block_N + j + window >
+          // bx*block_M + i && t*block_N + j < S, S_f[i, j], -inf)
+          S_f[bi][bj][r] = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) &&
+                            t * block_N + j < S ? S_f[bi][bj][r] : -INFINITY);
         }
       }
     }

@@ -179,7 +179,9 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 4; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        acc[bi][bj][r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) - ck::type_convert<float>(m[bi]));  // spec 24: acc[i, j] = acc[i, j] - m[i]
+        // spec 24: acc[i, j] = acc[i, j] - m[i]
+        acc[bi][bj][r] =
+            ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]) - ck::type_convert<float>(m[bi]));
       }
     }
   }
@@ -192,7 +194,8 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
         if (by * block_M + acc_row + bi * 16 + lane_row < M && acc_col + bj * 16 + lane_col + r < N) {
-          C[int64_t(by * block_M + acc_row + bi * 16 + lane_row) * N + acc_col + bj * 16 + lane_col + r] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]));
+          C[int64_t(by * block_M + acc_row + bi * 16 + lane_row) * N + acc_col + bj * 16 + lane_col + r] =
+              ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]));
         }
       }
     }

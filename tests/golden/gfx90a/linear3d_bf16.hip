@@ -165,7 +165,8 @@ linear3d_bf16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 8; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        if (bz < batch && by * block_M + acc_row + bi * 16 + lane_row < M && bx * block_N + acc_col + bj * 16 + lane_col + r < N) {
+        if (bz < batch && by * block_M + acc_row + bi * 16 + lane_row < M &&
+            bx * block_N + acc_col + bj * 16 + lane_col + r < N) {
           C[((int64_t(bz)) * M + by * block_M + acc_row + bi * 16 + lane_row) * N + bx * block_N + acc_col + bj * 16 + lane_col + r] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
         }
       }

@@ -144,7 +144,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     float const word_zero = ck::type_convert<float>(Z_s[r][c * 8 / 16]);
     #pragma unroll
     for (int nib = 0; nib < 8; ++nib) {
-      W_s[r][c * 8 + nib] = ck::type_convert<ck::bhalf_t>((static_cast<float>((word >> (4 * nib)) & 15u) - word_zero) * word_scale);
+      W_s[r][c * 8 + nib] =
+          ck::type_convert<ck::bhalf_t>((static_cast<float>((word >> (4 * nib)) & 15u) - word_zero) * word_scale);
     }
   }
   // spec 25: serial(m, ceildiv(M, block_M))

@@ -167,7 +167,9 @@ fused_add_rms_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        xs[rr][vv][ee] = ck::type_convert<float>(ck::type_convert<ck::bhalf_t>(static_cast<float>(xs[rr][vv][ee] + rs[rr][vv][ee])));  // spec 20: xs[i, j] = bf16(xs[i, j] + rs[i, j])
+        // spec 20: xs[i, j] = bf16(xs[i, j] + rs[i, j])
+        xs[rr][vv][ee] =
+            ck::type_convert<float>(ck::type_convert<ck::bhalf_t>(static_cast<float>(xs[rr][vv][ee] + rs[rr][vv][ee])));
         rs[rr][vv][ee] = xs[rr][vv][ee] * xs[rr][vv][ee];  // spec 21: rs[i, j] = xs[i, j] * xs[i, j]
       }
     }

@@ -171,7 +171,10 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
         int const j = acc_col + bj * 16 + lane_col + r;
-        acc[bi][bj][r] = gelu_erf(acc[bi][bj][r] + ((bz < batch && bx * block_N + j < N) ? ck::type_convert<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));  // spec 25: acc[i, j] = gelu(acc[i, j] + f32(bias[bz, bx*block_N + j]))
+        // spec 25: acc[i, j] = gelu(acc[i, j] + f32(bias[bz, bx*block_N + j]))
+        acc[bi][bj][r] =
+            gelu_erf(acc[bi][bj][r] + ((bz < batch && bx * block_N + j < N)
+                                           ? ck::type_convert<float>(bias[int64_t(bz) * N + bx * block_N + j]) : 0.f));
       }
     }
   }
@@ -183,7 +186,8 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 8; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        if (bz < batch && by * block_M + acc_row + bi * 16 + lane_row < M && bx * block_N + acc_col + bj * 16 + lane_col + r < N) {
+        if (bz < batch && by * block_M + acc_row + bi * 16 + lane_row < M &&
+            bx * block_N + acc_col + bj * 16 + lane_col + r < N) {
           C[((int64_t(bz)) * M + by * block_M + acc_row + bi * 16 + lane_row) * N + bx * block_N + acc_col + bj * 16 + lane_col + r] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
         }
       }

@@ -148,7 +148,8 @@ using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<3, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
-    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
+    SmemLayoutWq_sAtom{},
+    make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
 // Shared buffer `S_s` (spec 17): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -158,7 +159,9 @@ using SmemLayoutS_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    SmemLayoutS_sAtom{},
+    make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{},
+               Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // Shared buffer `Z_s` (spec 18): not a gemm operand; dim 1 contiguous to match `zeros` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -168,7 +171,9 @@ using SmemLayoutZ_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutZ_s = decltype(tile_to_shape(
-    SmemLayoutZ_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    SmemLayoutZ_sAtom{},
+    make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{},
+               Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // gemm (spec 29): 4 warps as 2x2: each warp owns a 32x32 accumulator tile, the squarest split of
 // 64x64 (best operand reuse).
@@ -480,7 +485,10 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
             uint4 const b_words = *reinterpret_cast<uint4 const*>(&sWq_s(b_row, 2 * k_block, read_stage));
             uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0),
                                                     read_stage).raw()) * 0x10001u;  // the row's scale, twice
-            uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);  // the row's zero point from `Z_s`, as dequant_int4x2 takes it
+            // the row's zero point from `Z_s`, as dequant_int4x2 takes it
+            uint32_t const b_neg_bias =
+                dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0),
+                                                           read_stage).raw()) * 0x10001u);
             Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));
             Tensor b1 = recast<uint32_t>(tCrW_s(_, j, k_block + 1));
             b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);

@@ -123,7 +123,13 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile(
+      "{\n"
+      " .reg .pred done;\n"
+      " WAIT:\n"
+      " mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n"
+      "}" :: "r"(bar), "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -166,7 +172,8 @@ constexpr int kRowX_t = depth + 16;  // elements per row, padded
 constexpr int kStageX_t = rows * kRowX_t;
 using SmemLayoutX_t = decltype(composition(
     Swizzle<1, 3, 3>{},
-    Layout<Shape<Int<rows>, Int<depth>, Int<stages>>, Stride<Int<kRowX_t>, _1, Int<kStageX_t>>>{}));  // (rows, depth, stage)
+    Layout<Shape<Int<rows>, Int<depth>, Int<stages>>,
+           Stride<Int<kRowX_t>, _1, Int<kStageX_t>>>{}));  // (rows, depth, stage)
 // Shared buffer `P_t` (spec 15): each thread's packed words, 16 bytes at a time; Swizzle<1,4,2>:
 // the first layout under which the cp.async writes and the 16-byte reads of each thread's four
 // words hit eight different 16-byte bank groups in every quarter-warp (checked by tilegen).
@@ -174,7 +181,8 @@ constexpr int kRowP_t = (depth / 8);  // words per row
 constexpr int kStageP_t = cols * kRowP_t;
 using SmemLayoutP_t = decltype(composition(
     Swizzle<1, 4, 2>{},
-    Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>, Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));  // (cols, (depth / 8), stage)
+    Layout<Shape<Int<cols>, Int<(depth / 8)>, Int<stages>>,
+           Stride<Int<kRowP_t>, _1, Int<kStageP_t>>>{}));  // (cols, (depth / 8), stage)
 // Every stage is swizzled alike: stage strides are multiples of the swizzles' periods, so a
 // thread's shared offsets are stage 0's plus constants.
 static_assert(kStageX_t % 128 == 0 && kStageP_t % 128 == 0, "stages are translates of stage 0");
@@ -187,7 +195,8 @@ constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>,
+                             Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
@@ -247,7 +256,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   // more
   constexpr int kScaleCopiesPerRow = (depth / 256) / 2 + (kOddRows ? 1 : 0);
   constexpr int kScaleCopies = cols * kScaleCopiesPerRow;  // the first threads copy one each
-  static_assert(kChunksX * kThreads * 8 == kRowsA * depth && kChunksWp * kThreads * 4 == cols * (depth / 8) && kScaleCopies <= kThreads,
+  static_assert(kChunksX * kThreads * 8 == kRowsA * depth && kChunksWp * kThreads * 4 == cols * (depth / 8) &&
+                kScaleCopies <= kThreads,
                 "whole chunks per thread");
   ElementX const* X_src[kChunksX];
   uint32_t X_dst[kChunksX];
@@ -279,8 +289,11 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   bool const Sc_in = scale_copier && n0 + scale_row < features;
   // The bytes of a copy inside the row (kOddRows): 4, 2 when its second scale is past the row's
   // end, 0 past it.
-  auto const scale_bytes = [&](int k_left) { return Sc_in ? min(4, max(0, 2 * (k_left / kGroup - scale_first))) : 0; };
-  ElementSc const* Sc_src = Sc + int64_t(Sc_in ? n0 + scale_row : 0) * (hidden / 256) + (Sc_in ? scale_first : scale_slot);
+  auto const scale_bytes = [&](int k_left) {
+    return Sc_in ? min(4, max(0, 2 * (k_left / kGroup - scale_first))) : 0;
+  };
+  ElementSc const* Sc_src =
+      Sc + int64_t(Sc_in ? n0 + scale_row : 0) * (hidden / 256) + (Sc_in ? scale_first : scale_slot);
   uint32_t const Sc_dst = cast_smem_ptr_to_uint(&sS_t(scale_copier ? scale_row : 0, scale_slot, 0));
 
   // Issues the next tile's copies into `stage` (a constant: the ring below is unrolled). A tile
@@ -376,12 +389,15 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 
   // spec 25-26: one k-tile from shared stage `stage`.
   auto mma_tile = [&](int stage) {
+    // The stage's byte offsets in the tiles of the words and of the scales.
+    uint32_t const stage_Wp = stage * kStageP_t * sizeof(ElementP_t);
+    uint32_t const stage_Sc = stage * kStageS_t<kOddRows> * sizeof(ElementS_t);
     CUTE_UNROLL
     for (int s = 0; s < kStepsPerWarp; ++s) {
-      uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
+      uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage_Wp);
+      uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage_Wp);
+      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage_Sc) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage_Sc) * 0x10001u;
       // the zero point 7
       constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;
       CUTE_UNROLL

@@ -375,7 +375,8 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
         for (int e = 0; e < size(S_f); ++e) {
           int const i = get<0>(tCcS_f(e));
           int const j = get<1>(tCcS_f(e));
-          S_f(e) = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) && t * block_N + j < S ? S_f(e) : -INFINITY);  // spec 46
+          S_f(e) = ((t * block_N + j <= bx * block_M + i && t * block_N + j + window > bx * block_M + i) &&
+                    t * block_N + j < S ? S_f(e) : -INFINITY);  // spec 46
         }
       }
 

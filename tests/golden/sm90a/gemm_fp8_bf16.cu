@@ -85,7 +85,9 @@ using Acc = Sm90AccFetch;  // the accumulator
 using ColA_scale = Sm90ColBroadcast<0, TileShape, ElementA_scale, ElementCompute, Stride<_1, _0, _0>, 1, false>;
 // multiplies(Acc, ColA_scale)
 using Node1 = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementCompute, ElementCompute, RoundStyle>, Acc, ColA_scale>;
-using RowB_scale = Sm90RowBroadcast<0, TileShape, ElementB_scale, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementB_scale>::value, false>;  // `b_scale`: one value per output column, broadcast down the rows
+// `b_scale`: one value per output column, broadcast down the rows
+using RowB_scale = Sm90RowBroadcast<0, TileShape, ElementB_scale, ElementCompute, Stride<_0, _1, _0>,
+                                    128 / cutlass::sizeof_bits<ElementB_scale>::value, false>;
 // multiplies(Node1, RowB_scale)
 using Epilogue = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, ElementCompute, RoundStyle>, Node1, RowB_scale>;
 
@@ -122,8 +124,8 @@ inline int sm_count(int device) {
   if (device >= 0 && device < 64) {
     n = cache[device].load(std::memory_order_relaxed);
   }
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
-                                       device) == cudaSuccess && device >= 0 && device < 64) {
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && device >= 0 &&
+      device < 64) {
     cache[device].store(n, std::memory_order_relaxed);
   }
   return n;

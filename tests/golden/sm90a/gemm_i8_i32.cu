@@ -114,8 +114,8 @@ inline int sm_count(int device) {
   if (device >= 0 && device < 64) {
     n = cache[device].load(std::memory_order_relaxed);
   }
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
-                                       device) == cudaSuccess && device >= 0 && device < 64) {
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && device >= 0 &&
+      device < 64) {
     cache[device].store(n, std::memory_order_relaxed);
   }
   return n;

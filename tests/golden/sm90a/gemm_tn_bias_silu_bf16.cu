@@ -79,7 +79,9 @@ using TileScheduler = cutlass::gemm::PersistentScheduler;
 
 // Epilogue visitor tree for the spec's element-wise epilogue (spec 24).
 using Acc = Sm90AccFetch;  // the accumulator
-using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>, 128 / cutlass::sizeof_bits<ElementBias>::value, false>;  // `bias`: one value per output column, broadcast down the rows
+// `bias`: one value per output column, broadcast down the rows
+using RowBias = Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute, Stride<_0, _1, _0>,
+                                 128 / cutlass::sizeof_bits<ElementBias>::value, false>;
 // plus(Acc, RowBias)
 using Node1 = Sm90EVT<Sm90Compute<cutlass::plus, ElementCompute, ElementCompute, RoundStyle>, Acc, RowBias>;
 // epilogue::thread::SiLu(Node1)
@@ -118,8 +120,8 @@ inline int sm_count(int device) {
   if (device >= 0 && device < 64) {
     n = cache[device].load(std::memory_order_relaxed);
   }
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
-                                       device) == cudaSuccess && device >= 0 && device < 64) {
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && device >= 0 &&
+      device < 64) {
     cache[device].store(n, std::memory_order_relaxed);
   }
   return n;

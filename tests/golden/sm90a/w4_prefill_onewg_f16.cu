@@ -167,7 +167,8 @@ using SmemLayoutWq_sAtom = decltype(composition(
     Swizzle<0, 2, 3>{},
     Layout<Shape<Int<8>, Int<32>>, Stride<Int<32>, _1>>{}));
 using SmemLayoutWq_s = decltype(tile_to_shape(
-    SmemLayoutWq_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
+    SmemLayoutWq_sAtom{},
+    make_shape(Int<block_N>{}, Int<block_K / 8>{}, Int<stages>{})));  // (block_N, block_K/8, stage)
 
 // Shared buffer `S_s` (spec 16): not a gemm operand; dim 1 contiguous to match `scales` so cp.async
 // moves 4-byte vectors; in the odd-rows instantiation each row has two more elements, for rows of
@@ -177,7 +178,9 @@ using SmemLayoutS_sAtom = decltype(composition(
     Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}));
 template <bool kOddRows>
 using SmemLayoutS_s = decltype(tile_to_shape(
-    SmemLayoutS_sAtom{}, make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{}, Int<stages>{})));  // (block_N, block_K/128, stage)
+    SmemLayoutS_sAtom{},
+    make_shape(Int<block_N>{}, Int<block_K / 128 + (kOddRows ? 2 : 0)>{},
+               Int<stages>{})));  // (block_N, block_K/128, stage)
 
 // Shared buffer `W_s` (spec 17): gemm operand B, viewed as (N, K); not filled from global memory,
 // so K (or the last dim) is contiguous; GMMA::Layout_K_SW128_Atom: 8x64 in (MN, K) order, 8

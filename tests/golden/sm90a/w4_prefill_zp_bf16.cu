@@ -386,7 +386,9 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
     // into block 0's free stages (each thread its fragment as float4s, at a stride of kThreads) and
     // leaves; block 0 adds them to its own and stores C.
     constexpr int kVectors = size(decltype(acc){}) / 4;
-    static_assert(size(decltype(acc){}) % 4 == 0 && sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial), "the partial tile fits");
+    static_assert(size(decltype(acc){}) % 4 == 0 &&
+                  sizeof(float) * size(decltype(acc){}) * kThreads <= sizeof(SharedStorage::partial),
+                  "the partial tile fits");
     cute::cluster_arrive();  // release: this block's stages have been read
     cute::cluster_wait();  // acquire: so have the other block's
     if (k_half == 1) {

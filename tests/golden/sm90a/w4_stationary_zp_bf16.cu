@@ -385,7 +385,8 @@ w4_stationary_zp_bf16_kernel(ElementA const* __restrict__ A,
     for (int i = 0; i < 1; ++i) {
       int const r = i * 32 + tid / 4, wc = tid % 4;  // row, word in the row
       if (r * 4 + wc < 64) {
-        *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) = dequant_int4x8(packed[i], scale[i], dequant_neg_bias<ElementS_s>(uint32_t(zero[i].raw()) * 0x10001u));
+        *reinterpret_cast<uint4*>(&sW_s(r, wc * 8)) =
+            dequant_int4x8(packed[i], scale[i], dequant_neg_bias<ElementS_s>(uint32_t(zero[i].raw()) * 0x10001u));
       }
     }
   }

@@ -127,7 +127,13 @@ CUTE_DEVICE void mbarrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
 CUTE_DEVICE void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+  asm volatile(
+      "{\n"
+      " .reg .pred done;\n"
+      " WAIT:\n"
+      " mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n"
+      "}" :: "r"(bar), "r"(parity) : "memory");
 }
 CUTE_DEVICE void mbarrier_arrive(uint32_t bar) {
   asm volatile("{ .reg .b64 state; mbarrier.arrive.shared.b64 state, [%0]; }" :: "r"(bar) : "memory");
@@ -185,17 +191,20 @@ static_assert(kSpanWords * sizeof(ElementP_t) == 128 && kSpan == 4 * 2 * 32,
 constexpr int kStageX_t = rows * depth;
 template <int kRows>
 using SmemLayoutX_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementX_t>>,
-    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageX_t>>>>;  // (kRows, depth, stage)
+    Layout<Shape<Int<kRows>, Shape<Int<kSpan>, Int<kSpans>>, Int<stages>>,
+           Stride<Int<kSpan>, Stride<_1, Int<kRows * kSpan>>, Int<kStageX_t>>>>;  // (kRows, depth, stage)
 // Shared buffer `P_t` (spec 15): each thread's packed words, 16 bytes at a time; 256-deep spans of
 // 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes, under which
 // the 16-byte reads of each thread's four words hit eight different 16-byte bank groups in every
 // quarter-warp (checked by tilegen).
 constexpr int kStageP_t = cols * (depth / 8);
 using SmemLayoutP_t = ComposedLayout<Swizzle<3, 4, 3>, smem_ptr_flag_bits<sizeof_bits_v<ElementP_t>>,
-    Layout<Shape<Int<cols>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>, Stride<Int<kSpanWords>, Stride<_1, Int<cols * kSpanWords>>, Int<kStageP_t>>>>;  // (cols, (depth / 8), stage)
+    Layout<Shape<Int<cols>, Shape<Int<kSpanWords>, Int<kSpans>>, Int<stages>>,
+           Stride<Int<kSpanWords>, Stride<_1, Int<cols * kSpanWords>>, Int<kStageP_t>>>>;  // (cols, (depth / 8), stage)
 // The swizzle repeats every 1024 bytes and every span of 8 rows (and every stage) starts on
 // such a boundary, as TMA needs.
-static_assert(8 * kSpan * sizeof(ElementX_t) % 1024 == 0 && kStageP_t * sizeof(ElementP_t) % 1024 == 0 && cols * kSpanWords * sizeof(ElementP_t) % 1024 == 0,
+static_assert(8 * kSpan * sizeof(ElementX_t) % 1024 == 0 && kStageP_t * sizeof(ElementP_t) % 1024 == 0 &&
+              cols * kSpanWords * sizeof(ElementP_t) % 1024 == 0,
               "spans and stages start on the swizzle's period");
 
 // spec 24: `X`'s tensor map, rows as 128-byte lines of kLineA values. A box of
@@ -251,7 +260,8 @@ constexpr int kRowS_t = (depth / 256) + (kOddRows ? 2 : 0);
 template <bool kOddRows>
 constexpr int kStageS_t = cols * kRowS_t<kOddRows>;
 template <bool kOddRows>
-using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>, Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
+using SmemLayoutS_t = Layout<Shape<Int<cols>, Int<kRowS_t<kOddRows>>, Int<stages>>,
+                             Stride<Int<kRowS_t<kOddRows>>, _1, Int<kStageS_t<kOddRows>>>>;  // (cols, slot, stage)
 
 // Shared memory: the pipeline's stages; after the loop, each k share's Cᵀ partial sums in
 // their place; and each stage's two mbarriers. kOddRows widens the rows of scales (see `S_t`).
@@ -339,7 +349,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     bool Sc_in[kScaleRounds];
     CUTE_UNROLL
     for (int i = 0; i < kScaleRounds; ++i) {
-      int const copy = (lane + 32 * i) % kScaleCopies, row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
+      int const copy = (lane + 32 * i) % kScaleCopies;
+      int const row = copy / kScaleCopiesPerRow, slot = copy % kScaleCopiesPerRow * 2;
       Sc_in[i] = n0 + row < features;
       Sc_first[i] = slot - (kOddRows ? (n0 + row) & 1 : 0);
       Sc_src[i] = Sc + int64_t(Sc_in[i] ? n0 + row : 0) * (hidden / 256) + (Sc_in[i] ? Sc_first[i] : slot);
@@ -368,8 +379,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
                                    n0);
           }
         } else {
+          // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks.
           CUTE_UNROLL
-          for (int span = 0; span < kSpans; ++span) {  // copy(X[mb*rows, kt*depth], X_t): kept in L2 for the other blocks
+          for (int span = 0; span < kSpans; ++span) {
             SM90_TMA_LOAD_4D::copy(&tma_X, &smem.full[stage], uint64_t(TMA::CacheHintSm90::EVICT_LAST),
                                    smem.mainloop.X_t.data() + stage * kStageX_t + span * kRowsA * kSpan, 0, 0, m0,
                                    j * kSpans + span);
@@ -415,7 +427,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       Wp_rd[r][s] = cast_smem_ptr_to_uint(&sP_t(w_row + 8 * r, make_coord(8 * t + 4 * h, span), 0));
-      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0), 0));  // one slot later in rows that start mid-word
+      // One slot later in rows that start mid-word.
+      int const slot = (kSpan * span + 64 * t + 32 * h) / kGroup + (kOddRows ? (n0 + w_row + 8 * r) & 1 : 0);
+      Sc_rd[r][s] = cast_smem_ptr_to_uint(&sS_t(w_row + 8 * r, slot, 0));
       asm volatile("" : "+r"(Wp_rd[r][s]), "+r"(Sc_rd[r][s]));  // kept in registers (below)
     }
     CUTE_UNROLL
@@ -443,12 +457,15 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
 
   // spec 25-26: one k-tile from shared stage `stage`.
   auto mma_tile = [&](int stage) {
+    // The stage's byte offsets in the tiles of the words and of the scales.
+    uint32_t const stage_Wp = stage * kStageP_t * sizeof(ElementP_t);
+    uint32_t const stage_Sc = stage * kStageS_t<kOddRows> * sizeof(ElementS_t);
     CUTE_UNROLL
     for (int s = 0; s < kStepsPerWarp; ++s) {
-      uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage * kStageP_t * sizeof(ElementP_t));
-      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage * kStageS_t<kOddRows> * sizeof(ElementS_t)) * 0x10001u;
+      uint4 const words_lo = ld_shared_v4(Wp_rd[0][s] + stage_Wp);
+      uint4 const words_hi = ld_shared_v4(Wp_rd[1][s] + stage_Wp);
+      uint32_t const scale_lo = ld_shared_u16(Sc_rd[0][s] + stage_Sc) * 0x10001u;  // twice
+      uint32_t const scale_hi = ld_shared_u16(Sc_rd[1][s] + stage_Sc) * 0x10001u;
       // the zero point 7
       constexpr uint32_t neg_bias_lo = dequant_neg_bias<7, ElementS_t>(), neg_bias_hi = neg_bias_lo;
       CUTE_UNROLL
