@@ -101,10 +101,10 @@ fn rendered_cu(c: &tilegen::Compiled) -> String {
     files.into_iter().find(|f| f.name.ends_with(".cu")).expect("a .cu file").contents
 }
 
-/// `text` with every run of whitespace, line breaks included, one space: code the generator
-/// broke over several lines (`back::tidy`) matches its one-line spelling.
+/// `text` with every run of whitespace, line breaks included, one space (none after `(`): code
+/// the generator broke over several lines (`back::tidy`) matches its one-line spelling.
 fn squashed(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split_whitespace().collect::<Vec<_>>().join(" ").replace("( ", "(")
 }
 
 fn compile_for(text: String, target: Target) -> Result<tilegen::Compiled, Vec<String>> {

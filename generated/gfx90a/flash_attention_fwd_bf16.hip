@@ -53,39 +53,39 @@ constexpr float kSoftmaxScale = scale_log2 * 0.693147180559945309f;
 
 // No mask: every query attends to every key (as the probe confirmed).
 using DeviceAttention = ck::tensor_operation::device::DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle<
-    2, 1, 1, 1, 1,  // NumDimG (batch, heads), NumDimM (queries), NumDimN (keys), NumDimK (head dim of Q·Kᵀ), NumDimO (head dim of O)
-    ElementQ, ElementK,                   // ADataType (Q), BDataType (K)
-    ElementV, ElementO,                   // B1DataType (V), CDataType (O)
-    ck::Tuple<>, ck::Tuple<>,             // D0sDataType, D1sDataType: no bias on either product
-    ElementAccumulator,                   // GemmAccDataType
-    ElementO,                             // CShuffleDataType: the output tile is shuffled through LDS in its own type
-    PassThrough, PassThrough,             // A, B element-wise operations (Q, K as loaded)
-    Scale,                                // C0DE element-wise operation: the scores times kSoftmaxScale
-    PassThrough, PassThrough,             // B1, C1DE element-wise operations (V, O as they are)
-    GemmSpecialization::MNKOPadding,      // any sequence length: ragged query and key tiles are padded
-    TensorSpecialization::Default,        // ASpec: general strides
-    TensorSpecialization::Default,        // BSpec
-    TensorSpecialization::Default,        // B1Spec
-    TensorSpecialization::Default,        // CSpec
-    1,                                    // NumGemmKPrefetchStage
-    256,                                  // BlockSize: 4 waves of 64
-    128, 128, 64,                         // MPerBlock (queries), NPerBlock (keys), KPerBlock (head dim, Q·Kᵀ)
-    128, 32,                              // Gemm1NPerBlock (head dim of O), Gemm1KPerBlock (keys, P·V)
-    8, 8, 2,                              // AK1, BK1, B1K1
-    32, 32,                               // MPerXDL, NPerXDL: 32x32x8 MFMAs
-    1, 4, 4,                              // MXdlPerWave, NXdlPerWave, Gemm1NXdlPerWave
+    2, 1, 1, 1, 1,                    // NumDimG, M, N, K, O: (batch, heads), queries, keys, Q·Kᵀ's and O's head dims
+    ElementQ, ElementK,               // ADataType (Q), BDataType (K)
+    ElementV, ElementO,               // B1DataType (V), CDataType (O)
+    ck::Tuple<>, ck::Tuple<>,         // D0sDataType, D1sDataType: no bias on either product
+    ElementAccumulator,               // GemmAccDataType
+    ElementO,                         // CShuffleDataType: the output tile is shuffled through LDS in its own type
+    PassThrough, PassThrough,         // A, B element-wise operations (Q, K as loaded)
+    Scale,                            // C0DE element-wise operation: the scores times kSoftmaxScale
+    PassThrough, PassThrough,         // B1, C1DE element-wise operations (V, O as they are)
+    GemmSpecialization::MNKOPadding,  // any sequence length: ragged query and key tiles are padded
+    TensorSpecialization::Default,    // ASpec: general strides
+    TensorSpecialization::Default,    // BSpec
+    TensorSpecialization::Default,    // B1Spec
+    TensorSpecialization::Default,    // CSpec
+    1,                                // NumGemmKPrefetchStage
+    256,                              // BlockSize: 4 waves of 64
+    128, 128, 64,                     // MPerBlock (queries), NPerBlock (keys), KPerBlock (head dim, Q·Kᵀ)
+    128, 32,                          // Gemm1NPerBlock (head dim of O), Gemm1KPerBlock (keys, P·V)
+    8, 8, 2,                          // AK1, BK1, B1K1
+    32, 32,                           // MPerXDL, NPerXDL: 32x32x8 MFMAs
+    1, 4, 4,                          // MXdlPerWave, NXdlPerWave, Gemm1NXdlPerWave
     Seq<8, 32, 1>, Seq<1, 0, 2>, Seq<1, 0, 2>,  // Q: thread cluster K0_M_K1, arrange order, source access order
-    2, 8, 8, false,                       // Q: source vector dim (K), source / LDS vector widths, no extra LDS row
+    2, 8, 8, false,                   // Q: source vector dim (K), source / LDS vector widths, no extra LDS row
     Seq<8, 32, 1>, Seq<1, 0, 2>, Seq<1, 0, 2>,  // K: thread cluster K0_N_K1, arrange order, source access order
-    2, 8, 8, false,                       // K: source vector dim (K), source / LDS vector widths, no extra LDS row
+    2, 8, 8, false,                   // K: source vector dim (K), source / LDS vector widths, no extra LDS row
     Seq<8, 32, 1>, Seq<0, 2, 1>, Seq<0, 2, 1>,  // V: thread cluster K0_N_K1, arrange order, source access order
-    1, 4, 2, false,                       // V: source vector dim (N), source / LDS vector widths, no extra LDS row
-    1, 2,                                 // C shuffle: M / N XDL per wave per shuffle
-    Seq<1, 32, 1, 8>,                     // C block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
-    8,                                    // C scalars per vector
+    1, 4, 2, false,                   // V: source vector dim (N), source / LDS vector widths, no extra LDS row
+    1, 2,                             // C shuffle: M / N XDL per wave per shuffle
+    Seq<1, 32, 1, 8>,                 // C block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
+    8,                                // C scalars per vector
     MaskingSpecialization::MaskDisabled,  // not causal: every query attends to every key
-    4,                                    // D0sTransferSrcScalarPerVector: unused, no bias
-    ck::LoopScheduler::Default>;          // LoopSched
+    4,                                // D0sTransferSrcScalarPerVector: unused, no bias
+    ck::LoopScheduler::Default>;      // LoopSched
 
 }  // namespace tilegen::flash_attention_fwd_bf16
 

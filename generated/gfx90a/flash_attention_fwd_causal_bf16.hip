@@ -54,7 +54,7 @@ constexpr float kSoftmaxScale = scale_log2 * 0.693147180559945309f;
 // The spec's causal mask (query i attends to keys j <= i, as the probe confirmed) is CK's
 // MaskOutUpperTriangle, aligned at the top-left corner: queries and keys have the same length S.
 using DeviceAttention = ck::tensor_operation::device::DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle<
-    2, 1, 1, 1, 1,  // NumDimG (batch, heads), NumDimM (queries), NumDimN (keys), NumDimK (head dim of Q·Kᵀ), NumDimO (head dim of O)
+    2, 1, 1, 1, 1,                    // NumDimG, M, N, K, O: (batch, heads), queries, keys, Q·Kᵀ's and O's head dims
     ElementQ, ElementK,               // ADataType (Q), BDataType (K)
     ElementV, ElementO,               // B1DataType (V), CDataType (O)
     ck::Tuple<>, ck::Tuple<>,         // D0sDataType, D1sDataType: no bias on either product

@@ -159,7 +159,8 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       float const word_scale = ck::type_convert<float>(S_s[r][c * 8 / 128]);
       #pragma unroll
       for (int nib = 0; nib < 8; ++nib) {
-        W_s[r][c * 8 + nib] = ck::type_convert<ck::bhalf_t>(static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - 8) * word_scale);
+        W_s[r][c * 8 + nib] = ck::type_convert<ck::bhalf_t>(
+            static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - 8) * word_scale);
       }
     }
     // spec 29: gemm(A_s, W_s, acc, transpose_b=true): 16x32x512 in 32 k-steps of 16, the k steps

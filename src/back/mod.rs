@@ -608,6 +608,8 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     // (a declaration of several names, or a list continued from an earlier line).
     let mut assign: Option<usize> = None;
     let mut top_comma = false;
+    // The first `(` outside other brackets: a call's or a cast's.
+    let mut first_paren: Option<usize> = None;
     let spaced = |i: usize| i > 0 && chars[i - 1] == ' ' && chars.get(i + 1) == Some(&' ');
     let spaced_pair = |i: usize| i > 0 && chars[i - 1] == ' ' && chars.get(i + 2) == Some(&' ');
     // Commas of template argument lists (`Layout<Shape<...>, Stride<...>>`): used only where
@@ -624,7 +626,12 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
                 '"' | '\'' => quote = Some(ch),
                 // A block (`) {`: a lambda's or statement's body) is kept whole: marked `b`.
                 '{' if chars[..i].iter().rev().find(|c| **c != ' ') == Some(&')') => open.push(('b', i, i + 1)),
-                '(' | '[' | '{' => open.push((ch, i, i + 1)),
+                '(' | '[' | '{' => {
+                    if ch == '(' && open.iter().all(|o| o.0 == '<') && first_paren.is_none() {
+                        first_paren = Some(i);
+                    }
+                    open.push((ch, i, i + 1));
+                }
                 // A template's argument list: `<` right after a name (comparisons are spaced).
                 '<' if i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_') => open.push((ch, i, i + 1)),
                 '>' if open.last().is_some_and(|o| o.0 == '<') => {
@@ -733,14 +740,21 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
         }
     }
     // Else after the ` = ` of an assignment or declaration of one name, its right-hand side four
-    // columns in on the next line (and broken there as above, if it still does not fit).
-    if let Some(eq) = assign.filter(|_| !top_comma) {
-        let rhs: String = chars[eq + 2..].iter().collect();
-        let mut pieces = vec![chars[..=eq].iter().collect::<String>()];
-        pieces.extend(break_code_leaving(&format!("{}{rhs}", " ".repeat(indent + 4)), reserve));
+    // columns in on the next line, or after the line's first `(` where the line ends with its
+    // list (a call's arguments), those four columns in: whichever takes fewer lines (then the first), each piece broken
+    // as above where it still does not fit.
+    let mut fallbacks: Vec<Vec<String>> = Vec::new();
+    for (at, skip) in [(assign.filter(|_| !top_comma), 2), (first_paren.filter(|&p| chars.get(p + 1).is_some_and(|c| *c != ')') && ends_line(Some(p))), 1)] {
+        let Some(at) = at else { continue };
+        let rest: String = chars[at + skip..].iter().collect();
+        let mut pieces = vec![chars[..=at].iter().collect::<String>()];
+        pieces.extend(break_code_leaving(&format!("{}{}", " ".repeat(indent + 4), rest.trim_start()), reserve));
         if fit(&pieces) {
-            return pieces;
+            fallbacks.push(pieces);
         }
+    }
+    if let Some(best) = fallbacks.into_iter().min_by_key(Vec::len) {
+        return best;
     }
     vec![line.to_string()]
 }
@@ -828,10 +842,11 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines.len() == 3 && lines[..2].iter().all(|l| l.starts_with("    // word")) && lines[2] == code, "{out}");
         // Only above a statement's first line: a line continuing a statement, or one after
-        // `template <...>` or `CUTE_UNROLL`, keeps its comment.
+        // `template <...>` or `CUTE_UNROLL`, keeps its comment, and its code breaks to make room.
         for before in ["  auto x = f(a,", "template <bool kOdd>", "  CUTE_UNROLL"] {
             let text = format!("{before}\n{code}  // the tile (spec 12)\n");
-            assert_eq!(tidy(&text), text, "after {before}");
+            let broken = format!("{before}\n    Tensor t = make_tensor(\n        {});  // the tile (spec 12)\n", "a".repeat(80));
+            assert_eq!(tidy(&text), broken, "after {before}");
         }
         // Nor where moving it leaves the code too wide, or the comment fits after the broken code.
         let wide = format!("    Tensor t = make_tensor({});", "a".repeat(120));
@@ -871,6 +886,10 @@ mod tests {
         assert_eq!(break_code(&two), std::slice::from_ref(&two));
         let longer = format!("  float const total = {sum} + {sum};");
         assert_eq!(break_code(&longer), std::slice::from_ref(&longer));
+        // A call that ends the statement, its argument too long beside it: after its `(`.
+        let inner = format!("shape(partition(make_identity(make_shape_of_{})))", "x".repeat(60));
+        let call = format!("  Tensor fragment = make_tensor<Element>({inner});");
+        assert_eq!(break_code(&call), [String::from("  Tensor fragment = make_tensor<Element>("), format!("      {inner});")]);
         // Commas of an argument list still come first.
         let call = format!("  auto t = make_tensor({}, {});", "a".repeat(60), "b".repeat(60));
         assert_eq!(break_code(&call)[0], format!("  auto t = make_tensor({},", "a".repeat(60)));

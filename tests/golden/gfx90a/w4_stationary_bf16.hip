@@ -131,7 +131,8 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
     float const word_scale = ck::type_convert<float>(S_s[r][c * 8 / 16]);
     #pragma unroll
     for (int nib = 0; nib < 8; ++nib) {
-      W_s[r][c * 8 + nib] = ck::type_convert<ck::bhalf_t>(static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - 8) * word_scale);
+      W_s[r][c * 8 + nib] = ck::type_convert<ck::bhalf_t>(
+          static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - 8) * word_scale);
     }
   }
   // spec 22: serial(m, ceildiv(M, block_M))

@@ -267,7 +267,9 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
 
   // Operand partitions of the MMA at spec 26.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
-  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
+  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
+  Tensor tCrW_s = make_tensor<ElementW_s>(
+      shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
   auto s2r_thr_A_s = s2r_copy_A_s.get_slice(tid);
   Tensor tXsA_s = s2r_thr_A_s.partition_S(sA_s);

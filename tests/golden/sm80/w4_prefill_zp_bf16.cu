@@ -300,7 +300,9 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
 
   // Operand partitions of the MMA at spec 29.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
-  Tensor tCrW_s = make_tensor<ElementW_s>(shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
+  // (MMA, MMA_N, MMA_K): `W_s`'s B fragments, unpacked in registers
+  Tensor tCrW_s = make_tensor<ElementW_s>(
+      shape(thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})))));
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
   auto s2r_thr_A_s = s2r_copy_A_s.get_slice(tid);
   Tensor tXsA_s = s2r_thr_A_s.partition_S(sA_s);
@@ -486,9 +488,8 @@ w4_prefill_zp_bf16_kernel(ElementA const* __restrict__ A,
             uint32_t const b_scales = uint32_t(sS_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0),
                                                     read_stage).raw()) * 0x10001u;  // the row's scale, twice
             // the row's zero point from `Z_s`, as dequant_int4x2 takes it
-            uint32_t const b_neg_bias =
-                dequant_neg_bias<ElementS_s>(uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0),
-                                                           read_stage).raw()) * 0x10001u);
+            uint32_t const b_neg_bias = dequant_neg_bias<ElementS_s>(
+                uint32_t(sZ_s(b_row, k_block / 8 + (kOddRows ? (b_row & 1) : 0), read_stage).raw()) * 0x10001u);
             Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));
             Tensor b1 = recast<uint32_t>(tCrW_s(_, j, k_block + 1));
             b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);

@@ -170,7 +170,8 @@ inline auto make_tma_Wq(ElementWq const* Wq, int rows, int cols) {
 using TmaWq = decltype(make_tma_Wq(nullptr, 0, 0));
 // Bytes a stage's loads deliver (boxes past the tensors' edges count in full).
 template <int kRowsA>
-constexpr uint32_t kStageBytes = uint32_t(sizeof(ElementA_s) * cosize_v<SmemLayoutA_sTile<kRowsA>> + sizeof(ElementWq_s) * cosize_v<SmemLayoutWq_sTile>);
+constexpr uint32_t kStageBytes = uint32_t(sizeof(ElementA_s) * cosize_v<SmemLayoutA_sTile<kRowsA>> +
+                                          sizeof(ElementWq_s) * cosize_v<SmemLayoutWq_sTile>);
 
 // spec 30: C's tile in shared memory after the loop, rows padded by one 16-byte vector so that the
 // transposing writes spread over the banks; written through a (weight row, row of `A`) view, read

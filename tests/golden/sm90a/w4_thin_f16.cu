@@ -183,7 +183,8 @@ constexpr int kSpanWords = kSpan / 8;
 constexpr int kLineA = 128 / int(sizeof(ElementX_t));  // values of `X_t` per 128-byte line
 constexpr int kSpans = depth / kSpan;
 static_assert(kSpanWords * sizeof(ElementP_t) == 128 && kSpan == 4 * 2 * 32,
-              "a span row of packed words is one swizzled line, and a quad's four threads read two 32-value chunks of it each");
+              "a span row of packed words is one swizzled line, "
+              "and a quad's four threads read two 32-value chunks of it each");
 // Shared buffer `X_t` (spec 14): the MMA's B operand, read as 16-byte pieces of its rows; 256-deep
 // spans of 128-byte rows with the 128-byte swizzle (TMA's SWIZZLE_128B): the layout TMA writes,
 // under which the 16-byte reads of A's rows (the B operand) hit eight different 16-byte bank groups
