@@ -1801,3 +1801,16 @@ fn generated_kernels_declare_only_the_element_aliases_they_use() {
     let cu = rendered_cu(&compile_for(la, Target::Sm80).expect("compiles"));
     assert!(cu.contains("using ElementP_f = cute::bfloat16_t;") && !cu.contains("ElementO_f"), "{cu}");
 }
+
+/// A gemm whose MMA type equals an earlier gemm's (atom, warps, tile) names that type.
+#[test]
+fn equal_mma_types_are_declared_once() {
+    let la = std::fs::read_to_string("specs/linear_attention_causal_bf16.yaml").expect("the bundled spec");
+    let cu = rendered_cu(&compile_for(la, Target::Sm80).expect("compiles"));
+    for alias in ["using TiledMma1 = TiledMma0;", "using TiledMma2 = TiledMma0;"] {
+        assert!(cu.contains(alias), "no `{alias}` in\n{cu}");
+    }
+    // Kᵀ·V splits its 128x64 tile 2x2: a type of its own, checked against the block's threads.
+    assert!(squashed(&cu).contains("using TiledMma3 = TiledMMA< MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>, Layout<Shape<Int<2>, Int<2>, _1>>"), "{cu}");
+    assert_eq!(cu.matches("static_assert(size(TiledMma").count(), 2, "{cu}");
+}

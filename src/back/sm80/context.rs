@@ -109,6 +109,10 @@ pub struct SmemLayoutCtx {
 #[derive(Serialize)]
 pub struct MmaCtx {
     pub name: String,
+    /// The earlier MMA type this one equals (atom, warps and tile), and its gemm's spec line:
+    /// the type is then an alias of it. Empty and 0 otherwise.
+    pub same_as: String,
+    pub same_as_line: usize,
     pub line: usize,
     pub why: String,
     pub atom: String,
@@ -379,6 +383,8 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         let sb = one_stage(lb.staged, &view_b);
         mmas.push(MmaCtx {
             name: format!("TiledMma{sfx}"),
+            same_as: String::new(),
+            same_as_line: 0,
             line: stmt_line,
             why: m.why.clone(),
             atom: m.atom.clone(),
@@ -428,6 +434,13 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 String::new()
             },
         });
+    }
+    // An MMA type equal to an earlier one is declared as an alias of it.
+    for i in 1..mmas.len() {
+        let key = |m: &MmaCtx| (m.atom.clone(), m.wgmma_op.clone(), m.warpgroups, m.warps_m, m.warps_n, m.tile_m, m.tile_n, m.tile_k.clone());
+        if let Some(j) = (0..i).find(|&j| mmas[j].same_as.is_empty() && key(&mmas[j]) == key(&mmas[i])) {
+            (mmas[i].same_as, mmas[i].same_as_line) = (mmas[j].name.clone(), mmas[j].line);
+        }
     }
     // Accumulators are written into shared buffers in their (row, col) order: a buffer laid
     // out as a gemm operand with its spec dims swapped is written through the swapped view.

@@ -113,11 +113,7 @@ using S2RCopyAtomK_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementK_s>;
 
 // gemm (spec 59): 4 warps as 4x1: each warp owns whole 64-wide rows of the accumulator, because A
 // comes from registers, laid out as the producing gemm's rows.
-using TiledMma1 = TiledMMA<
-    MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
-    Layout<Shape<Int<4>, Int<1>, _1>>,  // warps (M, N, K)
-    Tile<Int<64>, Int<16>, _16>>;       // one MMA step of the block
-static_assert(size(TiledMma1{}) == kThreads, "the MMA uses every thread of the block");
+using TiledMma1 = TiledMma0;  // the same atom, warps and tile as spec 44's
 // A comes from registers (`P_f`): no shared-memory load.
 // B is MN-major in shared memory: ldmatrix.x4.trans transposes the 8x8 tiles on the way to
 // registers.
