@@ -285,6 +285,18 @@ pub fn upper_first(name: &str) -> String {
     ch.next().map(|f| f.to_ascii_uppercase().to_string() + ch.as_str()).unwrap_or_default()
 }
 
+/// A spec constant's C++ type and value, as every back end declares it
+/// (`constexpr <type> <name> = <value>;`): folded by the checker, so `1.0 / sqrt(D)` is a float
+/// literal here.
+pub fn constant_decl(info: &Info, name: &str) -> (&'static str, String) {
+    match info.symbols.get(name) {
+        Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
+        Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", float_literal(s)),
+        Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
+        _ => ("int", "0".into()),
+    }
+}
+
 /// A float literal spelled as a C++ `float` literal: `0.0` → `0.0f`, `1e3` → `1e3f`, `2.` → `2.f`,
 /// `inf` → `INFINITY`.
 pub fn float_literal(lit: &str) -> String {

@@ -5,7 +5,6 @@
 use crate::ast::*;
 use crate::back::conv::{cpp_type, upper_first, Conv, Env};
 pub(crate) use crate::back::ElementCtx;
-use crate::check::{ConstValue, Symbol};
 use crate::layout::Swizzle;
 use crate::Compiled;
 use serde::Serialize;
@@ -66,12 +65,7 @@ pub(super) fn swizzle_text(s: Swizzle) -> String {
 /// The spec's constants as C++ declarations.
 pub(super) fn constants_ctx(c: &Compiled) -> Vec<ConstantCtx> {
     c.spec.constants.iter().map(|k| {
-        let (cpp_type, value) = match c.info.symbols.get(&k.name.name) {
-            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
-            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", crate::back::conv::float_literal(s)),
-            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
-            _ => ("int", "0".into()),
-        };
+        let (cpp_type, value) = crate::back::conv::constant_decl(&c.info, &k.name.name);
         ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value }
     }).collect()
 }

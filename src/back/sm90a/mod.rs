@@ -203,12 +203,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         _ => {}
     });
     let constants = spec.constants.iter().map(|k| {
-        let (ty, v) = match &k.value.kind {
-            crate::ast::ExprKind::Int(v) => ("int", v.to_string()),
-            crate::ast::ExprKind::Float(_, s) => ("float", crate::back::conv::float_literal(s)),
-            crate::ast::ExprKind::Bool(b) => ("bool", b.to_string()),
-            _ => ("int", "0".into()),
-        };
+        let (ty, v) = crate::back::conv::constant_decl(&c.info, &k.name.name);
         Triple { a: ty.to_string(), b: k.name.name.clone(), c: v }
     }).collect();
     let element = |alias: &str, t: &crate::ast::Tensor, of: String| ElementCtx { alias: alias.into(), cpp_type: cpp_type(t.dtype.0).into(), of };

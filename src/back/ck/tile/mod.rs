@@ -9,9 +9,9 @@
 use super::element;
 use crate::back::ElementCtx;
 use crate::ast::*;
-use crate::back::conv::{float_literal, mentions, upper_first, Conv, Env};
+use crate::back::conv::{mentions, upper_first, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
-use crate::check::{ConstValue, Symbol};
+use crate::check::Symbol;
 use crate::diag::Diagnostic;
 use crate::layout::mfma::{TilePlan, WaveGrid, BLOCK};
 use crate::Compiled;
@@ -568,12 +568,7 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
     let used = |name: &str| body.iter().chain(&lds).chain(&grid).any(|l| mentions(&code(l), name));
     let constants = spec.constants.iter().map(|k| {
         let line = c.line(k.name.span);
-        let (ty, value) = match c.info.symbols.get(&k.name.name) {
-            Some(Symbol::Constant(ConstValue::Float(_, s))) => ("float", float_literal(s)),
-            Some(Symbol::Constant(ConstValue::Bool(b))) => ("bool", b.to_string()),
-            Some(Symbol::Constant(ConstValue::Int(v))) => ("int", v.to_string()),
-            _ => ("int", "0".to_string()),
-        };
+        let (ty, value) = crate::back::conv::constant_decl(&c.info, &k.name.name);
         let unused = if used(&k.name.name) { "" } else { "[[maybe_unused]] " };
         let note = if unused.is_empty() { String::new() } else { ", not used on this target".to_string() };
         format!("{unused}constexpr {ty} {} = {value};  // spec {line}{note}", k.name.name)
