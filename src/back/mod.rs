@@ -569,11 +569,14 @@ fn trailing_comment(line: &str) -> Option<usize> {
 
 /// Breaks a code line wider than [`CODE_WIDTH`] after commas of an argument or initializer
 /// list, as clang-format does: each continuation is aligned one column after the bracket that
-/// opened the list, and each line takes as many arguments as fit; a line is broken only where
-/// every piece then fits within the width. Commas inside template
-/// arguments (`Stride<_0, _1>`), index brackets and one-line blocks (`[&](int k) { ... }`)
-/// are kept, and so are literals and preprocessor lines; a line with no such comma stays
-/// whole. Only whitespace changes.
+/// opened the list, and each line takes as many arguments as fit. It may also break after a
+/// spaced `&&` or `||` (aligned with the condition's start) and before a ternary's `?` and `:`.
+/// Where that cannot make every piece fit, the commas of template argument lists
+/// (`Layout<Shape<...>,\n Stride<...>>`) join in; failing that, the line breaks after an
+/// assignment's ` = ` or after the `(` of a call that ends it, the rest four columns in. A line
+/// is broken only where every piece then fits within the width. Index brackets, one-line
+/// blocks (`[&](int k) { ... }`), literals and preprocessor lines are kept whole; a line with
+/// no break point stays whole. Only whitespace changes.
 fn break_code(line: &str) -> Vec<String> {
     break_code_leaving(line, 0)
 }
@@ -739,10 +742,10 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
             return pieces;
         }
     }
-    // Else after the ` = ` of an assignment or declaration of one name, its right-hand side four
-    // columns in on the next line, or after the line's first `(` where the line ends with its
-    // list (a call's arguments), those four columns in: whichever takes fewer lines (then the first), each piece broken
-    // as above where it still does not fit.
+    // Else after the ` = ` of an assignment or declaration of one name, its right-hand side
+    // four columns in on the next line, or after the line's first `(` where the line ends with
+    // its list (a call's arguments), those four columns in: whichever takes fewer lines (then
+    // the first), each piece broken as above where it still does not fit.
     let mut fallbacks: Vec<Vec<String>> = Vec::new();
     for (at, skip) in [(assign.filter(|_| !top_comma), 2), (first_paren.filter(|&p| chars.get(p + 1).is_some_and(|c| *c != ')') && ends_line(Some(p))), 1)] {
         let Some(at) = at else { continue };
@@ -893,6 +896,16 @@ mod tests {
         // Commas of an argument list still come first.
         let call = format!("  auto t = make_tensor({}, {});", "a".repeat(60), "b".repeat(60));
         assert_eq!(break_code(&call)[0], format!("  auto t = make_tensor({},", "a".repeat(60)));
+    }
+
+    #[test]
+    fn conditions_break_after_their_operators_and_type_lists_at_their_commas() {
+        let (a, b) = ("x".repeat(50), "y".repeat(50));
+        let cond = format!("  static_assert({a} == 1 && {b} == 2 && z < 3, \"why\");");
+        assert_eq!(break_code(&cond), [format!("  static_assert({a} == 1 &&"), format!("                {b} == 2 && z < 3, \"why\");")]);
+        // Template arguments break only where nothing else does, aligned after their `<`.
+        let layout = format!("using L = Layout<Shape<Int<{a}>, _1>, Stride<Int<{b}>, _1>>;");
+        assert_eq!(break_code(&layout), [format!("using L = Layout<Shape<Int<{a}>, _1>,"), format!("                 Stride<Int<{b}>, _1>>;")]);
     }
 
     #[test]
