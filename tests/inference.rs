@@ -962,7 +962,8 @@ fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
     let aligned: Vec<_> = c.plan.alignment.iter().map(|a| (c.spec.tensors[a.tensor].name.name.as_str(), a.vector_elems)).collect();
     assert_eq!(aligned, [("A", 8), ("Wq", 4), ("C", 8)]);
     let cu = cu_of(&c);
-    for needle in ["std::conditional_t<kRowsA == block_M, SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>{}",
+    for needle in ["using MmaOp = std::conditional_t<kRowsA == block_M, SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>;",
+                   "using TiledMma = decltype(make_tiled_mma(MmaOp<kRowsA>{},",
                    "using SmemLayoutWq_sAtom = GMMA::Layout_K_SW64_Atom<ElementWq_s>;", "cutlass::arch::warpgroup_reg_dealloc<40>();", "cutlass::arch::warpgroup_reg_alloc<232>();",
                    "set_barrier_transaction_bytes(smem.full[stage], kStageBytes<kRowsA>);", "wait_barrier(smem.empty[stage], (kt / stages - 1) % 2);",
                    "a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], byte_sel, scale2[0][i], bias_lo);",

@@ -56,9 +56,9 @@ using DeviceGemm = ck::tensor_operation::device::DeviceGemm_Xdl_CShuffleV3<
     1, 1,                                   // C shuffle: M / N XDL per wave per shuffle
     S<1, 16, 1, 16>,                        // C block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
     4,                                      // C block transfer scalars per vector (N)
-    ck::BlockGemmPipelineScheduler::Intrawave,
-    ck::BlockGemmPipelineVersion::v3,
-    ElementA, ElementB>;  // ComputeTypeA, ComputeTypeB
+    ck::BlockGemmPipelineScheduler::Intrawave,  // BlkGemmPipeSched
+    ck::BlockGemmPipelineVersion::v3,       // BlkGemmPipelineVer
+    ElementA, ElementB>;                    // ComputeTypeA, ComputeTypeB
 
 }  // namespace tilegen::gemm_bf16
 

@@ -177,10 +177,10 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     // tile, 4 elements (8 bytes) per access; vectors past the tensor's edges read as zero
     for (int e = threadIdx.x; e < chunk * (block_V / 4); e += kThreads) {
       int const r = e / (block_V / 4), c = e % (block_V / 4) * 4;
-      store_vec<4>(
-          &V_s[r][c], (bz < B && t * chunk + r < S && by < H && bx * block_V + c < D)
-                          ? load_vec<4>(&V[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + bx * block_V + c])
-                          : Vec<ElementV_s, 4>{});
+      store_vec<4>(&V_s[r][c],
+                   (bz < B && t * chunk + r < S && by < H && bx * block_V + c < D)
+                       ? load_vec<4>(&V[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + bx * block_V + c])
+                       : Vec<ElementV_s, 4>{});
     }
     // spec 39: clear(A_f)
     #pragma unroll

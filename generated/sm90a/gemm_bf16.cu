@@ -108,12 +108,9 @@ static_assert(GemmKernel::SharedStorageSize <= 232448,
 // The SM count, queried once per device for the persistent grid.
 inline int sm_count(int device) {
   static std::atomic<int> cache[64];
-  int n = 0;
-  if (device >= 0 && device < 64) {
-    n = cache[device].load(std::memory_order_relaxed);
-  }
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && device >= 0 &&
-      device < 64) {
+  bool const cached = device >= 0 && device < 64;  // devices past 64 query every time
+  int n = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && cached) {
     cache[device].store(n, std::memory_order_relaxed);
   }
   return n;

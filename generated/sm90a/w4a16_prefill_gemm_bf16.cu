@@ -124,10 +124,10 @@ using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
 // The kernel is instantiated for kRowsA rows of `A` per block (the MMA's N): block_M, or block_M /
 // 2 when the spec's tiles would occupy at most half the SMs (the launcher decides).
 template <int kRowsA>
-using TiledMma =
-    decltype(make_tiled_mma(std::conditional_t<kRowsA == block_M,
-                                               SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>,
-                                               SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>{},
+using MmaOp = std::conditional_t<kRowsA == block_M, SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>,
+                                 SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>;
+template <int kRowsA>
+using TiledMma = decltype(make_tiled_mma(MmaOp<kRowsA>{},
                                          Layout<Shape<Int<2>, _1, _1>>{}));  // warpgroups stacked along the weight rows
 static_assert(size(TiledMma<block_M>{}) == kThreads && 2 * 64 == block_N,
               "each consumer warpgroup owns 64 weight rows of the tile");

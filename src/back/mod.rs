@@ -103,8 +103,8 @@ const RESERVED_THIN_TMA: [&str; 19] = [
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA
 /// names it calls unqualified.
-const RESERVED_WIDE: [&str; 47] = [
-    "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_neg_bias", "device", "g", "h",
+const RESERVED_WIDE: [&str; 48] = [
+    "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_neg_bias", "device", "g", "h",
     "half_rows", "k16", "lane", "launch", "load_scales", "n0", "neg_bias", "next_scales", "next_zeros",
     "partition_shape_A", "scale2", "scale_rows", "sms", "t", "w_regs", "w_row", "words_hi", "words_lo", "zero_rows",
     "prefetch_tma_descriptor",
@@ -347,9 +347,12 @@ fn helper_signature<'a>(helper: &'a str, name: &str) -> Option<&'a str> {
     Some(&helper[start..=end])
 }
 
-/// `code` without its `//` comments.
+/// `code` without its `//` comments (a `//` inside a literal is not one).
 fn uncommented(code: &str) -> String {
-    code.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+    code.lines().map(|l| {
+        let body = l.trim_start();
+        if body.starts_with("//") { "" } else { trailing_comment(l).map_or(l, |at| &l[..at]) }
+    }).collect::<Vec<_>>().join("\n")
 }
 
 /// The helpers of [`CALLED_HELPERS`] that `code` (without comments) calls and does not define
@@ -393,22 +396,21 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
     let mut context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
     let mut cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
-    // One scan of the rendered kernel, then render again if it asks: the helpers the code calls
-    // by name go first among the context's helpers, and element aliases it never names go.
-    let code = uncommented(&cu);
-    let called = called_helpers(&code);
-    let (elements, dropped) = named_elements(&code, &context);
+    // Scans of the rendered kernel, each rendering again if it asks: the helpers the code calls
+    // by name go first among the context's helpers; then element aliases the code (helpers
+    // included) never names go.
+    let called = called_helpers(&uncommented(&cu));
     if !called.is_empty() {
         let hip = c.plan.target.is_amd();
         let mut helpers: Vec<String> = called.iter().map(|h| if hip { h.replace("CUTE_DEVICE", "__device__ inline") } else { h.to_string() }).collect();
         let planned: Vec<tera::Value> = context.get("helpers").and_then(|v| v.as_array()).map(<[tera::Value]>::to_vec).unwrap_or_default();
         helpers.extend(planned.iter().filter_map(|v| v.as_str().map(String::from)));
         context.insert("helpers", &helpers);
+        cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
+    let (elements, dropped) = named_elements(&uncommented(&cu), &context);
     if dropped {
         context.insert("elements", &elements);
-    }
-    if !called.is_empty() || dropped {
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
     let h = tera.render("launcher.h", &context).map_err(|e| template_error(c, &e))?;
@@ -474,12 +476,11 @@ pub(crate) fn tidy(text: &str) -> String {
 fn align_comment_runs(text: &str) -> String {
     let width = |s: &str| s.chars().count();
     let lines: Vec<&str> = text.lines().collect();
-    // (code without trailing spaces, comment) where a line has both, and whether the template
-    // padded the comment (three spaces or more).
-    let split: Vec<Option<(&str, &str, bool)>> = lines.iter().map(|l| {
+    // (code without trailing spaces, comment, the spaces between them) where a line has both.
+    let split: Vec<Option<(&str, &str, usize)>> = lines.iter().map(|l| {
         trailing_comment(l).map(|at| {
             let code = l[..at].trim_end();
-            (code, &l[at..], at - code.len() >= 3)
+            (code, &l[at..], at - code.len())
         })
     }).collect();
     let mut out = String::with_capacity(text.len() + 64);
@@ -487,7 +488,7 @@ fn align_comment_runs(text: &str) -> String {
     while i < lines.len() {
         let end = (i..lines.len()).find(|&j| split[j].is_none()).unwrap_or(lines.len());
         let run: Vec<(&str, &str)> = split[i..end].iter().flatten().map(|&(code, comment, _)| (code, comment)).collect();
-        let padded = split[i..end].iter().flatten().any(|&(_, _, padded)| padded);
+        let padded = split[i..end].iter().flatten().any(|&(_, _, gap)| gap >= 3);
         if !padded {
             out.push_str(lines[i]);
             out.push('\n');
@@ -504,8 +505,8 @@ fn align_comment_runs(text: &str) -> String {
         let column = if run.len() == 1 { 0 } else {
             run.iter().map(|&(code, _)| width(code) + 2).min_by_key(|&c| (ragged(c), std::cmp::Reverse(aligned(c)), c)).unwrap_or(0)
         };
-        for &(code, comment) in &run {
-            let pad = if fits(column, (code, comment)) { column - width(code) } else { 2 };
+        for (&(code, comment), &(_, _, gap)) in run.iter().zip(split[i..end].iter().flatten()) {
+            let pad = if fits(column, (code, comment)) { column - width(code) } else { gap.min(2) };
             out.push_str(&format!("{code}{}{comment}\n", " ".repeat(pad)));
         }
         i = end;
@@ -654,10 +655,11 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
                     assign = Some(i);
                 }
                 ',' if chars.get(i + 1) == Some(&' ') => {
-                    if let Some(('<', at, _)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
+                    let whole = open.iter().any(|o| matches!(o.0, 'b' | '['));
+                    if let Some(('<', at, _)) = open.last().copied() && !whole {
                         template_breaks.push((i + 2, Some(at), 1, open.len()));
                     }
-                    if let Some(('(' | '{', at, _)) = open.last().copied() && !open.iter().any(|o| o.0 == 'b') {
+                    if let Some(('(' | '{', at, _)) = open.last().copied() && !whole {
                         breaks.push((i + 2, Some(at), 1, open.len()));
                         if let Some(top) = open.last_mut() {
                             top.2 = i + 2;
@@ -670,8 +672,9 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
                         top_start = i + 2;
                     }
                 }
-                // After a spaced `&&` or `||`: the continuation aligns with the operand list's
-                // element (a condition of `static_assert`, `if`).
+                // After a spaced `&&` or `||`: the continuation aligns with the start of the
+                // list element the condition is (of `static_assert`, `if`), or of the statement's
+                // right-hand side.
                 '&' | '|' if chars.get(i + 1) == Some(&ch) && spaced_pair(i) && !open.iter().any(|o| matches!(o.0, 'b' | '<' | '[')) => {
                     breaks.push((i + 3, Some(open.last().map_or(top_start, |o| o.2)), 0, open.len()));
                 }
@@ -693,8 +696,9 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     });
     breaks.extend(ternary.into_iter().filter(|t| ends_line(t.3)).map(|(at, start, depth, _)| (at, Some(start), 4, depth)));
     breaks.sort();
-    // The pieces the line breaks into at `breaks`.
-    let layout = |breaks: &[(usize, Option<usize>, usize, usize)]| -> Vec<String> {
+    // The pieces the line breaks into at `breaks`, each line taking as much as fits (or, with
+    // `sparing`, breaking at the first point that fits).
+    let layout = |breaks: &[(usize, Option<usize>, usize, usize)], sparing: bool| -> Vec<String> {
         // Output lines as (index of their first character, the column it is printed at).
         let mut lines: Vec<(usize, usize)> = vec![(0, 0)];
         let column = |lines: &[(usize, usize)], at: usize| {
@@ -715,7 +719,8 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
             let later = breaks.iter().filter(|b| b.0 > start + 2 && align(b) + 40 <= CODE_WIDTH);
             let mut fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
             let outermost = fitting.clone().map(|b| b.3).min();
-            let pick = fitting.rfind(|b| Some(b.3) == outermost).or_else(|| later.clone().next());
+            let pick = if sparing { fitting.find(|b| Some(b.3) == outermost) } else { fitting.rfind(|b| Some(b.3) == outermost) };
+            let pick = pick.or_else(|| later.clone().next());
             let Some(b) = pick else { break };
             lines.push((b.0, align(b)));
         }
@@ -729,15 +734,18 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     let fit = |pieces: &[String]| {
         pieces.iter().all(|p| p.chars().count() <= CODE_WIDTH) && pieces.last().is_some_and(|p| p.chars().count() + reserve <= CODE_WIDTH)
     };
-    let pieces = layout(&breaks);
-    if fit(&pieces) {
-        return pieces;
+    // Greedy first; where a full line leaves the rest unbreakable, breaking earlier may not.
+    for sparing in [false, true] {
+        let pieces = layout(&breaks, sparing);
+        if fit(&pieces) {
+            return pieces;
+        }
     }
     // Else at the template argument lists' commas too, aligned after their `<`.
     if !template_breaks.is_empty() {
         breaks.extend(template_breaks);
         breaks.sort();
-        let pieces = layout(&breaks);
+        let pieces = layout(&breaks, false);
         if fit(&pieces) {
             return pieces;
         }
@@ -746,9 +754,11 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     // four columns in on the next line, or after the line's first `(` where the line ends with
     // its list (a call's arguments), those four columns in: whichever takes fewer lines (then
     // the first), each piece broken as above where it still does not fit.
+    // Only on a line that closes what it opens: later lines may be aligned to this one's text.
+    let self_contained = open.is_empty() && !closed_earlier;
     let mut fallbacks: Vec<Vec<String>> = Vec::new();
     for (at, skip) in [(assign.filter(|_| !top_comma), 2), (first_paren.filter(|&p| chars.get(p + 1).is_some_and(|c| *c != ')') && ends_line(Some(p))), 1)] {
-        let Some(at) = at else { continue };
+        let Some(at) = at.filter(|_| self_contained) else { continue };
         let rest: String = chars[at + skip..].iter().collect();
         let mut pieces = vec![chars[..=at].iter().collect::<String>()];
         pieces.extend(break_code_leaving(&format!("{}{}", " ".repeat(indent + 4), rest.trim_start()), reserve));
@@ -931,5 +941,30 @@ mod tests {
         let out = tidy(&wide);
         let columns: Vec<usize> = out.lines().map(|l| l.find("//").unwrap()).collect();
         assert_eq!(columns, [9, 67, 9], "the third line's comment fits after its own code, not after the 60 x's:\n{out}");
+    }
+
+    /// The committed generated and golden sources are tidy's output already: tidying them again
+    /// changes nothing (layout is a fixed point, so regeneration is byte-identical).
+    #[test]
+    fn tidy_is_idempotent_on_every_committed_source() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut checked = 0;
+        for dir in ["generated/sm80", "generated/sm90a", "generated/gfx942", "generated/gfx90a", "tests/golden/sm80", "tests/golden/sm90a", "tests/golden/gfx942", "tests/golden/gfx90a"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+            for e in entries {
+                let path = e.expect("a directory entry").path();
+                if !path.extension().is_some_and(|x| x == "cu" || x == "hip" || x == "h") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).expect("a readable source");
+                let again = tidy(&text);
+                if again != text {
+                    let line = text.lines().zip(again.lines()).position(|(a, b)| a != b).map_or(0, |i| i + 1);
+                    panic!("{}: tidy changes line {line}", path.display());
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "only {checked} sources checked");
     }
 }

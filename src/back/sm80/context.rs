@@ -109,8 +109,9 @@ pub struct SmemLayoutCtx {
 #[derive(Serialize)]
 pub struct MmaCtx {
     pub name: String,
-    /// The earlier MMA type this one equals (atom, warps and tile), and its gemm's spec line:
-    /// the type is then an alias of it. Empty and 0 otherwise.
+    /// The earlier MMA type this one equals (mma.sync: atom, warps and tile; WGMMA: operation
+    /// and warpgroups), and its gemm's spec line: the type is then an alias of it. Empty and 0
+    /// otherwise.
     pub same_as: String,
     pub same_as_line: usize,
     pub line: usize,

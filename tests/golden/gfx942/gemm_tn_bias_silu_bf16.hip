@@ -79,10 +79,10 @@ using DeviceGemm = ck::tensor_operation::device::DeviceGemmMultiD_Xdl_CShuffle_V
     1, 1,                                 // C shuffle: M / N XDL per wave per shuffle
     S<1, 32, 1, 8>,                       // CDE block transfer cluster (MBlock, MPerBlock, NBlock, NPerBlock)
     S<8, 8>,                              // CDE scalars per vector: E, D0
-    ck::BlockGemmPipelineScheduler::Intrawave,
-    ck::BlockGemmPipelineVersion::v3,
-    ElementA, ElementB,   // ComputeTypeA, ComputeTypeB
-    ElementA, ElementB>;  // LDSTypeA, LDSTypeB
+    ck::BlockGemmPipelineScheduler::Intrawave,  // BlkGemmPipeSched
+    ck::BlockGemmPipelineVersion::v3,     // BlkGemmPipelineVer
+    ElementA, ElementB,                   // ComputeTypeA, ComputeTypeB
+    ElementA, ElementB>;                  // LDSTypeA, LDSTypeB
 
 }  // namespace tilegen::gemm_tn_bias_silu_bf16
 

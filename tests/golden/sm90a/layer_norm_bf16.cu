@@ -221,8 +221,10 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
       CUTE_UNROLL
       for (int ee = 0; ee < kVector; ++ee) {
         // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
-        xs(rr, vv, ee) =
-            xs(rr, vv, ee) * rstd(rr) * static_cast<float>(gamma_vec[vv][ee]) + static_cast<float>(beta_vec[vv][ee]);
+        xs(rr,
+           vv,
+           ee) = xs(rr,
+                    vv, ee) * rstd(rr) * static_cast<float>(gamma_vec[vv][ee]) + static_cast<float>(beta_vec[vv][ee]);
       }
     }
   }

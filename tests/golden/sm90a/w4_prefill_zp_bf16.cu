@@ -125,7 +125,9 @@ using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
 // with TMA.
 // The kernel is instantiated for kRowsA rows of `A` per block (the MMA's N): block_M.
 template <int kRowsA>
-using TiledMma = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>{},
+using MmaOp = SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>;
+template <int kRowsA>
+using TiledMma = decltype(make_tiled_mma(MmaOp<kRowsA>{},
                                          Layout<Shape<Int<1>, _1, _1>>{}));  // warpgroups stacked along the weight rows
 static_assert(size(TiledMma<block_M>{}) == kThreads && 1 * 64 == block_N,
               "each consumer warpgroup owns 64 weight rows of the tile");
