@@ -366,15 +366,15 @@ fn called_helpers(code: &str) -> Vec<&'static str> {
 }
 
 /// The context's `elements` ([`ElementCtx`]) that `code` (without comments) names beyond their
-/// own declaration, and whether any went: a fragment's element type is usually its MMA's
-/// accumulator, which the MMA atom spells, so its alias would be dead code.
-fn named_elements(code: &str, context: &tera::Context) -> (Vec<tera::Value>, bool) {
+/// own declaration, where some are not: a fragment's element type is usually its MMA's
+/// accumulator, which the MMA atom spells, so its alias would be dead code. `None` when every
+/// alias is named.
+fn named_elements(code: &str, context: &tera::Context) -> Option<Vec<tera::Value>> {
     let all: Vec<tera::Value> = context.get("elements").and_then(|v| v.as_array()).map(<[tera::Value]>::to_vec).unwrap_or_default();
     let named: Vec<tera::Value> = all.iter().filter(|e| {
         e.get_from_path("alias").and_then(|a| a.as_str()).is_none_or(|a| conv::mention_count(code, a) > 1)
     }).cloned().collect();
-    let dropped = named.len() != all.len();
-    (named, dropped)
+    (named.len() != all.len()).then_some(named)
 }
 
 /// Renders a kernel template and the shared header template with one context into
@@ -408,8 +408,7 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
         context.insert("helpers", &helpers);
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
-    let (elements, dropped) = named_elements(&uncommented(&cu), &context);
-    if dropped {
+    if let Some(elements) = named_elements(&uncommented(&cu), &context) {
         context.insert("elements", &elements);
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
@@ -487,9 +486,8 @@ fn align_comment_runs(text: &str) -> String {
     let mut i = 0;
     while i < lines.len() {
         let end = (i..lines.len()).find(|&j| split[j].is_none()).unwrap_or(lines.len());
-        let run: Vec<(&str, &str)> = split[i..end].iter().flatten().map(|&(code, comment, _)| (code, comment)).collect();
-        let padded = split[i..end].iter().flatten().any(|&(_, _, gap)| gap >= 3);
-        if !padded {
+        let run: Vec<(&str, &str, usize)> = split[i..end].iter().flatten().copied().collect();
+        if !run.iter().any(|&(_, _, gap)| gap >= 3) {
             out.push_str(lines[i]);
             out.push('\n');
             i += 1;
@@ -497,15 +495,15 @@ fn align_comment_runs(text: &str) -> String {
         }
         // Two past a line's code, with the comment inside the width.
         let fits = |column: usize, (code, comment): (&str, &str)| width(code) + 2 <= column && column + width(comment) <= CODE_WIDTH;
-        let ragged = |column: usize| run.iter().filter(|&&(code, comment)| {
+        let ragged = |column: usize| run.iter().filter(|&&(code, comment, _)| {
             width(code) + 2 <= column && !fits(column, (code, comment)) && fits(width(code) + 2, (code, comment))
         }).count();
-        let aligned = |column: usize| run.iter().filter(|&&line| fits(column, line)).count();
+        let aligned = |column: usize| run.iter().filter(|&&(code, comment, _)| fits(column, (code, comment))).count();
         // A lone comment was padded for neighbours without one: it has nothing to line up with.
         let column = if run.len() == 1 { 0 } else {
-            run.iter().map(|&(code, _)| width(code) + 2).min_by_key(|&c| (ragged(c), std::cmp::Reverse(aligned(c)), c)).unwrap_or(0)
+            run.iter().map(|&(code, _, _)| width(code) + 2).min_by_key(|&c| (ragged(c), std::cmp::Reverse(aligned(c)), c)).unwrap_or(0)
         };
-        for (&(code, comment), &(_, _, gap)) in run.iter().zip(split[i..end].iter().flatten()) {
+        for &(code, comment, gap) in &run {
             let pad = if fits(column, (code, comment)) { column - width(code) } else { gap.min(2) };
             out.push_str(&format!("{code}{}{comment}\n", " ".repeat(pad)));
         }
@@ -532,9 +530,10 @@ fn lay_out(line: &str, comment: Option<usize>, statement_start: bool) -> Vec<Str
     let (code, comment) = (line[..at].trim_end(), &line[at..]);
     let mut pieces = break_code(code);
     if !statement_start && width(&pieces[pieces.len() - 1]) + 2 + width(comment) > CODE_WIDTH {
-        // Inside a statement the comment cannot move above: the code breaks to make room.
+        // Inside a statement the comment cannot move above: the code breaks to make room
+        // (break_code_leaving breaks only where every piece, and the room, then fit).
         let roomy = break_code_leaving(code, 2 + width(comment));
-        if roomy.len() > 1 && roomy.iter().all(|p| width(p) <= CODE_WIDTH) && width(&roomy[roomy.len() - 1]) + 2 + width(comment) <= CODE_WIDTH {
+        if roomy.len() > 1 {
             pieces = roomy;
         }
     }

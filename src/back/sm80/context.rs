@@ -110,10 +110,10 @@ pub struct SmemLayoutCtx {
 pub struct MmaCtx {
     pub name: String,
     /// The earlier MMA type this one equals (mma.sync: atom, warps and tile; WGMMA: operation
-    /// and warpgroups), and its gemm's spec line: the type is then an alias of it. Empty and 0
+    /// and warpgroups): the type is then an alias of it, with `same_as_note` saying so. Empty
     /// otherwise.
     pub same_as: String,
-    pub same_as_line: usize,
+    pub same_as_note: String,
     pub line: usize,
     pub why: String,
     pub atom: String,
@@ -385,7 +385,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         mmas.push(MmaCtx {
             name: format!("TiledMma{sfx}"),
             same_as: String::new(),
-            same_as_line: 0,
+            same_as_note: String::new(),
             line: stmt_line,
             why: m.why.clone(),
             atom: m.atom.clone(),
@@ -440,7 +440,9 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     for i in 1..mmas.len() {
         let key = |m: &MmaCtx| (m.atom.clone(), m.wgmma_op.clone(), m.warpgroups, m.warps_m, m.warps_n, m.tile_m, m.tile_n, m.tile_k.clone());
         if let Some(j) = (0..i).find(|&j| mmas[j].same_as.is_empty() && key(&mmas[j]) == key(&mmas[i])) {
-            (mmas[i].same_as, mmas[i].same_as_line) = (mmas[j].name.clone(), mmas[j].line);
+            let what = if mmas[j].wgmma_op.is_empty() { "atom, warps and tile" } else { "operation and warpgroups" };
+            mmas[i].same_as_note = format!("the same {what} as spec {}'s", mmas[j].line);
+            mmas[i].same_as = mmas[j].name.clone();
         }
     }
     // Accumulators are written into shared buffers in their (row, col) order: a buffer laid
