@@ -162,7 +162,7 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
       store_vec<4>(&Q_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D)
-                                   ? load_vec<4>(&Q[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c])
+                                   ? load_vec<4>(&Q[((int64_t(bz) * S + t * chunk + r) * H + by) * D + c])
                                    : Vec<ElementQ_s, 4>{});
     }
     // spec 37: copy(K[bz, t*chunk:, by, :], K_s): every thread a strided share of the tile, 4
@@ -170,7 +170,7 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int e = threadIdx.x; e < chunk * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
       store_vec<4>(&K_s[r][c], (bz < B && t * chunk + r < S && by < H && c < D)
-                                   ? load_vec<4>(&K[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + c])
+                                   ? load_vec<4>(&K[((int64_t(bz) * S + t * chunk + r) * H + by) * D + c])
                                    : Vec<ElementK_s, 4>{});
     }
     // spec 38: copy(V[bz, t*chunk:, by, bx*block_V:], V_s): every thread a strided share of the
@@ -179,7 +179,7 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       int const r = e / (block_V / 4), c = e % (block_V / 4) * 4;
       store_vec<4>(&V_s[r][c],
                    (bz < B && t * chunk + r < S && by < H && bx * block_V + c < D)
-                       ? load_vec<4>(&V[(((int64_t(bz)) * S + t * chunk + r) * H + by) * D + bx * block_V + c])
+                       ? load_vec<4>(&V[((int64_t(bz) * S + t * chunk + r) * H + by) * D + bx * block_V + c])
                        : Vec<ElementV_s, 4>{});
     }
     // spec 39: clear(A_f)
@@ -292,9 +292,14 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int bi = 0; bi < 2; ++bi) {
       #pragma unroll
       for (int bj = 0; bj < 4; ++bj) {
-        if (bz < B && t * chunk + O_f_row + bi * 16 + lane_row < S && by < H &&
-            bx * block_V + O_f_col + bj * 16 + lane_col < D) {
-          store_vec<4>(&O[(((int64_t(bz)) * S + t * chunk + O_f_row + bi * 16 + lane_row) * H + by) * D + bx * block_V + O_f_col + bj * 16 + lane_col], Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
+        int const row = t * chunk + O_f_row + bi * 16 + lane_row;
+        int const col = bx * block_V + O_f_col + bj * 16 + lane_col;
+        if (bz < B && row < S && by < H && col < D) {
+          store_vec<4>(&O[((int64_t(bz) * S + row) * H + by) * D + col],
+                       Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]),
+                                        ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]),
+                                        ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]),
+                                        ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
         }
       }
     }

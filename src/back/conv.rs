@@ -259,8 +259,8 @@ pub fn offset(tensor: &Tensor, ix: &[String]) -> (String, String) {
         (2, Order::RowMajor) => format!("int64_t({}) * {} + {}", ix[0], dims[1], ix[1]),
         (2, Order::ColMajor) => format!("int64_t({}) * {} + {}", ix[1], dims[0], ix[0]),
         _ => {
-            let mut lin = format!("int64_t({})", ix[0]);
-            for (i, d) in ix.iter().zip(&dims).skip(1) {
+            let mut lin = format!("int64_t({}) * {} + {}", ix[0], dims[1], ix[1]);
+            for (i, d) in ix.iter().zip(&dims).skip(2) {
                 lin = format!("({lin}) * {d} + {i}");
             }
             lin

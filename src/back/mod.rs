@@ -966,4 +966,23 @@ mod tests {
         }
         assert!(checked > 100, "only {checked} sources checked");
     }
+
+    /// The bundled kernels, the code users vendor, fit the width: every line that was too wide
+    /// found a break (CK's stores name their indices rather than repeating sums of them).
+    #[test]
+    fn bundled_sources_fit_the_code_width() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut checked = 0;
+        for dir in ["generated/sm80", "generated/sm90a", "generated/gfx942", "generated/gfx90a"] {
+            for e in std::fs::read_dir(root.join(dir)).expect("a generated directory") {
+                let path = e.expect("a directory entry").path();
+                let text = std::fs::read_to_string(&path).expect("a readable source");
+                if let Some((n, line)) = text.lines().enumerate().find(|(_, l)| l.chars().count() > CODE_WIDTH) {
+                    panic!("{}:{}: {} columns: {line}", path.display(), n + 1, line.chars().count());
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 96, "only {checked} sources checked");
+    }
 }

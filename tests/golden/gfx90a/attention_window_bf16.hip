@@ -137,7 +137,7 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   for (int e = threadIdx.x; e < block_M * (D / 4); e += kThreads) {
     int const r = e / (D / 4), c = e % (D / 4) * 4;
     store_vec<4>(&Q_s[r][c], (bz < B && bx * block_M + r < S && by < H && c < D)
-                                 ? load_vec<4>(&Q[(((int64_t(bz)) * S + bx * block_M + r) * H + by) * D + c])
+                                 ? load_vec<4>(&Q[((int64_t(bz) * S + bx * block_M + r) * H + by) * D + c])
                                  : Vec<ElementQ_s, 4>{});
   }
   // spec 37: clear(O_f)
@@ -171,7 +171,7 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int e = threadIdx.x; e < block_N * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
       store_vec<4>(&K_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D)
-                                   ? load_vec<4>(&K[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c])
+                                   ? load_vec<4>(&K[((int64_t(bz) * S + t * block_N + r) * H + by) * D + c])
                                    : Vec<ElementK_s, 4>{});
     }
     // spec 42: copy(V[bz, t*block_N:, by, :], V_s): every thread a strided share of the tile, 4
@@ -179,7 +179,7 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
     for (int e = threadIdx.x; e < block_N * (D / 4); e += kThreads) {
       int const r = e / (D / 4), c = e % (D / 4) * 4;
       store_vec<4>(&V_s[r][c], (bz < B && t * block_N + r < S && by < H && c < D)
-                                   ? load_vec<4>(&V[(((int64_t(bz)) * S + t * block_N + r) * H + by) * D + c])
+                                   ? load_vec<4>(&V[((int64_t(bz) * S + t * block_N + r) * H + by) * D + c])
                                    : Vec<ElementV_s, 4>{});
     }
     // spec 43: clear(S_f)
@@ -338,8 +338,14 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   for (int bi = 0; bi < 2; ++bi) {
     #pragma unroll
     for (int bj = 0; bj < 4; ++bj) {
-      if (bz < B && bx * block_M + O_f_row + bi * 16 + lane_row < S && by < H && O_f_col + bj * 16 + lane_col < D) {
-        store_vec<4>(&O[(((int64_t(bz)) * S + bx * block_M + O_f_row + bi * 16 + lane_row) * H + by) * D + O_f_col + bj * 16 + lane_col], Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]), ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
+      int const row = bx * block_M + O_f_row + bi * 16 + lane_row;
+      int const col = O_f_col + bj * 16 + lane_col;
+      if (bz < B && row < S && by < H && col < D) {
+        store_vec<4>(&O[((int64_t(bz) * S + row) * H + by) * D + col],
+                     Vec<ElementO, 4>{ck::type_convert<ck::bhalf_t>(O_f[bi][bj][0]),
+                                      ck::type_convert<ck::bhalf_t>(O_f[bi][bj][1]),
+                                      ck::type_convert<ck::bhalf_t>(O_f[bi][bj][2]),
+                                      ck::type_convert<ck::bhalf_t>(O_f[bi][bj][3])});
       }
     }
   }

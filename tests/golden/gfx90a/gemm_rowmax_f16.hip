@@ -193,9 +193,10 @@ gemm_rowmax_f16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 4; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        if (by * block_M + acc_row + bi * 16 + lane_row < M && acc_col + bj * 16 + lane_col + r < N) {
-          C[int64_t(by * block_M + acc_row + bi * 16 + lane_row) * N + acc_col + bj * 16 + lane_col + r] =
-              ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]));
+        int const row = by * block_M + acc_row + bi * 16 + lane_row;
+        int const col = acc_col + bj * 16 + lane_col + r;
+        if (row < M && col < N) {
+          C[int64_t(row) * N + col] = ck::type_convert<ck::half_t>(ck::type_convert<float>(acc[bi][bj][r]));
         }
       }
     }

@@ -177,8 +177,10 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 4; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        if (by * block_M + acc_row + bi * 16 + lane_row < M && bx * block_N + acc_col + bj * 16 + lane_col + r < N) {
-          C[int64_t(by * block_M + acc_row + bi * 16 + lane_row) * N + bx * block_N + acc_col + bj * 16 + lane_col + r] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
+        int const row = by * block_M + acc_row + bi * 16 + lane_row;
+        int const col = bx * block_N + acc_col + bj * 16 + lane_col + r;
+        if (row < M && col < N) {
+          C[int64_t(row) * N + col] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
         }
       }
     }

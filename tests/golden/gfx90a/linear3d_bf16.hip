@@ -125,7 +125,7 @@ linear3d_bf16_kernel(ElementA const* __restrict__ A,
     for (int e = threadIdx.x; e < block_M * block_K; e += kThreads) {
       int const r = e / block_K, c = e % block_K;
       A_s[r][c] = (bz < batch && by * block_M + r < M && k * block_K + c < K)
-                      ? A[((int64_t(bz)) * M + by * block_M + r) * K + k * block_K + c]
+                      ? A[(int64_t(bz) * M + by * block_M + r) * K + k * block_K + c]
                       : ck::type_convert<ck::bhalf_t>(0.f);
     }
     // spec 21: copy(B[k*block_K:, bx*block_N:], B_s): every thread a strided share of the tile;
@@ -165,9 +165,10 @@ linear3d_bf16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 8; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        if (bz < batch && by * block_M + acc_row + bi * 16 + lane_row < M &&
-            bx * block_N + acc_col + bj * 16 + lane_col + r < N) {
-          C[((int64_t(bz)) * M + by * block_M + acc_row + bi * 16 + lane_row) * N + bx * block_N + acc_col + bj * 16 + lane_col + r] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
+        int const row = by * block_M + acc_row + bi * 16 + lane_row;
+        int const col = bx * block_N + acc_col + bj * 16 + lane_col + r;
+        if (bz < batch && row < M && col < N) {
+          C[(int64_t(bz) * M + row) * N + col] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
         }
       }
     }

@@ -138,7 +138,7 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
     for (int e = threadIdx.x; e < block_K * block_N; e += kThreads) {
       int const r = e / block_N, c = e % block_N;
       B_s[r][c] = (bz < batch && k * block_K + r < K && bx * block_N + c < N)
-                      ? B[((int64_t(bz)) * K + k * block_K + r) * N + bx * block_N + c]
+                      ? B[(int64_t(bz) * K + k * block_K + r) * N + bx * block_N + c]
                       : ck::type_convert<ck::bhalf_t>(0.f);
     }
     // spec 23: gemm(A_s, B_s, acc): 128x128x32 in 2 k-steps of 16; each MFMA takes the B operand as
@@ -186,9 +186,10 @@ stacked_linear_bf16_kernel(ElementA const* __restrict__ A,
     for (int bj = 0; bj < 8; ++bj) {
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        if (bz < batch && by * block_M + acc_row + bi * 16 + lane_row < M &&
-            bx * block_N + acc_col + bj * 16 + lane_col + r < N) {
-          C[((int64_t(bz)) * M + by * block_M + acc_row + bi * 16 + lane_row) * N + bx * block_N + acc_col + bj * 16 + lane_col + r] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
+        int const row = by * block_M + acc_row + bi * 16 + lane_row;
+        int const col = bx * block_N + acc_col + bj * 16 + lane_col + r;
+        if (bz < batch && row < M && col < N) {
+          C[(int64_t(bz) * M + row) * N + col] = ck::type_convert<ck::bhalf_t>(acc[bi][bj][r]);
         }
       }
     }

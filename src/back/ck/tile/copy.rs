@@ -105,12 +105,12 @@ impl<'a> Lower<'a> {
                             self.comment(s, "each lane stores its 4 columns of a block as one vector; vectors past the tensor's edges are not stored");
                             let elem = format!("Element{}", upper_first(&self.c.spec.tensors[t].name.name));
                             let col0 = format!("{n}_col + bj * 16 + lane_col");
-                            let (lin, bounds) = self.tile_address(t, dst, &[row.clone(), col0]);
                             let values = (0..4).map(|i| from_float(tt, &to_float(ft, &format!("{n}[bi][bj][{i}]")))).collect::<Vec<_>>().join(", ");
                             self.line("#pragma unroll");
                             self.open(format!("for (int bi = 0; bi < {}; ++bi)", g.row_blocks()));
                             self.line("#pragma unroll");
                             self.open(format!("for (int bj = 0; bj < {}; ++bj)", g.col_blocks()));
+                            let (lin, bounds) = self.tile_address_named(t, dst, &[row.clone(), col0]);
                             self.open(format!("if ({bounds})"));
                             self.line(format!("store_vec<4>(&{tn}[{lin}], Vec<{elem}, 4>{{{values}}});"));
                             self.close();
@@ -123,7 +123,7 @@ impl<'a> Lower<'a> {
                         }
                         self.comment(s, "each lane stores its own registers; elements past the tensor's edges are not stored");
                         self.for_each_element(g, |l| {
-                            let (lin, bounds) = l.tile_address(t, dst, &[row.clone(), col.clone()]);
+                            let (lin, bounds) = l.tile_address_named(t, dst, &[row.clone(), col.clone()]);
                             l.open(format!("if ({bounds})"));
                             l.line(format!("{tn}[{lin}] = {};", from_float(tt, &to_float(ft, &format!("{n}[bi][bj][r]")))));
                             l.close();

@@ -24,10 +24,10 @@ mod copy;
 pub(super) const TEMPLATE: &str = include_str!("../../../../templates/ck/tile.hip.tera");
 
 /// Names the tile lowering's code declares (kernel locals and helpers).
-pub(crate) const RESERVED: [&str; 34] = [
+pub(crate) const RESERVED: [&str; 36] = [
     "ck", "kThreads", "lane", "wave", "lane_row", "lane_col", "bi", "bj", "r", "e", "kk", "k0", "g", "word", "nib",
     "ksplit", "kq", "a_rows", "b_cols", "mfma_16x16x16", "load_vec", "store_vec", "load_col4", "convert4", "Vec", "grid_x", "grid_y", "grid_z",
-    "c", "grid", "word_scale", "word_zero", "total", "part",
+    "c", "grid", "word_scale", "word_zero", "total", "part", "row", "col",
 ];
 
 #[derive(Serialize)]
@@ -272,8 +272,32 @@ impl<'a> Lower<'a> {
     /// whose buffer coordinates are `coords`; origins that may be negative are checked against
     /// 0 too.
     fn tile_address(&self, t: usize, op: &Operand, coords: &[String]) -> (String, String) {
-        let idx = self.tile_indices(op, coords);
-        let (linear, bounds) = crate::back::conv::offset(&self.c.spec.tensors[t], &idx);
+        self.address(t, op, &self.tile_indices(op, coords))
+    }
+
+    /// As `tile_address`, for a fragment's element or vector: its tensor indices along the
+    /// tile's two dimensions are sums of the fragment's coordinates, so they are declared first
+    /// (`row`, `col`) and the bounds check and the address name them.
+    fn tile_address_named(&mut self, t: usize, op: &Operand, coords: &[String]) -> (String, String) {
+        let mut idx = self.tile_indices(op, coords);
+        let dims: Vec<usize> = match (&op.origin, &op.tile_dims) {
+            (None, _) => (0..coords.len()).collect(),
+            (Some(_), Some(d)) => d.clone(),
+            (Some(o), None) => (0..o.len()).collect(),
+        };
+        for (name, &d) in ["row", "col"].iter().zip(&dims) {
+            if idx[d].contains(' ') {
+                self.line(format!("int const {name} = {};", idx[d]));
+                idx[d] = name.to_string();
+            }
+        }
+        self.address(t, op, &idx)
+    }
+
+    /// The element offset of tensor `t` at indices `idx` and the condition that they are inside
+    /// it (with `0 <=` for the indices whose tile origin may be negative).
+    fn address(&self, t: usize, op: &Operand, idx: &[String]) -> (String, String) {
+        let (linear, bounds) = crate::back::conv::offset(&self.c.spec.tensors[t], idx);
         let origin = op.origin.as_deref().unwrap_or_default();
         let negative = idx.iter().zip(origin).filter(|(_, e)| !crate::check::non_negative(e, &self.c.info.symbols)).map(|(i, _)| i.as_str());
         (linear, crate::back::conv::with_lower_bounds(negative, bounds))
