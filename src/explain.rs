@@ -118,8 +118,13 @@ pub fn explain(c: &Compiled) -> String {
         if m.a_in_registers {
             let _ = writeln!(o, "    A = `{}`: read from registers (the producing gemm's accumulator layout; two m16n8 accumulator blocks form one m16k16 A operand, no shared round trip)", spec.buffers[m.a].name.name);
         }
+        if let Some(g) = m.a_from {
+            let line = spec.stmt(g).map_or(0, |s| c.line(s.span));
+            let _ = writeln!(o, "    A = `{}`: the registers the gemm at spec {line} loaded (the same MMA and view, and nothing writes the tile in between), no second ldmatrix pass",
+                spec.buffers[m.a].name.name);
+        }
         for (role, buf) in [("A", m.a), ("B", m.b)] {
-            let Some(l) = plan.shared.get(&buf) else { continue };
+            let Some(l) = plan.shared.get(&buf).filter(|_| role == "B" || m.a_from.is_none()) else { continue };
             if l.registers_only {
                 let _ = writeln!(o, "    {role} = `{}`: unpacked in registers from packed words (the dequant fused into this gemm), no shared-memory load", spec.buffers[buf].name.name);
                 continue;

@@ -1815,3 +1815,23 @@ fn equal_mma_types_are_declared_once() {
     assert!(squashed(&cu).contains("using TiledMma3 = TiledMMA< MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>, Layout<Shape<Int<2>, Int<2>, _1>>"), "{cu}");
     assert_eq!(cu.matches("static_assert(size(TiledMma").count(), 2, "{cu}");
 }
+
+#[test]
+fn a_gemm_reuses_the_a_registers_an_earlier_gemm_loaded_while_nothing_writes_the_tile() {
+    // Q·Kᵀ (spec 40) and Q·S (spec 45) read Q_s through one MMA type and view: on sm80 the
+    // second multiplies the first's registers; its own ldmatrix copies of Q_s are gone.
+    let reuse = |c: &tilegen::Compiled| c.plan.mmas.values().map(|m| m.a_from.map(|g| c.line(c.spec.stmt(g).unwrap().span))).collect::<Vec<_>>();
+    let c = compile(linear_attention()).unwrap();
+    assert_eq!(reuse(&c), [None, Some(40), None, None]);
+    let cu = squashed(&rendered_cu(&c));
+    assert!(cu.contains(&squashed("gemm(tiled_mma1, O_f, tCrQ_s(_, _, k_block), tCrS_s(_, _, k_block), O_f);")), "spec 45 multiplies spec 40's registers");
+    assert_eq!(cu.matches("partition_fragment_A(sQ_s").count(), 1, "one partition of Q_s");
+    assert!(!cu.contains("s2r_copy_Q_s1") && !cu.contains("tCrQ_s1"));
+    // A write to Q_s between them (here a clear) makes the registers stale: each loads its own.
+    let c = compile(linear_attention().replacen("      - clear(O_f)\n", "      - clear(O_f)\n      - clear(Q_s)\n", 1)).unwrap();
+    assert_eq!(reuse(&c), [None, None, None, None]);
+    assert!(squashed(&rendered_cu(&c)).contains("tCrQ_s1"));
+    // Warpgroup MMAs read shared operands through descriptors: nothing to reuse on sm90a.
+    let c = compile_for(linear_attention(), Target::Sm90a).unwrap();
+    assert!(c.plan.mmas.values().all(|m| m.a_from.is_none()));
+}

@@ -113,15 +113,15 @@ using TiledMma0 = TiledMMA<
     Tile<Int<64>, Int<16>, _16>>;       // one MMA step of the block
 static_assert(size(TiledMma0{}) == kThreads, "the MMA uses every thread of the block");
 // A is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
-using S2RCopyAtomQ_s0 = Copy_Atom<SM75_U32x4_LDSM_N, ElementQ_s>;
+using S2RCopyAtomQ_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementQ_s>;
 // B is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
 using S2RCopyAtomK_s0 = Copy_Atom<SM75_U32x4_LDSM_N, ElementK_s>;
 
 // gemm (spec 45): 4 warps as 4x1: each warp owns whole 64-wide rows of the accumulator, because it
 // shares an accumulator with a gemm whose A comes from registers.
 using TiledMma1 = TiledMma0;  // the same atom, warps and tile as spec 40's
-// A is K-major in shared memory: ldmatrix.x4 loads four 8x8 tiles per instruction.
-using S2RCopyAtomQ_s1 = Copy_Atom<SM75_U32x4_LDSM_N, ElementQ_s>;
+// A is `Q_s` as spec 40's gemm loaded it into registers (the same MMA and view; nothing writes
+// `Q_s` in between): no second load.
 // B is MN-major in shared memory: ldmatrix.x4.trans transposes the 8x8 tiles on the way to
 // registers.
 using S2RCopyAtomS_s = Copy_Atom<SM75_U16x8_LDSM_T, ElementS_s>;
@@ -260,26 +260,21 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   Tensor P_f = make_fragment_like<ElementP_f>(A_f);
 
   // Operand partitions of the MMA at spec 40.
-  Tensor tCrQ_s0 = thr_mma0.partition_fragment_A(sQ_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
+  Tensor tCrQ_s = thr_mma0.partition_fragment_A(sQ_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
   Tensor tCrK_s0 = thr_mma0.partition_fragment_B(sK_s(_, _, 0));  // (MMA, MMA_N, MMA_K)
-  auto s2r_copy_Q_s0 = make_tiled_copy_A(S2RCopyAtomQ_s0{}, tiled_mma0);
+  auto s2r_copy_Q_s = make_tiled_copy_A(S2RCopyAtomQ_s{}, tiled_mma0);
   auto s2r_copy_K_s0 = make_tiled_copy_B(S2RCopyAtomK_s0{}, tiled_mma0);
-  auto s2r_thr_Q_s0 = s2r_copy_Q_s0.get_slice(tid);
+  auto s2r_thr_Q_s = s2r_copy_Q_s.get_slice(tid);
   auto s2r_thr_K_s0 = s2r_copy_K_s0.get_slice(tid);
-  Tensor tXsQ_s0 = s2r_thr_Q_s0.partition_S(sQ_s);
-  Tensor tXrQ_s0 = s2r_thr_Q_s0.retile_D(tCrQ_s0);
+  Tensor tXsQ_s = s2r_thr_Q_s.partition_S(sQ_s);
+  Tensor tXrQ_s = s2r_thr_Q_s.retile_D(tCrQ_s);
   Tensor tXsK_s0 = s2r_thr_K_s0.partition_S(sK_s);
   Tensor tXrK_s0 = s2r_thr_K_s0.retile_D(tCrK_s0);
 
   // Operand partitions of the MMA at spec 45.
-  Tensor tCrQ_s1 = thr_mma1.partition_fragment_A(sQ_s(_, _, 0));  // (MMA, MMA_M, MMA_K)
   Tensor tCrS_s = thr_mma1.partition_fragment_B(sS_s);  // (MMA, MMA_N, MMA_K)
-  auto s2r_copy_Q_s1 = make_tiled_copy_A(S2RCopyAtomQ_s1{}, tiled_mma1);
   auto s2r_copy_S_s = make_tiled_copy_B(S2RCopyAtomS_s{}, tiled_mma1);
-  auto s2r_thr_Q_s1 = s2r_copy_Q_s1.get_slice(tid);
   auto s2r_thr_S_s = s2r_copy_S_s.get_slice(tid);
-  Tensor tXsQ_s1 = s2r_thr_Q_s1.partition_S(sQ_s);
-  Tensor tXrQ_s1 = s2r_thr_Q_s1.retile_D(tCrQ_s1);
   Tensor tXsS_s = s2r_thr_S_s.partition_S(sS_s);
   Tensor tXrS_s = s2r_thr_S_s.retile_D(tCrS_s);
 
@@ -438,15 +433,15 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 40: gemm(Q_s, K_s, A_f, transpose_b=true)
       // 8 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
       // k-block b+1 loads while b multiplies.
-      copy(s2r_copy_Q_s0, tXsQ_s0(_, _, 0, read_stage), tXrQ_s0(_, _, 0));
+      copy(s2r_copy_Q_s, tXsQ_s(_, _, 0, read_stage), tXrQ_s(_, _, 0));
       copy(s2r_copy_K_s0, tXsK_s0(_, _, 0, read_stage), tXrK_s0(_, _, 0));
       CUTE_UNROLL
       for (int k_block = 0; k_block < 8; ++k_block) {
         if (k_block + 1 < 8) {
-          copy(s2r_copy_Q_s0, tXsQ_s0(_, _, k_block + 1, read_stage), tXrQ_s0(_, _, k_block + 1));
+          copy(s2r_copy_Q_s, tXsQ_s(_, _, k_block + 1, read_stage), tXrQ_s(_, _, k_block + 1));
           copy(s2r_copy_K_s0, tXsK_s0(_, _, k_block + 1, read_stage), tXrK_s0(_, _, k_block + 1));
         }
-        gemm(tiled_mma0, A_f, tCrQ_s0(_, _, k_block), tCrK_s0(_, _, k_block), A_f);
+        gemm(tiled_mma0, A_f, tCrQ_s(_, _, k_block), tCrK_s0(_, _, k_block), A_f);
       }
 
       // spec 41: parallel(i, j)
@@ -468,15 +463,15 @@ linear_attention_causal_bf16_kernel(ElementQ const* __restrict__ Q,
       // spec 45: gemm(Q_s, S_s, O_f)
       // 8 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
       // k-block b+1 loads while b multiplies.
-      copy(s2r_copy_Q_s1, tXsQ_s1(_, _, 0, read_stage), tXrQ_s1(_, _, 0));
+      // A is `Q_s` as spec 40's gemm loaded it into registers (the same MMA and view; nothing
+      // writes `Q_s` in between): no second load.
       copy(s2r_copy_S_s, tXsS_s(_, _, 0), tXrS_s(_, _, 0));
       CUTE_UNROLL
       for (int k_block = 0; k_block < 8; ++k_block) {
         if (k_block + 1 < 8) {
-          copy(s2r_copy_Q_s1, tXsQ_s1(_, _, k_block + 1, read_stage), tXrQ_s1(_, _, k_block + 1));
           copy(s2r_copy_S_s, tXsS_s(_, _, k_block + 1), tXrS_s(_, _, k_block + 1));
         }
-        gemm(tiled_mma1, O_f, tCrQ_s1(_, _, k_block), tCrS_s(_, _, k_block), O_f);
+        gemm(tiled_mma1, O_f, tCrQ_s(_, _, k_block), tCrS_s(_, _, k_block), O_f);
       }
 
       // spec 46: parallel(i, j)

@@ -33,6 +33,10 @@ pub struct MmaPlan {
     pub b_regs_per_kblock: u64,
     /// A is a fragment (another gemm's accumulator, converted) read from registers.
     pub a_in_registers: bool,
+    /// A is the shared tile an earlier gemm of the same block loaded into registers in the
+    /// same fragment layout, and nothing writes the tile in between: this gemm multiplies
+    /// those registers instead of loading the tile again (`shared_operand_reuse`).
+    pub a_from: Option<StmtId>,
     /// Why this arrangement.
     pub why: String,
     /// sm90a: the warpgroup MMA this gemm lowers to instead of mma.sync.
@@ -212,6 +216,7 @@ impl Infer<'_> {
                 mnk: (m, n, k),
                 k_blocks: k / mma_k,
                 a_in_registers,
+                a_from: None,
                 a_regs_per_kblock: ((m / wm / 16) * 4) as u64,
                 b_regs_per_kblock: ((n / wn / 8) * 2) as u64,
                 why,
@@ -235,6 +240,31 @@ impl Infer<'_> {
                 Some(FragmentLayout::Striped { .. } | FragmentLayout::RowStats { .. }) => {}
             }
             self.plan.mmas.insert(s.id, plan);
+        }
+    }
+
+    /// Gemms that read the same shared A tile as an earlier gemm of their block, through the
+    /// same MMA (atom, warps, tile) and view, with nothing between them writing the tile, take
+    /// the earlier gemm's A registers (`MmaPlan::a_from`): mma.sync only (warpgroup MMAs read
+    /// shared operands through descriptors), and not where a dequant is fused into either
+    /// (its loop loads A k-block pair by pair).
+    pub(super) fn shared_operand_reuse(&mut self) {
+        let ids: Vec<StmtId> = self.plan.mmas.keys().copied().collect();
+        let fused = |g: StmtId| self.plan.dequants.values().any(|d| d.fused_into == Some(g));
+        for (n, &later) in ids.iter().enumerate() {
+            let l = &self.plan.mmas[&later];
+            if l.wgmma.is_some() || l.a_in_registers || fused(later) {
+                continue;
+            }
+            let source = ids[..n].iter().copied().find(|&earlier| {
+                let e = &self.plan.mmas[&earlier];
+                e.wgmma.is_none() && !e.a_in_registers && e.a_from.is_none() && !fused(earlier)
+                    && (e.a, e.a_dims, &e.atom, e.warps, e.tile, e.mnk.0, e.mnk.2) == (l.a, l.a_dims, &l.atom, l.warps, l.tile, l.mnk.0, l.mnk.2)
+                    && untouched_between(&self.spec.body, earlier, later, &self.spec.buffers[e.a].name.name)
+            });
+            if let Some(earlier) = source && let Some(m) = self.plan.mmas.get_mut(&later) {
+                m.a_from = Some(earlier);
+            }
         }
     }
 
@@ -275,5 +305,35 @@ impl Infer<'_> {
                 return (accs, out);
             }
         }
+    }
+}
+
+/// Whether statements `earlier` and `later` are in one block, `earlier` first, and nothing
+/// between them (nested statements included) writes buffer `buf`.
+fn untouched_between(stmts: &[Stmt], earlier: StmtId, later: StmtId, buf: &str) -> bool {
+    let at = |id: StmtId| stmts.iter().position(|s| s.id == id);
+    if let (Some(e), Some(l)) = (at(earlier), at(later)) {
+        let mut written = false;
+        walk_stmts(&stmts[(e + 1).min(l)..l], &mut |s| written |= writes(s, buf));
+        return e < l && !written;
+    }
+    stmts.iter().any(|s| match &s.kind {
+        StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => untouched_between(body, earlier, later, buf),
+        StmtKind::If { then_body, else_body, .. } => {
+            untouched_between(then_body, earlier, later, buf) || untouched_between(else_body, earlier, later, buf)
+        }
+        _ => false,
+    })
+}
+
+/// Whether statement `s` (not its nested statements) writes buffer `buf`.
+fn writes(s: &Stmt, buf: &str) -> bool {
+    match &s.kind {
+        StmtKind::Copy { dst, .. } => dst.name.name == buf,
+        StmtKind::Dequant { dst, .. } | StmtKind::Reduce { dst, .. } => dst.name == buf,
+        StmtKind::Gemm { c, .. } => c.name == buf,
+        StmtKind::Clear { buf: b } | StmtKind::Fill { buf: b, .. } => b.name == buf,
+        StmtKind::Assign { target, .. } => target.name == buf,
+        StmtKind::Loop { .. } | StmtKind::Parallel { .. } | StmtKind::If { .. } => false,
     }
 }

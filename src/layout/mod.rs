@@ -623,6 +623,9 @@ impl<'a> Infer<'a> {
         if target == Target::Sm90a && self.errors.is_empty() {
             self.plan_overlap();
         }
+        // mma.sync gemms reading a shared A tile an earlier gemm already loaded take its
+        // registers: needs the warpgroup MMA decision and the fused dequants.
+        self.shared_operand_reuse();
         // Row-statistic scales a warp may skip: needs the fragment layouts and, on sm90a, the
         // warpgroup MMA decision (their accumulators are left alone).
         self.unit_scale_skips();
@@ -917,7 +920,14 @@ impl<'a> Infer<'a> {
             regs += self.fragment_registers(*b, l);
         }
         for m in self.plan.mmas.values() {
-            regs += 2 * (if m.a_in_registers { 0 } else { m.a_regs_per_kblock } + m.b_regs_per_kblock);
+            // Two k-blocks of each operand in flight; A reused from an earlier gemm keeps that
+            // gemm's whole fragment alive until this one (its two k-blocks already counted).
+            let a = match (m.a_in_registers, m.a_from) {
+                (true, _) => 0,
+                (false, Some(_)) => (m.k_blocks.max(2) as u64 - 2) * m.a_regs_per_kblock,
+                (false, None) => 2 * m.a_regs_per_kblock,
+            };
+            regs += a + 2 * m.b_regs_per_kblock;
         }
         self.plan.regs_per_thread = regs;
     }

@@ -159,6 +159,10 @@ pub struct MmaCtx {
     pub accumulators: Vec<LineCtx>,
     /// A is a register fragment: `frag_a_decl` views it as the MMA's A operand.
     pub a_in_registers: bool,
+    /// A is loaded from shared memory by this gemm's own copies (not a register fragment, and
+    /// not an earlier gemm's registers: `a_reuse_note` says whose).
+    pub loads_a: bool,
+    pub a_reuse_note: String,
     pub frag_a_decl: String,
     pub a_name: String,
     /// B is unpacked in registers by a fused dequant: `frag_b_decl` declares its fragment.
@@ -253,10 +257,11 @@ pub fn mma_suffix(c: &Compiled, gemm: StmtId) -> String {
 }
 
 /// The names of gemm `gemm`'s operand partitions of `buf`: the buffer's name, with the
-/// gemm's index appended when several gemms read the buffer (each has its own partitions).
+/// gemm's index appended when several gemms read the buffer with partitions of their own (a
+/// gemm taking an earlier gemm's A registers, `MmaPlan::a_from`, has none of A).
 pub fn operand_key(c: &Compiled, gemm: StmtId, buf: usize) -> String {
     let name = &c.spec.buffers[buf].name.name;
-    let readers = c.plan.mmas.values().filter(|m| m.a == buf || m.b == buf).count();
+    let readers = c.plan.mmas.values().filter(|m| (m.a == buf && m.a_from.is_none()) || m.b == buf).count();
     if readers > 1 {
         format!("{name}{}", c.plan.mmas.keys().position(|k| *k == gemm).unwrap_or(0))
     } else {
@@ -264,6 +269,12 @@ pub fn operand_key(c: &Compiled, gemm: StmtId, buf: usize) -> String {
     }
 }
 
+
+/// Why a gemm whose A another gemm loaded has no copies of its own (`MmaPlan::a_from`).
+pub fn a_reuse_note(c: &Compiled, source: StmtId, a: &str) -> String {
+    let line = c.spec.stmt(source).map_or(0, |s| c.line(s.span));
+    format!("A is `{a}` as spec {line}'s gemm loaded it into registers (the same MMA and view; nothing writes `{a}` in between): no second load")
+}
 
 fn atom_text(shape: (i64, i64), first_contiguous: bool) -> (String, String) {
     let shape_s = format!("Int<{}>, Int<{}>", shape.0, shape.1);
@@ -408,7 +419,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             elem_b: element_alias(&b.name.name),
             tiled_mma: format!("tiled_mma{sfx}"),
             thr_mma: format!("thr_mma{sfx}"),
-            frag_a: format!("tCr{ka}"),
+            frag_a: format!("tCr{}", m.a_from.map_or(ka.clone(), |g| operand_key(c, g, m.a))),
             frag_b: format!("tCr{kb}"),
             s2r_thr_a: format!("s2r_thr_{ka}"),
             s2r_thr_b: format!("s2r_thr_{kb}"),
@@ -425,6 +436,8 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             k_blocks: m.k_blocks,
             accumulators,
             a_in_registers: m.a_in_registers,
+            loads_a: !m.a_in_registers && m.a_from.is_none(),
+            a_reuse_note: m.a_from.map_or(String::new(), |g| a_reuse_note(c, g, &a.name.name)),
             frag_a_decl,
             a_name: a.name.name.clone(),
             b_in_registers: lb.registers_only,

@@ -173,6 +173,9 @@ pub struct GemmCtx {
     pub stage_b: String,
     pub k_blocks: i64,
     pub a_in_registers: bool,
+    /// A is loaded by this gemm's own ldmatrix copies; else `a_note` says where it is.
+    pub loads_a: bool,
+    pub a_note: String,
     /// sm90a: one batch of warpgroup MMAs instead of ldmatrix + mma.sync.
     pub wgmma: bool,
     /// B unpacked in registers from packed words (a fused dequant).
