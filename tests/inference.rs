@@ -1835,3 +1835,27 @@ fn a_gemm_reuses_the_a_registers_an_earlier_gemm_loaded_while_nothing_writes_the
     let c = compile_for(linear_attention(), Target::Sm90a).unwrap();
     assert!(c.plan.mmas.values().all(|m| m.a_from.is_none()));
 }
+
+/// CK's tile lowering names a loop's trip count that is too long for the `for` line, once per
+/// loop: a second loop over the same variable takes the next free name.
+#[test]
+fn amd_long_trip_counts_are_named_before_their_loop() {
+    let text = std::fs::read_to_string("tests/golden/specs/attention_window_bf16.yaml").expect("the golden spec");
+    let render = |text: String| {
+        let c = compile_for(text, Target::Gfx942).expect("compiles");
+        let files = tilegen::back::render(&c).expect("renders");
+        files.into_iter().find(|f| f.name.ends_with(".hip")).expect("a .hip file").contents
+    };
+    let hip = render(text.clone());
+    assert!(hip.contains("  int const num_t = (((S + block_N - 1) / block_N) < ") && hip.contains("for (int t = 0; t < num_t; ++t) {"), "{hip}");
+    assert!(hip.lines().all(|l| l.chars().count() <= 120), "{hip}");
+    let again = "  - serial(t, min(ceildiv(S, block_N), ceildiv((bx + 1) * block_M, block_N))):\n      - parallel(i):\n          - l[i] *= 1.0\n";
+    let anchor = "  - parallel(i):\n      - l[i] = 1.0 / l[i]\n";
+    assert!(text.contains(anchor));
+    let hip = render(text.replacen(anchor, &format!("{again}{anchor}"), 1));
+    assert!(hip.contains("for (int t = 0; t < num_t; ++t) {") && hip.contains("for (int t = 0; t < num_t2; ++t) {"), "{hip}");
+    assert_eq!(hip.matches("int const num_t = ").count() + hip.matches("int const num_t2 = ").count(), 2);
+    // A short count stays in the header.
+    let la = render(std::fs::read_to_string("specs/linear_attention_causal_bf16.yaml").expect("the bundled spec"));
+    assert!(la.contains("for (int t = 0; t < ((S + chunk - 1) / chunk); ++t) {") && !la.contains("num_t"));
+}

@@ -425,7 +425,7 @@ const COMMENT_WIDTH: usize = 100;
 
 /// Code lines wider than this are broken, or lose their trailing comment to the line(s) above
 /// them ([`lay_out`]).
-const CODE_WIDTH: usize = 120;
+pub(crate) const CODE_WIDTH: usize = 120;
 
 /// Strips trailing spaces, collapses runs of blank lines left by template control flow,
 /// lays out code lines wider than [`CODE_WIDTH`] ([`lay_out`]), and wraps comment-only lines

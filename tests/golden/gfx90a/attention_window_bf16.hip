@@ -164,7 +164,9 @@ attention_window_bf16_kernel(ElementQ const* __restrict__ Q,
   // spec 40: pipelined(t, min(ceildiv(S, block_N), ceildiv((bx + 1) * block_M, block_N)), stages):
   // in order on gfx90a: this lowering has no asynchronous global → LDS copies, so the spec's stages
   // apply to the NVIDIA targets
-  for (int t = 0; t < (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N) ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N)); ++t) {
+  int const num_t = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N)
+                         ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));
+  for (int t = 0; t < num_t; ++t) {
     // spec 41: copy(K[bz, t*block_N:, by, :], K_s): every thread a strided share of the tile, 4
     // elements (8 bytes) per access; vectors past the tensor's edges read as zero
     __syncthreads();  // `K_s` is overwritten after other threads read it

@@ -478,7 +478,18 @@ impl<'a> Lower<'a> {
                 if *kind == LoopKind::Unroll {
                     self.line("#pragma unroll");
                 }
-                self.open(format!("for (int {v} = 0; {v} < {}; ++{v})", self.ex(count), v = var.name));
+                // A trip count too long for the loop's header line (a `min` of two ceildivs) is
+                // named first: `num_<var>`, numbered past names the spec or an earlier loop took.
+                let (v, mut n) = (&var.name, self.ex(count));
+                let header = |n: &str| format!("for (int {v} = 0; {v} < {n}; ++{v})");
+                if 2 * self.depth + header(&n).chars().count() + 2 > crate::back::CODE_WIDTH {
+                    let taken = |name: &str| self.c.info.symbols.contains_key(name)
+                        || self.lines.iter().any(|l| l.trim_start().starts_with(&format!("int const {name} =")));
+                    let name = (1..).map(|k| if k == 1 { format!("num_{v}") } else { format!("num_{v}{k}") }).find(|n| !taken(n)).unwrap_or_default();
+                    self.line(format!("int const {name} = {n};"));
+                    n = name;
+                }
+                self.open(header(&n));
                 self.stmts(body);
                 self.close();
                 // The body may run zero times.
