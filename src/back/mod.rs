@@ -573,7 +573,9 @@ fn trailing_comment(line: &str) -> Option<usize> {
 /// spaced `&&` or `||` (aligned with the condition's start) and before a ternary's `?` and `:`.
 /// Where that cannot make every piece fit, the commas of template argument lists
 /// (`Layout<Shape<...>,\n Stride<...>>`) join in; failing that, the line breaks after an
-/// assignment's ` = ` or after the `(` of a call that ends it, the rest four columns in. A line
+/// assignment's ` = ` or after the `(` of a call that ends it, the rest four columns in; and last
+/// (a right-hand side too long for a line of its own) after the spaced `+` and `-` outside
+/// brackets of an assignment's right-hand side, then its `*` and `/` too, aligned with it. A line
 /// is broken only where every piece then fits within the width. Index brackets, one-line
 /// blocks (`[&](int k) { ... }`), literals and preprocessor lines are kept whole; a line with
 /// no break point stays whole. Only whitespace changes.
@@ -618,6 +620,10 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     // Commas of template argument lists (`Layout<Shape<...>, Stride<...>>`): used only where
     // no other break makes the line fit.
     let mut template_breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
+    // After a spaced `+` or `-` (then `*` or `/`) outside brackets in an assignment's
+    // right-hand side: used where nothing else makes the line fit.
+    let mut additive_breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
+    let mut multiplicative_breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let ch = chars[i];
@@ -676,6 +682,10 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
                 // right-hand side.
                 '&' | '|' if chars.get(i + 1) == Some(&ch) && spaced_pair(i) && !open.iter().any(|o| matches!(o.0, 'b' | '<' | '[')) => {
                     breaks.push((i + 3, Some(open.last().map_or(top_start, |o| o.2)), 0, open.len()));
+                }
+                '+' | '-' | '*' | '/' if spaced(i) && open.is_empty() && assign.is_some() => {
+                    let operators = if matches!(ch, '+' | '-') { &mut additive_breaks } else { &mut multiplicative_breaks };
+                    operators.push((i + 2, Some(top_start), 0, 0));
                 }
                 '?' | ':' if spaced(i) && !open.iter().any(|o| matches!(o.0, 'b' | '<' | '[')) => {
                     ternary.push((i, open.last().map_or(top_start, |o| o.2), open.len(), open.last().map(|o| o.1)));
@@ -767,6 +777,19 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     }
     if let Some(best) = fallbacks.into_iter().min_by_key(Vec::len) {
         return best;
+    }
+    // Else (a right-hand side too long for a line of its own) after its additive operators
+    // outside brackets, then its multiplicative ones too, aligned with its start.
+    for operators in [additive_breaks, multiplicative_breaks] {
+        if operators.is_empty() {
+            continue;
+        }
+        breaks.extend(operators);
+        breaks.sort();
+        let pieces = layout(&breaks, false);
+        if fit(&pieces) {
+            return pieces;
+        }
     }
     vec![line.to_string()]
 }
@@ -892,12 +915,22 @@ mod tests {
         let sum = (0..9).map(|i| format!("term{i} * k")).collect::<Vec<_>>().join(" + ");
         let line = format!("  float const total = {sum};");
         assert_eq!(break_code(&line), [String::from("  float const total ="), format!("      {sum};")]);
-        // A declaration of several names stays whole; so does a line whose right-hand side would
-        // not fit on a line of its own either.
+        // A declaration of several names has no one right-hand side to move; nor has a line whose
+        // right-hand side would not fit on a line of its own either: they break after the sum's
+        // `+`, continuations aligned with the right-hand side.
+        let terms = |r: std::ops::Range<usize>| r.map(|i| format!("term{} * k", i % 9)).collect::<Vec<_>>().join(" + ");
         let two = format!("  int const a = {sum}, b = a + 1;");
-        assert_eq!(break_code(&two), std::slice::from_ref(&two));
+        assert_eq!(break_code(&two), [format!("  int const a = {} +", terms(0..8)), format!("                {}, b = a + 1;", terms(8..9))]);
         let longer = format!("  float const total = {sum} + {sum};");
-        assert_eq!(break_code(&longer), std::slice::from_ref(&longer));
+        assert_eq!(break_code(&longer), [format!("  float const total = {} +", terms(0..8)),
+                                         format!("                      {} +", terms(8..16)),
+                                         format!("                      {};", terms(16..18))]);
+        // Products break after their `*` only where the sum's `+` leave a piece too wide.
+        let (a, b) = ("a".repeat(40), "b".repeat(40));
+        let product = format!("    out(e) = f({a}) * (c ? g({b}) : 0.f) * (d ? h({b}) : 0.f);");
+        assert_eq!(break_code(&product), [format!("    out(e) = f({a}) * (c ? g({b}) : 0.f) *"), format!("             (d ? h({b}) : 0.f);")]);
+        let sum_of_products = format!("    out(e) = f({a}) * g({b}) + h({b});");
+        assert_eq!(break_code(&sum_of_products), [format!("    out(e) = f({a}) * g({b}) +"), format!("             h({b});")]);
         // A call that ends the statement, its argument too long beside it: after its `(`.
         let inner = format!("shape(partition(make_identity(make_shape_of_{})))", "x".repeat(60));
         let call = format!("  Tensor fragment = make_tensor<Element>({inner});");
@@ -967,15 +1000,20 @@ mod tests {
         assert!(checked > 100, "only {checked} sources checked");
     }
 
-    /// The bundled kernels, the code users vendor, fit the width: every line that was too wide
-    /// found a break (CK's stores name their indices rather than repeating sums of them).
+    /// The bundled kernels (the code users vendor) and the golden ones fit the width: every
+    /// line that was too wide found a break (CK's stores name their indices rather than
+    /// repeating sums of them; long trip counts are named before their loop).
     #[test]
-    fn bundled_sources_fit_the_code_width() {
+    fn committed_sources_fit_the_code_width() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut checked = 0;
-        for dir in ["generated/sm80", "generated/sm90a", "generated/gfx942", "generated/gfx90a"] {
+        for dir in ["generated/sm80", "generated/sm90a", "generated/gfx942", "generated/gfx90a", "tests/golden/sm80", "tests/golden/sm90a", "tests/golden/gfx942", "tests/golden/gfx90a"] {
             for e in std::fs::read_dir(root.join(dir)).expect("a generated directory") {
                 let path = e.expect("a directory entry").path();
+                // Golden diagnostics (.stderr) are messages, not source.
+                if !path.extension().is_some_and(|x| x == "cu" || x == "hip" || x == "h") {
+                    continue;
+                }
                 let text = std::fs::read_to_string(&path).expect("a readable source");
                 if let Some((n, line)) = text.lines().enumerate().find(|(_, l)| l.chars().count() > CODE_WIDTH) {
                     panic!("{}:{}: {} columns: {line}", path.display(), n + 1, line.chars().count());
@@ -983,6 +1021,6 @@ mod tests {
                 checked += 1;
             }
         }
-        assert!(checked >= 96, "only {checked} sources checked");
+        assert!(checked >= 200, "only {checked} sources checked");
     }
 }

@@ -214,7 +214,9 @@ layer_norm_bf16_kernel(ElementX const* __restrict__ X,
     for (int vv = 0; vv < kVectorsPerRow; ++vv) {
       #pragma unroll
       for (int ee = 0; ee < kVector; ++ee) {
-        xs[rr][vv][ee] = xs[rr][vv][ee] * rstd[rr] * ck::type_convert<float>(gamma_vec[vv][ee]) + ck::type_convert<float>(beta_vec[vv][ee]);  // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
+        // spec 32: xs[i, j] = xs[i, j] * rstd[i] * f32(gamma[j]) + f32(beta[j])
+        xs[rr][vv][ee] = xs[rr][vv][ee] * rstd[rr] * ck::type_convert<float>(gamma_vec[vv][ee]) +
+                         ck::type_convert<float>(beta_vec[vv][ee]);
       }
     }
   }

@@ -275,7 +275,9 @@ gemm_w8a8_bf16_kernel(ElementA const* __restrict__ A,
     for (int e = 0; e < size(out); ++e) {
       int const i = get<0>(tCcout(e));
       int const j = get<1>(tCcout(e));
-      out(e) = static_cast<float>(acc(e)) * ((by * block_M + i < M) ? static_cast<float>(a_scale[by * block_M + i]) : 0.f) * ((bx * block_N + j < N) ? static_cast<float>(b_scale[bx * block_N + j]) : 0.f);  // spec 27
+      out(e) = static_cast<float>(acc(e)) *
+               ((by * block_M + i < M) ? static_cast<float>(a_scale[by * block_M + i]) : 0.f) *
+               ((bx * block_N + j < N) ? static_cast<float>(b_scale[bx * block_N + j]) : 0.f);  // spec 27
     }
   }
 
