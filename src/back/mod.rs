@@ -595,7 +595,8 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     // from and the columns added to it, how many brackets are open there). After `, ` the
     // continuation aligns one past the list's opener; before a ternary's ` ? ` or ` : `, four
     // past the start of the list element (or of the right-hand side) the ternary is in.
-    let mut breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
+    type Break = (usize, Option<usize>, usize, usize);
+    let mut breaks: Vec<Break> = Vec::new();
     // Open brackets: (kind, index, where the current element of the list starts); closed
     // ones as (opener's index, closer's index).
     let mut open: Vec<(char, usize, usize)> = Vec::new();
@@ -619,11 +620,11 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     let spaced_pair = |i: usize| i > 0 && chars[i - 1] == ' ' && chars.get(i + 2) == Some(&' ');
     // Commas of template argument lists (`Layout<Shape<...>, Stride<...>>`): used only where
     // no other break makes the line fit.
-    let mut template_breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
+    let mut template_breaks: Vec<Break> = Vec::new();
     // After a spaced `+` or `-` (then `*` or `/`) outside brackets in an assignment's
     // right-hand side: used where nothing else makes the line fit.
-    let mut additive_breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
-    let mut multiplicative_breaks: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
+    let mut additive_breaks: Vec<Break> = Vec::new();
+    let mut multiplicative_breaks: Vec<Break> = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let ch = chars[i];
@@ -707,7 +708,7 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     breaks.sort();
     // The pieces the line breaks into at `breaks`, each line taking as much as fits (or, with
     // `sparing`, breaking at the first point that fits).
-    let layout = |breaks: &[(usize, Option<usize>, usize, usize)], sparing: bool| -> Vec<String> {
+    let layout = |breaks: &[Break], sparing: bool| -> Vec<String> {
         // Output lines as (index of their first character, the column it is printed at).
         let mut lines: Vec<(usize, usize)> = vec![(0, 0)];
         let column = |lines: &[(usize, usize)], at: usize| {
@@ -724,7 +725,7 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
             // long argument then has a line of its own).
             // A continuation aligned past the width's last 40 columns has too little room:
             // such a break is no candidate.
-            let align = |b: &(usize, Option<usize>, usize, usize)| b.1.map_or(indent, |a| column(&lines, a) + b.2);
+            let align = |b: &Break| b.1.map_or(indent, |a| column(&lines, a) + b.2);
             let later = breaks.iter().filter(|b| b.0 > start + 2 && align(b) + 40 <= CODE_WIDTH);
             let mut fitting = later.clone().filter(|b| col + b.0 - 1 - start <= CODE_WIDTH);
             let outermost = fitting.clone().map(|b| b.3).min();
@@ -743,51 +744,56 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     let fit = |pieces: &[String]| {
         pieces.iter().all(|p| p.chars().count() <= CODE_WIDTH) && pieces.last().is_some_and(|p| p.chars().count() + reserve <= CODE_WIDTH)
     };
-    // Greedy first; where a full line leaves the rest unbreakable, breaking earlier may not.
-    for sparing in [false, true] {
-        let pieces = layout(&breaks, sparing);
-        if fit(&pieces) {
-            return pieces;
-        }
-    }
-    // Else at the template argument lists' commas too, aligned after their `<`.
-    if !template_breaks.is_empty() {
-        breaks.extend(template_breaks);
-        breaks.sort();
-        let pieces = layout(&breaks, false);
-        if fit(&pieces) {
-            return pieces;
-        }
-    }
-    // Else after the ` = ` of an assignment or declaration of one name, its right-hand side
-    // four columns in on the next line, or after the line's first `(` where the line ends with
-    // its list (a call's arguments), those four columns in: whichever takes fewer lines (then
-    // the first), each piece broken as above where it still does not fit.
+    // After the ` = ` of an assignment or declaration of one name, its right-hand side four
+    // columns in on the next line, or after the line's first `(` where the line ends with its
+    // list (a call's arguments), those four columns in: whichever takes fewer lines (then the
+    // first), each piece broken as above where it still does not fit.
     // Only on a line that closes what it opens: later lines may be aligned to this one's text.
-    let self_contained = open.is_empty() && !closed_earlier;
-    let mut fallbacks: Vec<Vec<String>> = Vec::new();
-    for (at, skip) in [(assign.filter(|_| !top_comma), 2), (first_paren.filter(|&p| chars.get(p + 1).is_some_and(|c| *c != ')') && ends_line(Some(p))), 1)] {
-        let Some(at) = at.filter(|_| self_contained) else { continue };
-        let rest: String = chars[at + skip..].iter().collect();
-        let mut pieces = vec![chars[..=at].iter().collect::<String>()];
-        pieces.extend(break_code_leaving(&format!("{}{}", " ".repeat(indent + 4), rest.trim_start()), reserve));
-        if fit(&pieces) {
-            fallbacks.push(pieces);
+    let fallback = || {
+        let self_contained = open.is_empty() && !closed_earlier;
+        let mut fallbacks: Vec<Vec<String>> = Vec::new();
+        for (at, skip) in [(assign.filter(|_| !top_comma), 2), (first_paren.filter(|&p| chars.get(p + 1).is_some_and(|c| *c != ')') && ends_line(Some(p))), 1)] {
+            let Some(at) = at.filter(|_| self_contained) else { continue };
+            let rest: String = chars[at + skip..].iter().collect();
+            let mut pieces = vec![chars[..=at].iter().collect::<String>()];
+            pieces.extend(break_code_leaving(&format!("{}{}", " ".repeat(indent + 4), rest.trim_start()), reserve));
+            if fit(&pieces) {
+                fallbacks.push(pieces);
+            }
         }
+        fallbacks.into_iter().min_by_key(Vec::len)
+    };
+    // The ways to break the line, in order: the first whose pieces all fit wins.
+    enum Tier {
+        /// The break points of the tiers before plus these, laid out greedily (each line takes
+        /// as much as fits) or sparingly (each breaks at the first point that fits).
+        Breaks(Vec<Break>, bool),
+        /// `fallback` above.
+        Fallback,
     }
-    if let Some(best) = fallbacks.into_iter().min_by_key(Vec::len) {
-        return best;
-    }
-    // Else (a right-hand side too long for a line of its own) after its additive operators
-    // outside brackets, then its multiplicative ones too, aligned with its start.
-    for operators in [additive_breaks, multiplicative_breaks] {
-        if operators.is_empty() {
-            continue;
-        }
-        breaks.extend(operators);
-        breaks.sort();
-        let pieces = layout(&breaks, false);
-        if fit(&pieces) {
+    let tiers = [
+        // Argument lists, conditions and ternaries; greedy first, and where a full line leaves
+        // the rest unbreakable, breaking earlier may not.
+        Tier::Breaks(Vec::new(), false),
+        Tier::Breaks(Vec::new(), true),
+        // The template argument lists' commas too, aligned after their `<`.
+        Tier::Breaks(template_breaks, false),
+        Tier::Fallback,
+        // A right-hand side too long for a line of its own: after its additive operators
+        // outside brackets, then its multiplicative ones too, aligned with its start.
+        Tier::Breaks(additive_breaks, false),
+        Tier::Breaks(multiplicative_breaks, false),
+    ];
+    for tier in tiers {
+        let pieces = match tier {
+            Tier::Breaks(added, sparing) => {
+                breaks.extend(added);
+                breaks.sort();
+                Some(layout(&breaks, sparing)).filter(|p| fit(p))
+            }
+            Tier::Fallback => fallback(),
+        };
+        if let Some(pieces) = pieces {
             return pieces;
         }
     }
