@@ -1827,11 +1827,15 @@ fn a_gemm_reuses_the_a_registers_an_earlier_gemm_loaded_while_nothing_writes_the
     assert!(cu.contains(&squashed("gemm(tiled_mma1, O_f, tCrQ_s(_, _, k_block), tCrS_s(_, _, k_block), O_f);")), "spec 45 multiplies spec 40's registers");
     assert_eq!(cu.matches("partition_fragment_A(sQ_s").count(), 1, "one partition of Q_s");
     assert!(!cu.contains("s2r_copy_Q_s1") && !cu.contains("tCrQ_s1"));
-    // A write to Q_s between them (here a clear) makes the registers stale: each loads its own.
-    let c = compile(linear_attention().replacen("      - clear(O_f)\n", "      - clear(O_f)\n      - clear(Q_s)\n", 1)).unwrap();
-    assert_eq!(reuse(&c), [None, None, None, None]);
-    assert!(squashed(&rendered_cu(&c)).contains("tCrQ_s1"));
-    // Warpgroup MMAs read shared operands through descriptors: nothing to reuse on sm90a.
+    // A write to Q_s between them (here a clear, at the top of the block or inside a nested
+    // loop) makes the registers stale: each loads its own.
+    for write in ["      - clear(Q_s)\n", "      - serial(u, 1):\n          - clear(Q_s)\n"] {
+        let c = compile(linear_attention().replacen("      - clear(O_f)\n", &format!("      - clear(O_f)\n{write}"), 1)).unwrap();
+        assert_eq!(reuse(&c), [None, None, None, None], "{write}");
+        assert!(squashed(&rendered_cu(&c)).contains("tCrQ_s1"));
+    }
+    // Warpgroup MMAs read shared operands through descriptors: sm90a's linear attention takes
+    // them, so nothing is reused there.
     let c = compile_for(linear_attention(), Target::Sm90a).unwrap();
     assert!(c.plan.mmas.values().all(|m| m.a_from.is_none()));
 }
@@ -1854,7 +1858,16 @@ fn amd_long_trip_counts_are_named_before_their_loop() {
     assert!(text.contains(anchor));
     let hip = render(text.replacen(anchor, &format!("{again}{anchor}"), 1));
     assert!(hip.contains("for (int t = 0; t < num_t; ++t) {") && hip.contains("for (int t = 0; t < num_t2; ++t) {"), "{hip}");
-    assert_eq!(hip.matches("int const num_t = ").count() + hip.matches("int const num_t2 = ").count(), 2);
+    assert_eq!((hip.matches("int const num_t = ").count(), hip.matches("int const num_t2 = ").count()), (1, 1));
+    // An unrolled loop's long count, `num_u` being a spec constant: named `num_u2`, before the
+    // `#pragma unroll`, which stays right above its `for`.
+    let unrolled = "  - unroll(u, min(ceildiv(block_N, 16), ceildiv(block_M, 16)) + min(ceildiv(block_N, 32), ceildiv(block_M, 32))):\n      - parallel(i):\n          - l[i] *= 1.0\n";
+    assert!(text.contains("constants:\n"));
+    let with_constant = text.replacen("constants:\n", "constants:\n  num_u: 3\n", 1);
+    let hip = render(with_constant.replacen(anchor, &format!("{unrolled}{anchor}"), 1));
+    let lines: Vec<&str> = hip.lines().map(str::trim).collect();
+    let pragma = lines.iter().position(|l| l.starts_with("int const num_u2 = ")).expect("the count named num_u2");
+    assert_eq!(lines[pragma + 1..pragma + 3], ["#pragma unroll", "for (int u = 0; u < num_u2; ++u) {"], "{hip}");
     // A short count stays in the header.
     let la = render(std::fs::read_to_string("specs/linear_attention_causal_bf16.yaml").expect("the bundled spec"));
     assert!(la.contains("for (int t = 0; t < ((S + chunk - 1) / chunk); ++t) {") && !la.contains("num_t"));

@@ -574,8 +574,9 @@ fn trailing_comment(line: &str) -> Option<usize> {
 /// Where that cannot make every piece fit, the commas of template argument lists
 /// (`Layout<Shape<...>,\n Stride<...>>`) join in; failing that, the line breaks after an
 /// assignment's ` = ` or after the `(` of a call that ends it, the rest four columns in; and last
-/// (a right-hand side too long for a line of its own) after the spaced `+` and `-` outside
-/// brackets of an assignment's right-hand side, then its `*` and `/` too, aligned with it. A line
+/// (a right-hand side too long for a line of its own, or a declaration of several names) after
+/// the spaced `+` and `-` outside brackets of an assignment's right-hand side, then its `*` and
+/// `/` too, aligned with where the right-hand side (or the declarator after a comma) starts. A line
 /// is broken only where every piece then fits within the width. Index brackets, one-line
 /// blocks (`[&](int k) { ... }`), literals and preprocessor lines are kept whole; a line with
 /// no break point stays whole. Only whitespace changes.
@@ -749,8 +750,8 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
     // list (a call's arguments), those four columns in: whichever takes fewer lines (then the
     // first), each piece broken as above where it still does not fit.
     // Only on a line that closes what it opens: later lines may be aligned to this one's text.
+    let self_contained = open.is_empty() && !closed_earlier;
     let fallback = || {
-        let self_contained = open.is_empty() && !closed_earlier;
         let mut fallbacks: Vec<Vec<String>> = Vec::new();
         for (at, skip) in [(assign.filter(|_| !top_comma), 2), (first_paren.filter(|&p| chars.get(p + 1).is_some_and(|c| *c != ')') && ends_line(Some(p))), 1)] {
             let Some(at) = at.filter(|_| self_contained) else { continue };
@@ -779,10 +780,11 @@ fn break_code_leaving(line: &str, reserve: usize) -> Vec<String> {
         // The template argument lists' commas too, aligned after their `<`.
         Tier::Breaks(template_breaks, false),
         Tier::Fallback,
-        // A right-hand side too long for a line of its own: after its additive operators
-        // outside brackets, then its multiplicative ones too, aligned with its start.
-        Tier::Breaks(additive_breaks, false),
-        Tier::Breaks(multiplicative_breaks, false),
+        // After the additive operators outside brackets of an assignment's right-hand side,
+        // then its multiplicative ones too, aligned with where it (or, after a comma outside
+        // brackets, the next declarator) starts; like the fallback, only on a self-contained line.
+        Tier::Breaks(if self_contained { additive_breaks } else { Vec::new() }, false),
+        Tier::Breaks(if self_contained { multiplicative_breaks } else { Vec::new() }, false),
     ];
     for tier in tiers {
         let pieces = match tier {

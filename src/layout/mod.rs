@@ -919,12 +919,13 @@ impl<'a> Infer<'a> {
         for (b, l) in &self.plan.fragments {
             regs += self.fragment_registers(*b, l);
         }
-        for m in self.plan.mmas.values() {
-            // Two k-blocks of each operand in flight; A reused from an earlier gemm keeps that
-            // gemm's whole fragment alive until this one (its two k-blocks already counted).
+        // Two k-blocks of each operand in flight; an A fragment later gemms reuse stays whole
+        // until the last of them (its two k-blocks counted with the gemm that loads it).
+        let reused: std::collections::BTreeSet<StmtId> = self.plan.mmas.values().filter_map(|m| m.a_from).collect();
+        for (id, m) in &self.plan.mmas {
             let a = match (m.a_in_registers, m.a_from) {
-                (true, _) => 0,
-                (false, Some(_)) => (m.k_blocks.max(2) as u64 - 2) * m.a_regs_per_kblock,
+                (true, _) | (false, Some(_)) => 0,
+                (false, None) if reused.contains(id) => m.k_blocks.max(2) as u64 * m.a_regs_per_kblock,
                 (false, None) => 2 * m.a_regs_per_kblock,
             };
             regs += a + 2 * m.b_regs_per_kblock;

@@ -475,19 +475,23 @@ impl<'a> Lower<'a> {
                             self.c.plan.target, self.name(b))).hint("read the fragment (copy or parallel) after the loop only, or give it a row block of 16 per wave").unsupported_on_target()),
                     }
                 }
-                if *kind == LoopKind::Unroll {
-                    self.line("#pragma unroll");
-                }
                 // A trip count too long for the loop's header line (a `min` of two ceildivs) is
-                // named first: `num_<var>`, numbered past names the spec or an earlier loop took.
+                // named first (before any `#pragma unroll`, which must precede the `for`):
+                // `num_<var>`, numbered past names the spec, a fragment's offsets
+                // (`<fragment>_row`, `_col`, `_group`) or an earlier loop took. The template
+                // indents the body two more columns than `depth` says.
                 let (v, mut n) = (&var.name, self.ex(count));
                 let header = |n: &str| format!("for (int {v} = 0; {v} < {n}; ++{v})");
-                if 2 * self.depth + header(&n).chars().count() + 2 > crate::back::CODE_WIDTH {
-                    let taken = |name: &str| self.c.info.symbols.contains_key(name)
+                if 2 + 2 * self.depth + header(&n).chars().count() + 2 > crate::back::CODE_WIDTH {
+                    let offsets = |name: &str| self.c.spec.buffers.iter().any(|b| ["_row", "_col", "_group"].iter().any(|x| name == format!("{}{x}", b.name.name)));
+                    let taken = |name: &str| self.c.info.symbols.contains_key(name) || offsets(name)
                         || self.lines.iter().any(|l| l.trim_start().starts_with(&format!("int const {name} =")));
                     let name = (1..).map(|k| if k == 1 { format!("num_{v}") } else { format!("num_{v}{k}") }).find(|n| !taken(n)).unwrap_or_default();
                     self.line(format!("int const {name} = {n};"));
                     n = name;
+                }
+                if *kind == LoopKind::Unroll {
+                    self.line("#pragma unroll");
                 }
                 self.open(header(&n));
                 self.stmts(body);
