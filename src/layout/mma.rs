@@ -59,6 +59,12 @@ pub struct Wgmma {
 }
 
 impl MmaPlan {
+    /// Whether this gemm loads A from shared memory itself: not a register fragment, and not
+    /// an earlier gemm's registers (`a_from`).
+    pub fn loads_a(&self) -> bool {
+        !self.a_in_registers && self.a_from.is_none()
+    }
+
     /// Accumulator rows each thread holds: every warp owns 16-row slices of the tile (one
     /// per 16 x warps_M rows, on mma.sync and on warpgroup MMAs alike), two rows of each.
     pub fn rows_per_thread(&self) -> i64 {

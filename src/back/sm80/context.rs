@@ -270,10 +270,18 @@ pub fn operand_key(c: &Compiled, gemm: StmtId, buf: usize) -> String {
 }
 
 
-/// Why a gemm whose A another gemm loaded has no copies of its own (`MmaPlan::a_from`).
-pub fn a_reuse_note(c: &Compiled, source: StmtId, a: &str) -> String {
-    let line = c.spec.stmt(source).map_or(0, |s| c.line(s.span));
-    format!("A is `{a}` as spec {line}'s gemm loaded it into registers (the same MMA and view; nothing writes `{a}` in between): no second load")
+/// The register fragment gemm `gemm` multiplies as A: its own, or that of the gemm whose
+/// registers it reuses (`MmaPlan::a_from`).
+pub fn a_fragment(c: &Compiled, gemm: StmtId, m: &crate::layout::MmaPlan) -> String {
+    format!("tCr{}", operand_key(c, m.a_from.unwrap_or(gemm), m.a))
+}
+
+/// Why a gemm whose A another gemm loaded has no copies of its own (`MmaPlan::a_from`), as a
+/// sentence; empty for any other gemm.
+pub fn a_reuse_note(c: &Compiled, m: &crate::layout::MmaPlan) -> String {
+    let Some(source) = m.a_from else { return String::new() };
+    let (a, line) = (&c.spec.buffers[m.a].name.name, c.spec.stmt(source).map_or(0, |s| c.line(s.span)));
+    format!("A is `{a}` as spec {line}'s gemm loaded it into registers (the same MMA and view; nothing writes `{a}` in between): no second load.")
 }
 
 fn atom_text(shape: (i64, i64), first_contiguous: bool) -> (String, String) {
@@ -419,7 +427,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             elem_b: element_alias(&b.name.name),
             tiled_mma: format!("tiled_mma{sfx}"),
             thr_mma: format!("thr_mma{sfx}"),
-            frag_a: format!("tCr{}", m.a_from.map_or(ka.clone(), |g| operand_key(c, g, m.a))),
+            frag_a: a_fragment(c, sid, m),
             frag_b: format!("tCr{kb}"),
             s2r_thr_a: format!("s2r_thr_{ka}"),
             s2r_thr_b: format!("s2r_thr_{kb}"),
@@ -436,8 +444,8 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
             k_blocks: m.k_blocks,
             accumulators,
             a_in_registers: m.a_in_registers,
-            loads_a: !m.a_in_registers && m.a_from.is_none(),
-            a_reuse_note: m.a_from.map_or(String::new(), |g| a_reuse_note(c, g, &a.name.name)),
+            loads_a: m.loads_a(),
+            a_reuse_note: a_reuse_note(c, m),
             frag_a_decl,
             a_name: a.name.name.clone(),
             b_in_registers: lb.registers_only,

@@ -96,6 +96,16 @@ struct ParEnv<'a> {
     conv: &'a Conv<'a>,
 }
 
+/// The tensor dimensions a tile of `op` spans, in the order of its `rank` buffer coordinates:
+/// the sliced ones, all of the origin's, or (the whole tensor) every one.
+fn tile_dims(op: &Operand, rank: usize) -> Vec<usize> {
+    match (&op.origin, &op.tile_dims) {
+        (Some(_), Some(d)) => d.clone(),
+        (Some(o), None) => (0..o.len()).collect(),
+        (None, _) => (0..rank).collect(),
+    }
+}
+
 /// The register of element (bi, bj, r) of a fragment, or (bi) of row statistics.
 fn register(name: &str, row_stats: bool) -> String {
     if row_stats { format!("{name}[bi]") } else { format!("{name}[bi][bj][r]") }
@@ -280,12 +290,7 @@ impl<'a> Lower<'a> {
     /// (`row`, `col`) and the bounds check and the address name them.
     fn tile_address_named(&mut self, t: usize, op: &Operand, coords: &[String]) -> (String, String) {
         let mut idx = self.tile_indices(op, coords);
-        let dims: Vec<usize> = match (&op.origin, &op.tile_dims) {
-            (None, _) => (0..coords.len()).collect(),
-            (Some(_), Some(d)) => d.clone(),
-            (Some(o), None) => (0..o.len()).collect(),
-        };
-        for (name, &d) in ["row", "col"].iter().zip(&dims) {
+        for (name, &d) in ["row", "col"].iter().zip(&tile_dims(op, coords.len())) {
             if idx[d].contains(' ') {
                 self.line(format!("int const {name} = {};", idx[d]));
                 idx[d] = name.to_string();
@@ -309,7 +314,7 @@ impl<'a> Lower<'a> {
             // The whole tensor is the tile.
             return coords.to_vec();
         };
-        let dims: Vec<usize> = op.tile_dims.clone().unwrap_or_else(|| (0..origin.len()).collect());
+        let dims = tile_dims(op, coords.len());
         origin.iter().enumerate().map(|(d, e)| {
             let o = self.ex(e);
             match dims.iter().position(|x| *x == d).and_then(|p| coords.get(p)) {

@@ -123,7 +123,7 @@ impl Lower<'_> {
             tiled_mma: format!("tiled_mma{sfx}"),
             thr_mma: format!("thr_mma{sfx}"),
             acc: c.spec.buffers[m.c].name.name.clone(),
-            frag_a: format!("tCr{}", m.a_from.map_or(a.clone(), |g| operand_key(c, g, m.a))),
+            frag_a: super::super::context::a_fragment(c, s.id, m),
             frag_b: format!("tCr{b}"),
             src_a: format!("tXs{a}"),
             src_b: format!("tXs{b}"),
@@ -135,12 +135,8 @@ impl Lower<'_> {
             stage_b: stage_of(m.b),
             k_blocks: m.k_blocks,
             a_in_registers: m.a_in_registers,
-            loads_a: !m.a_in_registers && m.a_from.is_none(),
-            a_note: match m.a_from {
-                Some(g) => format!("{}.", super::super::context::a_reuse_note(c, g, &c.spec.buffers[m.a].name.name)),
-                None if m.a_in_registers => "A is already in registers.".into(),
-                None => String::new(),
-            },
+            loads_a: m.loads_a(),
+            a_note: if m.a_in_registers { "A is already in registers.".into() } else { super::super::context::a_reuse_note(c, m) },
             wgmma: m.wgmma.is_some(),
             packed_b: self.packed_b(s.id, stage),
         })
