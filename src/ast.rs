@@ -235,6 +235,21 @@ pub struct Stmt {
     pub span: Span,
 }
 
+impl Stmt {
+    /// The buffer or tensor this statement itself writes (not its nested statements'); `None`
+    /// for blocks.
+    pub fn written(&self) -> Option<&str> {
+        match &self.kind {
+            StmtKind::Copy { dst, .. } => Some(&dst.name.name),
+            StmtKind::Dequant { dst, .. } | StmtKind::Reduce { dst, .. } => Some(&dst.name),
+            StmtKind::Gemm { c, .. } => Some(&c.name),
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => Some(&buf.name),
+            StmtKind::Assign { target, .. } => Some(&target.name),
+            StmtKind::Loop { .. } | StmtKind::Parallel { .. } | StmtKind::If { .. } => None,
+        }
+    }
+}
+
 /// An operand of `copy`: a whole buffer (`A_s`) or a tile of a tensor at an origin (`A[y, x]`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Operand {
@@ -715,6 +730,24 @@ impl Spec {
     pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Stmt)) {
         walk_stmts(&self.body, f);
     }
+}
+
+/// Whether statements `earlier` and `later` are in one block, `earlier` first, and nothing
+/// between them (nested statements included) writes buffer `buf`.
+pub fn untouched_between(stmts: &[Stmt], earlier: StmtId, later: StmtId, buf: &str) -> bool {
+    let at = |id: StmtId| stmts.iter().position(|s| s.id == id);
+    if let (Some(e), Some(l)) = (at(earlier), at(later)) {
+        let mut written = false;
+        walk_stmts(&stmts[(e + 1).min(l)..l], &mut |s| written |= s.written() == Some(buf));
+        return e < l && !written;
+    }
+    stmts.iter().any(|s| match &s.kind {
+        StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => untouched_between(body, earlier, later, buf),
+        StmtKind::If { then_body, else_body, .. } => {
+            untouched_between(then_body, earlier, later, buf) || untouched_between(else_body, earlier, later, buf)
+        }
+        _ => false,
+    })
 }
 
 /// Visits every statement of `stmts` and of the blocks nested in them, in pre-order.

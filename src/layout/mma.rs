@@ -313,33 +313,3 @@ impl Infer<'_> {
         }
     }
 }
-
-/// Whether statements `earlier` and `later` are in one block, `earlier` first, and nothing
-/// between them (nested statements included) writes buffer `buf`.
-fn untouched_between(stmts: &[Stmt], earlier: StmtId, later: StmtId, buf: &str) -> bool {
-    let at = |id: StmtId| stmts.iter().position(|s| s.id == id);
-    if let (Some(e), Some(l)) = (at(earlier), at(later)) {
-        let mut written = false;
-        walk_stmts(&stmts[(e + 1).min(l)..l], &mut |s| written |= writes(s, buf));
-        return e < l && !written;
-    }
-    stmts.iter().any(|s| match &s.kind {
-        StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => untouched_between(body, earlier, later, buf),
-        StmtKind::If { then_body, else_body, .. } => {
-            untouched_between(then_body, earlier, later, buf) || untouched_between(else_body, earlier, later, buf)
-        }
-        _ => false,
-    })
-}
-
-/// Whether statement `s` (not its nested statements) writes buffer `buf`.
-fn writes(s: &Stmt, buf: &str) -> bool {
-    match &s.kind {
-        StmtKind::Copy { dst, .. } => dst.name.name == buf,
-        StmtKind::Dequant { dst, .. } | StmtKind::Reduce { dst, .. } => dst.name == buf,
-        StmtKind::Gemm { c, .. } => c.name == buf,
-        StmtKind::Clear { buf: b } | StmtKind::Fill { buf: b, .. } => b.name == buf,
-        StmtKind::Assign { target, .. } => target.name == buf,
-        StmtKind::Loop { .. } | StmtKind::Parallel { .. } | StmtKind::If { .. } => false,
-    }
-}

@@ -545,31 +545,25 @@ fn join(entry: Option<Split>, after: Split) -> Option<Split> {
 /// The shared buffers a body reads and writes (any depth).
 fn shared_accesses(l: &Lower, body: &[Stmt]) -> (Vec<usize>, Vec<usize>) {
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
-    let shared = |id: &Ident| l.buffer(id).filter(|b| l.c.spec.buffers[*b].scope.0 == Scope::Shared);
-    walk_stmts(body, &mut |s| match &s.kind {
-        StmtKind::Copy { src, dst } => {
-            reads.extend(shared(&src.name));
-            writes.extend(shared(&dst.name));
-        }
-        StmtKind::Gemm { a, b, .. } => {
-            reads.extend(shared(a));
-            reads.extend(shared(b));
-        }
-        StmtKind::Dequant { src, dst, scales, zero } => {
-            reads.extend(shared(src));
-            reads.extend(shared(scales));
-            if let Some(z) = zero.tile() {
-                reads.extend(shared(z));
+    let shared = |name: &str| match l.c.info.symbols.get(name) {
+        Some(Symbol::Buffer(b)) if l.c.spec.buffers[*b].scope.0 == Scope::Shared => Some(*b),
+        _ => None,
+    };
+    walk_stmts(body, &mut |s| {
+        writes.extend(s.written().and_then(shared));
+        match &s.kind {
+            StmtKind::Copy { src, .. } => reads.extend(shared(&src.name.name)),
+            StmtKind::Gemm { a, b, .. } => reads.extend([a, b].into_iter().filter_map(|x| shared(&x.name))),
+            StmtKind::Dequant { src, scales, zero, .. } => {
+                reads.extend([Some(src), Some(scales), zero.tile()].into_iter().flatten().filter_map(|x| shared(&x.name)));
             }
-            writes.extend(shared(dst));
-        }
-        StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => writes.extend(shared(buf)),
-        StmtKind::Parallel { body, .. } => {
-            for (n, _, _) in crate::layout::mfma::accesses(body) {
-                reads.extend(shared(n));
+            StmtKind::Parallel { body, .. } => {
+                for (n, _, _) in crate::layout::mfma::accesses(body) {
+                    reads.extend(shared(&n.name));
+                }
             }
+            _ => {}
         }
-        _ => {}
     });
     (reads, writes)
 }
