@@ -32,7 +32,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
     let chars: Vec<char> = text.chars().collect();
     let lines: Vec<&str> = text.lines().collect();
     let words: Vec<&str> = text.split(|c: char| !c.is_alphanumeric() && c != '_').filter(|w| !w.is_empty()).collect();
-    match rng.below(8) {
+    match rng.below(9) {
         0 => chars[..rng.below(chars.len() + 1)].iter().collect(),
         1 => {
             let at = rng.below(chars.len() + 1);
@@ -66,6 +66,29 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
             let from = words[rng.below(words.len())];
             let to = words[rng.below(words.len())];
             text.replacen(from, to, 1 + rng.below(2))
+        }
+        7 => {
+            // Replace a whole number with another plausible tile size or stage count, so that
+            // many mutants stay valid and reach the planners' and renderers' less-used paths.
+            let nums = ["1", "2", "3", "4", "8", "16", "24", "32", "48", "64", "96", "128", "192", "256", "512"];
+            let mut runs = Vec::new();
+            let mut i = 0;
+            while i < chars.len() {
+                if chars[i].is_ascii_digit() && (i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')) {
+                    let start = i;
+                    while i < chars.len() && chars[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                    runs.push((start, i));
+                } else {
+                    i += 1;
+                }
+            }
+            if runs.is_empty() {
+                return text.to_string();
+            }
+            let (a, b) = runs[rng.below(runs.len())];
+            chars[..a].iter().collect::<String>() + nums[rng.below(nums.len())] + &chars[b..].iter().collect::<String>()
         }
         _ => {
             // Replace a number with an extreme one.
