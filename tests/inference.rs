@@ -657,6 +657,28 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
 }
 
 #[test]
+fn scales_keep_4_byte_pairs_where_wider_vectors_would_refuse_group_counts() {
+    // The bundled decode tiles on 2 warps take the general lowering: each [32, 4] tile of
+    // scales and of zero points is one 8-byte row per thread, which would need
+    // `(K / 128) % 4 == 0`. They stay 4-byte pairs with the odd-rows instantiation instead,
+    // so the launcher takes every K the spec allows (a multiple of 128).
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_zp_gemm_bf16.yaml")).unwrap().replace("threads: 256", "threads: 64");
+    for target in [Target::Sm80, Target::Sm90a] {
+        let c = compile_for(text.clone(), target).unwrap();
+        assert!(c.plan.dequant_gemm.is_none(), "{target}: the general lowering");
+        for buf in ["S_s", "Z_s"] {
+            let cp = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == buf).unwrap();
+            assert_eq!((cp.vector_bits, cp.odd_rows, cp.threads.shape), (32, true, (32, 2)), "{target}: {buf}");
+            let l = c.plan.shared.iter().find(|(b, _)| c.spec.buffers[**b].name.name == buf).unwrap().1;
+            assert!(l.why_contiguous.contains("so cp.async moves 4-byte vectors"), "{target}: {}", l.why_contiguous);
+        }
+        let cu = &rendered_cu(&c);
+        assert!(cu.contains("bool const odd_rows = (K / 128) % 2 != 0;") && !cu.contains("(K / 128) % 4"), "{target}: any K % 128 == 0");
+        assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {"), "{target}: the base pointer is still checked");
+    }
+}
+
+#[test]
 fn narrow_tiles_give_each_warp_one_mma_column_and_small_stores_fewer_threads() {
     // 16x64 over 8 warps: no 16-wide warp tiles fit, so each warp takes an 8-wide column.
     let c = compile(spec((16, 64, 32), 2, 256, "row_major", true)).unwrap();

@@ -149,15 +149,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     }
     let mut size_checks: Vec<String> = c.info.runtime_dims.iter().map(|d| format!("{d} < 1")).collect();
     // Divided extents (`K/8`) must divide exactly.
-    let mut divisors: Vec<(String, i64)> = Vec::new();
-    for d in spec.tensors.iter().flat_map(|t| &t.shape) {
-        if let Dim::Div(n, div, _) = d && c.info.runtime_dims.contains(&n.name) && !divisors.contains(&(n.name.clone(), *div)) {
-            divisors.push((n.name.clone(), *div));
-        }
-    }
-    // A divisor of another divisor of the same size is implied by it (`K % 8` by `K % 128`).
-    let implied = |(n, div): &(String, i64)| divisors.iter().any(|(m, d)| m == n && d != div && d % div == 0);
-    divisors = divisors.iter().filter(|d| !implied(d)).cloned().collect();
+    let divisors = c.info.size_divisors(spec);
     size_checks.extend(divisors.iter().map(|(n, div)| format!("{n} % {div} != 0")));
     let mut align_checks = Vec::new();
     let mut doc_alignment = Vec::new();
@@ -172,8 +164,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         let lead = dim_text(&t.shape[contiguous]);
         // An extent fixed when generated (a literal or a constant) that divides needs no check,
         // nor one the size checks above already make whole vectors.
-        let fixed_whole = c.info.fixed_extent(&t.shape[contiguous]).is_some_and(|n| n % a.vector_elems == 0);
-        if a.whole_rows && !fixed_whole && !divides_by_size_checks(&t.shape[contiguous], a.vector_elems, &divisors) {
+        if a.whole_rows && !c.info.whole_vectors(spec, &t.shape[contiguous], a.vector_elems) {
             conds.push(format!("{lead} % {} != 0", a.vector_elems));
             doc.push_str(&format!(" and {lead} a multiple of {}", a.vector_elems));
         }
@@ -199,18 +190,6 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         format!("{} = {value}", k.name.name)
     }).collect::<Vec<_>>().join(", ");
     LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants }
-}
-
-/// Whether the launcher's size checks (`n % div == 0` for each of `divisors`) already make
-/// the extent `d` a multiple of `v`: `K` by `K % 128` for v = 8, `K / 8` by it for v = 4
-/// (K / 8 is a multiple of 4 exactly when K is a multiple of 32, given that 8 divides K).
-fn divides_by_size_checks(d: &Dim, v: i64, divisors: &[(String, i64)]) -> bool {
-    let (name, q) = match d {
-        Dim::Named(n) => (&n.name, 1),
-        Dim::Div(n, q, _) => (&n.name, *q),
-        Dim::Fixed(..) => return false,
-    };
-    divisors.iter().any(|(m, div)| m == name && div % (q * v) == 0)
 }
 
 fn dim_text(d: &Dim) -> String {

@@ -81,6 +81,36 @@ impl Info {
         }
     }
 
+    /// The launcher's size checks of divided extents: `(n, div)` for each `n / div` in a
+    /// tensor's shape with `n` a runtime size (`K % 128` for `scales [N, K/128]`), less those
+    /// another one implies (`K % 8` by `K % 128`).
+    pub fn size_divisors(&self, spec: &Spec) -> Vec<(String, i64)> {
+        let mut divisors: Vec<(String, i64)> = Vec::new();
+        for d in spec.tensors.iter().flat_map(|t| &t.shape) {
+            if let Dim::Div(n, div, _) = d && self.runtime_dims.contains(&n.name) && !divisors.contains(&(n.name.clone(), *div)) {
+                divisors.push((n.name.clone(), *div));
+            }
+        }
+        let implied = |(n, div): &(String, i64)| divisors.iter().any(|(m, d)| m == n && d != div && d % div == 0);
+        divisors.iter().filter(|d| !implied(d)).cloned().collect()
+    }
+
+    /// Whether extent `d` is a multiple of `v` without a check of its own: fixed when
+    /// generated and divisible, or made whole by the size checks ([`Info::size_divisors`]):
+    /// `K` by `K % 128` for v = 8, `K / 8` by it for v = 4 (K / 8 is a multiple of 4 exactly
+    /// when K is a multiple of 32, given that 8 divides K).
+    pub fn whole_vectors(&self, spec: &Spec, d: &Dim, v: i64) -> bool {
+        if self.fixed_extent(d).is_some_and(|n| n % v == 0) {
+            return true;
+        }
+        let (name, q) = match d {
+            Dim::Named(n) => (&n.name, 1),
+            Dim::Div(n, q, _) => (&n.name, *q),
+            Dim::Fixed(..) => return false,
+        };
+        self.size_divisors(spec).iter().any(|(m, div)| m == name && div % (q * v) == 0)
+    }
+
     /// Integer value of a constant.
     pub fn const_int(&self, name: &str) -> Option<i64> {
         match self.symbols.get(name) {
