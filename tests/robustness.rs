@@ -138,7 +138,11 @@ fn mutated_specs_never_panic() {
             let file = SourceFile::new("fuzz.yaml", case);
             match tilegen::compile(file, target) {
                 Ok(c) => match tilegen::back::render(&c) {
-                    Ok(files) => Ok(files.len()),
+                    Ok(files) => {
+                        // `explain` reads every plan the renderers did.
+                        assert!(!tilegen::explain::explain(&c).is_empty(), "explain printed nothing");
+                        Ok(files.len())
+                    }
                     Err(d) => Err(render_all(&d, &c.file)),
                 },
                 Err((file, d)) => {
