@@ -261,10 +261,11 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
 }
 
 /// Tile constants the golden specs do not use (block shapes, k depths, thread counts), each
-/// changing the generated HIP: the emulated kernel still matches the CPU interpreter at the
-/// golden spec's ragged sizes. Layout inference is checked beyond the configurations the
-/// golden files pin (a sweep of 120 such variants, two random draws, agreed wherever the spec's
-/// sizes stay in its domain, e.g. N <= block_N for the one-tile rows).
+/// changing the gfx942 plan: the emulated kernel still matches the CPU interpreter at the
+/// golden spec's ragged sizes, so layout inference is checked beyond the configurations the
+/// golden files pin. (A wider sweep, 120 variants from two random draws, agreed wherever the
+/// sizes stayed within what the spec computes: softmax_bf16 and gemm_rowmax_f16 cover rows of
+/// at most block_N values, so a narrower tile leaves the rest of a 1000-wide row unwritten.)
 #[test]
 fn emulated_tile_variants_match_the_cpu_interpreter() {
     let variants: &[(&str, &str, &str)] = &[
@@ -284,11 +285,13 @@ fn emulated_tile_variants_match_the_cpu_interpreter() {
         let text = std::fs::read_to_string(root().join(&rel)).unwrap();
         assert!(text.contains(from), "{rel} has `{from}`");
         let variant = text.replacen(from, to, 1);
-        let hip = |t: &str| {
-            let c = tilegen::compile(SourceFile::new(&rel, t.to_string()), Target::Gfx942).map_err(|_| format!("{rel} with `{to}` compiles")).unwrap();
-            tilegen::back::render(&c).unwrap().into_iter().find(|f| f.name.ends_with(".hip")).unwrap().contents
+        // The plan (wave grids, LDS buffers, vectors; not just the constants the code echoes).
+        let plan = |t: &str| {
+            let c = tilegen::compile(SourceFile::new(&rel, t.to_string()), Target::Gfx942)
+                .unwrap_or_else(|(f, d)| panic!("{}", d.iter().map(|d| d.render(&f)).collect::<Vec<_>>().join("\n")));
+            format!("{:?} {:?}", c.plan.tile, c.plan.rows)
         };
-        assert_ne!(hip(&text), hip(&variant), "{rel}: `{to}` changes the generated code");
+        assert_ne!(plan(&text), plan(&variant), "{rel}: `{to}` changes the gfx942 plan");
         let dims = SIZES.iter().find(|(k, _)| k == stem).unwrap().1.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         let dir = tempfile::tempdir().unwrap();
         let (c, exe) = build_text(&rel, variant, Target::Gfx942, dir.path(), |s| s);
@@ -296,7 +299,7 @@ fn emulated_tile_variants_match_the_cpu_interpreter() {
         let got = tilegen::validate::run_harness(&c, &exe, &[], &inputs, &dims, dir.path()).unwrap();
         for t in c.spec.tensors.iter().filter(|t| t.output) {
             let cmp = tilegen::golden::compare(&got[&t.name.name], &expected[&t.name.name], 1e-2);
-            eprintln!("{rel} with `{to}`, gfx942 {dims:?} {}: rel {:.2e}, unwritten {}", t.name.name, cmp.rel, cmp.non_finite);
+            eprintln!("{rel} with `{to}`, gfx942 {dims:?} {}: rel {:.2e}, max abs {:.2e}, unwritten {}", t.name.name, cmp.rel, cmp.max_abs, cmp.non_finite);
             assert!(cmp.pass, "{rel} with `{to}`: the emulated kernel disagrees with the interpreter on `{}`: {cmp:?}", t.name.name);
         }
     }

@@ -659,7 +659,7 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
 #[test]
 fn scales_keep_4_byte_pairs_where_wider_vectors_would_refuse_group_counts() {
     // The bundled decode tiles on 2 warps take the general lowering: each [32, 4] tile of
-    // scales and of zero points is one 8-byte row per thread, which would need
+    // scales and of zero points would fit one 8-byte vector per row, which would need
     // `(K / 128) % 4 == 0`. They stay 4-byte pairs with the odd-rows instantiation instead,
     // so the launcher takes every K the spec allows (a multiple of 128).
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_zp_gemm_bf16.yaml")).unwrap().replace("threads: 256", "threads: 64");
@@ -676,6 +676,17 @@ fn scales_keep_4_byte_pairs_where_wider_vectors_would_refuse_group_counts() {
         assert!(cu.contains("bool const odd_rows = (K / 128) % 2 != 0;") && !cu.contains("(K / 128) % 4"), "{target}: any K % 128 == 0");
         assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {"), "{target}: the base pointer is still checked");
     }
+    // Where the sizes make every row whole 8-byte vectors (another tensor's K/512 has the
+    // launcher check K % 512, so K / 128 is a multiple of 4), the wider vectors stay and
+    // no odd-rows instantiation is needed.
+    let whole = text.replace("  C:      {dtype: bf16, shape: [M, N], output: true}", "  C:      {dtype: bf16, shape: [M, N], output: true}\n  flags:  {dtype: i32,  shape: [K/512]}");
+    let c = compile(whole).unwrap();
+    for buf in ["S_s", "Z_s"] {
+        let cp = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == buf).unwrap();
+        assert_eq!((cp.vector_bits, cp.odd_rows), (64, false), "{buf}");
+    }
+    let cu = &rendered_cu(&c);
+    assert!(cu.contains("K % 512 != 0") && !cu.contains("(K / 128) % 4") && !cu.contains("odd_rows"), "no check of its own");
 }
 
 #[test]

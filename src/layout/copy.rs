@@ -198,8 +198,8 @@ impl Infer<'_> {
                         self.failed_buffers.insert(i);
                         continue;
                     };
-                    let vector = (shape[d] as u64 * bytes).min(16);
-                    (d, format!("{} contiguous to match `{}` so cp.async moves {vector}-byte vectors", dim_label(&self.spec.buffers[i].shape, d), self.spec.tensors[t].name.name))
+                    let vector = (shape[d] * bytes as i64).min(16);
+                    (d, format!("{} contiguous to match `{}` {}", dim_label(&self.spec.buffers[i].shape, d), self.spec.tensors[t].name.name, vector_reason(vector)))
                 }
                 (None, _) => {
                     (cute_dims.last().copied().unwrap_or(0), "not filled from global memory, so K (or the last dim) is contiguous".to_string())
@@ -406,8 +406,10 @@ impl Infer<'_> {
         // Scales and zero points that the odd-rows instantiation can copy take rows of any
         // length as 4-byte pairs; a wider vector would make the launcher refuse row lengths
         // the spec allows (8-byte vectors of `scales [N, K/128]` need `(K/128) % 4 == 0`), so
-        // it is used only where the sizes already make it whole. Their bytes are few.
-        let any_rows = bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords);
+        // it is used only where the sizes already make it whole, or where the threads cannot
+        // split the tile into pairs. Scale tiles are small: the narrower copy costs little.
+        let any_rows = bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords)
+            && layout.cute_shape[c] % 2 == 0 && self.thread_layout(&layout.cute_shape, c, 2, true).is_some();
         let mut chosen = None;
         for vbytes in [16, 8, 4] {
             let v = vbytes / bytes;
@@ -443,8 +445,7 @@ impl Infer<'_> {
         let odd_rows = v == 2 && any_rows;
         // The layout's reason named the widest vector a row could take; name the one chosen.
         if vbytes < row_bytes.min(16) && let Some(l) = self.plan.shared.get_mut(&b) {
-            let widest = format!("so cp.async moves {}-byte vectors", row_bytes.min(16));
-            l.why_contiguous = l.why_contiguous.replace(&widest, &format!("so cp.async moves {vbytes}-byte vectors"));
+            l.why_contiguous = l.why_contiguous.replace(&vector_reason(row_bytes.min(16)), &vector_reason(vbytes));
         }
         if odd_rows {
             self.set_alignment(Alignment::base_only(t, 2, format!("cp.async moves `{tname}` 4 bytes at a time from 4-byte aligned addresses; rows of any length")));
@@ -643,4 +644,10 @@ pub(super) fn dim_label(shape: &[crate::ast::Expr], d: usize) -> String {
         Some(crate::ast::ExprKind::Int(v)) => format!("the extent {v} (dim {d})"),
         _ => format!("dim {d}"),
     }
+}
+
+/// Why a shared buffer's contiguous dimension follows its global tensor's: the vectors its
+/// copy moves (the layout names the widest a row allows; the copy plan, the one it chose).
+fn vector_reason(vbytes: i64) -> String {
+    format!("so cp.async moves {vbytes}-byte vectors")
 }
