@@ -657,36 +657,30 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
 }
 
 #[test]
-fn scales_keep_4_byte_pairs_where_wider_vectors_would_refuse_group_counts() {
+fn wide_scale_rows_take_wide_vectors_and_the_launcher_checks_them_unless_sizes_do() {
     // The bundled decode tiles on 2 warps take the general lowering: each [32, 4] tile of
-    // scales and of zero points would fit one 8-byte vector per row, which would need
-    // `(K / 128) % 4 == 0`. They stay 4-byte pairs with the odd-rows instantiation instead,
-    // so the launcher takes every K the spec allows (a multiple of 128).
+    // scales and of zero points is one 8-byte vector per row, so the launcher checks that
+    // K / 128 is a multiple of 4 (the odd-rows instantiation serves 4-byte pairs only).
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_zp_gemm_bf16.yaml")).unwrap().replace("threads: 256", "threads: 64");
     for target in [Target::Sm80, Target::Sm90a] {
         let c = compile_for(text.clone(), target).unwrap();
         assert!(c.plan.dequant_gemm.is_none(), "{target}: the general lowering");
         for buf in ["S_s", "Z_s"] {
             let cp = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == buf).unwrap();
-            assert_eq!((cp.vector_bits, cp.odd_rows, cp.threads.shape), (32, true, (32, 2)), "{target}: {buf}");
+            assert_eq!((cp.vector_bits, cp.odd_rows, cp.threads.shape), (64, false, (32, 1)), "{target}: {buf}");
             let l = c.plan.shared.iter().find(|(b, _)| c.spec.buffers[**b].name.name == buf).unwrap().1;
-            assert!(l.why_contiguous.contains("so cp.async moves 4-byte vectors"), "{target}: {}", l.why_contiguous);
+            assert!(l.why_contiguous.contains("so cp.async moves 8-byte vectors"), "{target}: {}", l.why_contiguous);
         }
         let cu = &rendered_cu(&c);
-        assert!(cu.contains("bool const odd_rows = (K / 128) % 2 != 0;") && !cu.contains("(K / 128) % 4"), "{target}: any K % 128 == 0");
-        assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {"), "{target}: the base pointer is still checked");
+        assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 8 != 0 || (K / 128) % 4 != 0) {"), "{target}: the launcher checks whole vectors");
+        assert!(!cu.contains("odd_rows"), "{target}: no odd-rows instantiation");
     }
     // Where the sizes make every row whole 8-byte vectors (another tensor's K/512 has the
-    // launcher check K % 512, so K / 128 is a multiple of 4), the wider vectors stay and
-    // no odd-rows instantiation is needed.
+    // launcher check K % 512, so K / 128 is a multiple of 4), that check is not repeated.
     let whole = text.replace("  C:      {dtype: bf16, shape: [M, N], output: true}", "  C:      {dtype: bf16, shape: [M, N], output: true}\n  flags:  {dtype: i32,  shape: [K/512]}");
-    let c = compile(whole).unwrap();
-    for buf in ["S_s", "Z_s"] {
-        let cp = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == buf).unwrap();
-        assert_eq!((cp.vector_bits, cp.odd_rows), (64, false), "{buf}");
-    }
-    let cu = &rendered_cu(&c);
-    assert!(cu.contains("K % 512 != 0") && !cu.contains("(K / 128) % 4") && !cu.contains("odd_rows"), "no check of its own");
+    let cu = &rendered_cu(&compile(whole).unwrap());
+    assert!(cu.contains("K % 512 != 0") && !cu.contains("(K / 128) % 4"), "no check of its own");
+    assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 8 != 0) {"), "the base pointer is still checked");
 }
 
 #[test]

@@ -403,19 +403,9 @@ impl Infer<'_> {
         };
         let bytes = self.spec.buffers[b].dtype.0.bytes() as i64;
         let c = layout.cute_dims.iter().position(|d| *d == layout.contiguous_dim).unwrap_or(0);
-        // Scales and zero points that the odd-rows instantiation can copy take rows of any
-        // length as 4-byte pairs; a wider vector would make the launcher refuse row lengths
-        // the spec allows (8-byte vectors of `scales [N, K/128]` need `(K/128) % 4 == 0`), so
-        // it is used only where the sizes already make it whole, or where the threads cannot
-        // split the tile into pairs. Scale tiles are small: the narrower copy costs little.
-        let any_rows = bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords)
-            && layout.cute_shape[c] % 2 == 0 && self.thread_layout(&layout.cute_shape, c, 2, true).is_some();
         let mut chosen = None;
         for vbytes in [16, 8, 4] {
             let v = vbytes / bytes;
-            if any_rows && v > 2 && !self.info.whole_vectors(self.spec, &self.spec.tensors[t].shape[1], v) {
-                continue;
-            }
             if v >= 1 && layout.cute_shape[c] % v == 0 && let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
                 chosen = Some((v, vbytes, tl));
                 break;
@@ -442,7 +432,10 @@ impl Infer<'_> {
         };
         let atom = if vbytes == 16 { "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>".to_string() } else { format!("SM80_CP_ASYNC_CACHEALWAYS<cute::uint{}_t>", vbytes * 8) };
         let tname = self.spec.tensors[t].name.name.clone();
-        let odd_rows = v == 2 && any_rows;
+        // Only 4-byte pairs take rows of any length. A wider vector of scales (a 512-deep
+        // k-tile's four, 8 bytes) keeps the launcher's check that rows are whole vectors:
+        // the odd-rows layout pads rows by one pair, which a 4-wide atom cannot tile.
+        let odd_rows = v == 2 && bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords);
         // The layout's reason named the widest vector a row could take; name the one chosen.
         if vbytes < row_bytes.min(16) && let Some(l) = self.plan.shared.get_mut(&b) {
             l.why_contiguous = l.why_contiguous.replace(&vector_reason(row_bytes.min(16)), &vector_reason(vbytes));
