@@ -198,8 +198,8 @@ impl Infer<'_> {
                         self.failed_buffers.insert(i);
                         continue;
                     };
-                    let vector = (shape[d] * bytes as i64).min(16);
-                    (d, format!("{} contiguous to match `{}` {}", dim_label(&self.spec.buffers[i].shape, d), self.spec.tensors[t].name.name, vector_reason(vector)))
+                    // The copy plan (plan_g2s) adds the vector it chose to this clause.
+                    (d, format!("{} contiguous to match `{}`", dim_label(&self.spec.buffers[i].shape, d), self.spec.tensors[t].name.name))
                 }
                 (None, _) => {
                     (cute_dims.last().copied().unwrap_or(0), "not filled from global memory, so K (or the last dim) is contiguous".to_string())
@@ -436,18 +436,17 @@ impl Infer<'_> {
         // k-tile's four, 8 bytes) keeps the launcher's check that rows are whole vectors:
         // the odd-rows layout pads rows by one pair, which a 4-wide atom cannot tile.
         let odd_rows = v == 2 && bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords);
-        // The layout's reason named the widest vector a row could take; name the one chosen.
-        if vbytes < row_bytes.min(16) && let Some(l) = self.plan.shared.get_mut(&b) {
-            l.why_contiguous = l.why_contiguous.replace(&vector_reason(row_bytes.min(16)), &vector_reason(vbytes));
+        // The layout matched the tensor's contiguous dimension; its reason is the vector chosen.
+        if let Some(l) = self.plan.shared.get_mut(&b) {
+            l.why_contiguous += &format!(" so cp.async moves {vbytes}-byte vectors");
+            if odd_rows {
+                l.odd_rows = true;
+                l.bytes += (layout.cute_shape[0] * 2 * bytes * layout.stages) as u64;
+                l.why_contiguous += "; in the odd-rows instantiation each row has two more elements, for rows of the tensor that start mid-word (the bytes count them)";
+            }
         }
         if odd_rows {
             self.set_alignment(Alignment::base_only(t, 2, format!("cp.async moves `{tname}` 4 bytes at a time from 4-byte aligned addresses; rows of any length")));
-            let extra = (layout.cute_shape[0] * 2 * bytes * layout.stages) as u64;
-            if let Some(l) = self.plan.shared.get_mut(&b) {
-                l.odd_rows = true;
-                l.bytes += extra;
-                l.why_contiguous += "; in the odd-rows instantiation each row has two more elements, for rows of the tensor that start mid-word (the bytes count them)";
-            }
         } else {
             self.require_alignment(t, v, format!("cp.async moves {vbytes}-byte vectors of `{tname}`"));
         }
@@ -637,10 +636,4 @@ pub(super) fn dim_label(shape: &[crate::ast::Expr], d: usize) -> String {
         Some(crate::ast::ExprKind::Int(v)) => format!("the extent {v} (dim {d})"),
         _ => format!("dim {d}"),
     }
-}
-
-/// Why a shared buffer's contiguous dimension follows its global tensor's: the vectors its
-/// copy moves (the layout names the widest a row allows; the copy plan, the one it chose).
-fn vector_reason(vbytes: i64) -> String {
-    format!("so cp.async moves {vbytes}-byte vectors")
 }
