@@ -164,7 +164,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         let lead = dim_text(&t.shape[contiguous]);
         // An extent fixed when generated (a literal or a constant) that divides needs no check,
         // nor one the size checks above already make whole vectors.
-        if a.whole_rows && !c.info.whole_vectors(spec, &t.shape[contiguous], a.vector_elems) {
+        if a.whole_rows && !c.info.whole_vectors(&divisors, &t.shape[contiguous], a.vector_elems) {
             conds.push(format!("{lead} % {} != 0", a.vector_elems));
             doc.push_str(&format!(" and {lead} a multiple of {}", a.vector_elems));
         }

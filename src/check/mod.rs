@@ -96,10 +96,10 @@ impl Info {
     }
 
     /// Whether extent `d` is a multiple of `v` without a check of its own: fixed when
-    /// generated and divisible, or made whole by the size checks ([`Info::size_divisors`]):
-    /// `K` by `K % 128` for v = 8, `K / 8` by it for v = 4 (K / 8 is a multiple of 4 exactly
-    /// when K is a multiple of 32, given that 8 divides K).
-    pub fn whole_vectors(&self, spec: &Spec, d: &Dim, v: i64) -> bool {
+    /// generated and divisible, or made whole by the size checks `divisors` (what
+    /// [`Info::size_divisors`] returned): `K` by `K % 128` for v = 8, `K / 8` by it for v = 4
+    /// (K / 8 is a multiple of 4 exactly when K is a multiple of 32, given that 8 divides K).
+    pub fn whole_vectors(&self, divisors: &[(String, i64)], d: &Dim, v: i64) -> bool {
         if self.fixed_extent(d).is_some_and(|n| n % v == 0) {
             return true;
         }
@@ -108,7 +108,7 @@ impl Info {
             Dim::Div(n, q, _) => (&n.name, *q),
             Dim::Fixed(..) => return false,
         };
-        self.size_divisors(spec).iter().any(|(m, div)| m == name && div % (q * v) == 0)
+        divisors.iter().any(|(m, div)| m == name && div % (q * v) == 0)
     }
 
     /// Integer value of a constant.
