@@ -205,7 +205,11 @@ impl<'a> Lower<'a> {
     }
 
     fn buffer(&self, id: &Ident) -> Option<usize> {
-        match self.c.info.symbols.get(&id.name) {
+        self.buffer_named(&id.name)
+    }
+
+    fn buffer_named(&self, name: &str) -> Option<usize> {
+        match self.c.info.symbols.get(name) {
             Some(Symbol::Buffer(b)) => Some(*b),
             _ => None,
         }
@@ -545,10 +549,7 @@ fn join(entry: Option<Split>, after: Split) -> Option<Split> {
 /// The shared buffers a body reads and writes (any depth).
 fn shared_accesses(l: &Lower, body: &[Stmt]) -> (Vec<usize>, Vec<usize>) {
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
-    let shared = |name: &str| match l.c.info.symbols.get(name) {
-        Some(Symbol::Buffer(b)) if l.c.spec.buffers[*b].scope.0 == Scope::Shared => Some(*b),
-        _ => None,
-    };
+    let shared = |name: &str| l.buffer_named(name).filter(|b| l.c.spec.buffers[*b].scope.0 == Scope::Shared);
     walk_stmts(body, &mut |s| {
         writes.extend(s.written().and_then(shared));
         match &s.kind {
