@@ -657,29 +657,38 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
 }
 
 #[test]
-fn wide_scale_rows_take_wide_vectors_and_the_launcher_checks_them_unless_sizes_do() {
+fn wide_scale_rows_keep_4_byte_pairs_so_the_launcher_takes_every_k() {
     // The bundled decode tiles on 2 warps take the general lowering: each [32, 4] tile of
-    // scales and of zero points is one 8-byte vector per row, so the launcher checks that
-    // K / 128 is a multiple of 4 (the odd-rows instantiation serves 4-byte pairs only).
+    // scales and of zero points would fit one 8-byte vector per row, which would need
+    // `(K / 128) % 4 == 0`. They stay 4-byte pairs with the odd-rows instantiation instead,
+    // whose rows are one pair longer (6 elements) and so tile with a 2-wide atom.
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/w4a16_zp_gemm_bf16.yaml")).unwrap().replace("threads: 256", "threads: 64");
     for target in [Target::Sm80, Target::Sm90a] {
         let c = compile_for(text.clone(), target).unwrap();
         assert!(c.plan.dequant_gemm.is_none(), "{target}: the general lowering");
         for buf in ["S_s", "Z_s"] {
             let cp = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == buf).unwrap();
-            assert_eq!((cp.vector_bits, cp.odd_rows, cp.threads.shape), (64, false, (32, 1)), "{target}: {buf}");
+            assert_eq!((cp.vector_bits, cp.odd_rows, cp.threads.shape), (32, true, (32, 2)), "{target}: {buf}");
             let l = c.plan.shared.iter().find(|(b, _)| c.spec.buffers[**b].name.name == buf).unwrap().1;
-            assert!(l.why_contiguous.contains("so cp.async moves 8-byte vectors"), "{target}: {}", l.why_contiguous);
+            assert_eq!((l.cute_shape.as_slice(), l.atom_shape, l.swizzle.bits), ([32, 4].as_slice(), (8, 2), 0), "{target}: {buf}");
+            assert!(l.why_contiguous.contains("so cp.async moves 4-byte vectors; in the odd-rows"), "{target}: {}", l.why_contiguous);
         }
         let cu = &rendered_cu(&c);
-        assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 8 != 0 || (K / 128) % 4 != 0) {"), "{target}: the launcher checks whole vectors");
-        assert!(!cu.contains("odd_rows"), "{target}: no odd-rows instantiation");
+        assert!(cu.contains("bool const odd_rows = (K / 128) % 2 != 0;") && !cu.contains("(K / 128) % 4"), "{target}: any K % 128 == 0");
+        assert!(cu.contains("Layout<Shape<Int<8>, Int<2>>, Stride<Int<2>, _1>>{}"), "{target}: the 2-wide atom");
+        assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 4 != 0) {"), "{target}: the base pointer is still checked");
     }
     // Where the sizes make every row whole 8-byte vectors (another tensor's K/512 has the
-    // launcher check K % 512, so K / 128 is a multiple of 4), that check is not repeated.
+    // launcher check K % 512, so K / 128 is a multiple of 4), the wider vectors stay, with no
+    // check of their own and no odd-rows instantiation.
     let whole = text.replace("  C:      {dtype: bf16, shape: [M, N], output: true}", "  C:      {dtype: bf16, shape: [M, N], output: true}\n  flags:  {dtype: i32,  shape: [K/512]}");
-    let cu = &rendered_cu(&compile(whole).unwrap());
-    assert!(cu.contains("K % 512 != 0") && !cu.contains("(K / 128) % 4"), "no check of its own");
+    let c = compile(whole).unwrap();
+    for buf in ["S_s", "Z_s"] {
+        let cp = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == buf).unwrap();
+        assert_eq!((cp.vector_bits, cp.odd_rows), (64, false), "{buf}");
+    }
+    let cu = &rendered_cu(&c);
+    assert!(cu.contains("K % 512 != 0") && !cu.contains("(K / 128) % 4") && !cu.contains("odd_rows"), "no check of its own");
     assert!(cu.contains("if (reinterpret_cast<uintptr_t>(zeros) % 8 != 0) {"), "the base pointer is still checked");
 }
 

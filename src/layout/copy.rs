@@ -403,9 +403,21 @@ impl Infer<'_> {
         };
         let bytes = self.spec.buffers[b].dtype.0.bytes() as i64;
         let c = layout.cute_dims.iter().position(|d| *d == layout.contiguous_dim).unwrap_or(0);
+        // Scales and zero points that the odd-rows instantiation can copy take rows of any
+        // length as 4-byte pairs. A wider vector (a 512-deep k-tile's four scales, 8 bytes)
+        // would have the launcher refuse row lengths the spec allows (`scales [N, K/128]`
+        // would need `(K/128) % 4 == 0`), so it is used only where the sizes already make rows
+        // whole vectors, or where the threads cannot split the tile into pairs. Scale tiles
+        // are small: the narrower copy costs little.
+        let any_rows = bytes == 2 && layout.swizzle.bits == 0 && self.odd_rows_fit(s, t, b, &layout, &coords)
+            && layout.cute_shape[c] % 2 == 0 && self.thread_layout(&layout.cute_shape, c, 2, true).is_some();
+        let divisors = self.info.size_divisors(self.spec);
         let mut chosen = None;
         for vbytes in [16, 8, 4] {
             let v = vbytes / bytes;
+            if any_rows && v > 2 && !self.info.whole_vectors(&divisors, &self.spec.tensors[t].shape[1], v) {
+                continue;
+            }
             if v >= 1 && layout.cute_shape[c] % v == 0 && let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
                 chosen = Some((v, vbytes, tl));
                 break;
@@ -432,16 +444,17 @@ impl Infer<'_> {
         };
         let atom = if vbytes == 16 { "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>".to_string() } else { format!("SM80_CP_ASYNC_CACHEALWAYS<cute::uint{}_t>", vbytes * 8) };
         let tname = self.spec.tensors[t].name.name.clone();
-        // Only 4-byte pairs take rows of any length. A wider vector of scales (a 512-deep
-        // k-tile's four, 8 bytes) keeps the launcher's check that rows are whole vectors:
-        // the odd-rows layout pads rows by one pair, which a 4-wide atom cannot tile.
-        let odd_rows = v == 2 && bytes == 2 && self.odd_rows_fit(s, t, b, &layout, &coords);
+        let odd_rows = v == 2 && any_rows;
         // The layout matched the tensor's contiguous dimension; its reason is the vector chosen.
         if let Some(l) = self.plan.shared.get_mut(&b) {
             l.why_contiguous += &format!(" so cp.async moves {vbytes}-byte vectors");
             if odd_rows {
                 l.odd_rows = true;
                 l.bytes += (layout.cute_shape[0] * 2 * bytes * layout.stages) as u64;
+                // The odd-rows instantiation's rows are one pair longer (6 scales for a tile's
+                // 4), so the atom tiles them a pair at a time; with no swizzle the atom only
+                // sets the order of the elements.
+                if c == 0 { l.atom_shape.0 = 2 } else { l.atom_shape.1 = 2 }
                 l.why_contiguous += "; in the odd-rows instantiation each row has two more elements, for rows of the tensor that start mid-word (the bytes count them)";
             }
         }
