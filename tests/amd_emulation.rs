@@ -223,6 +223,8 @@ const SIZES: &[(&str, &[(&str, i64)])] = &[
     // Three column chunks of 16384, the last one ragged.
     ("softmax_wide_bf16", &[("M", 3), ("N", 40000)]),
     ("stacked_linear_bf16", &[("batch", 3), ("M", 70), ("N", 90), ("K", 100)]),
+    // K / 128 odd: rows of scales start mid-word every other row.
+    ("w4_decode_2warps_zp_bf16", &[("M", 5), ("N", 72), ("K", 640)]),
     ("w4_stationary_bf16", &[("M", 100), ("N", 40)]),
     ("w4_stationary_zp_bf16", &[("M", 100), ("N", 40)]),
 ];
@@ -257,7 +259,7 @@ fn emulated_tile_kernels_match_the_cpu_interpreter_on_the_golden_specs() {
         covered.push(stem);
     }
     covered.sort();
-    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "fused_add_rms_norm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "layer_norm_fwd_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_quant_i8", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
+    assert_eq!(covered, ["attention_window_bf16", "bmm_bf16", "fused_add_rms_norm_bf16", "gemm_nt_f16", "gemm_rowmax_f16", "gemm_scaled_sync", "gemm_serial_masked", "layer_norm_bf16", "layer_norm_fwd_bf16", "linear3d_bf16", "rms_norm_bf16", "rms_norm_quant_i8", "rms_norm_wide_bf16", "softmax_bf16", "softmax_wide_bf16", "stacked_linear_bf16", "w4_decode_2warps_zp_bf16", "w4_stationary_bf16", "w4_stationary_zp_bf16"]);
 }
 
 /// Tile constants the golden specs do not use (block shapes, k depths, thread counts), each
