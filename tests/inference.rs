@@ -669,6 +669,7 @@ fn wide_scale_rows_keep_4_byte_pairs_so_the_launcher_takes_every_k() {
         for buf in ["S_s", "Z_s"] {
             let cp = c.plan.copies.values().find(|cp| c.spec.buffers[cp.buffer].name.name == buf).unwrap();
             assert_eq!((cp.vector_bits, cp.odd_rows, cp.threads.shape), (32, true, (32, 2)), "{target}: {buf}");
+            assert!(cp.why.contains("pairs rather than the 8-byte vectors a row of the tile could take, which would need (K / 128) to be a multiple of 4"), "{target}: {}", cp.why);
             let l = c.plan.shared.iter().find(|(b, _)| c.spec.buffers[**b].name.name == buf).unwrap().1;
             assert_eq!((l.cute_shape.as_slice(), l.atom_shape, l.swizzle.bits), ([32, 4].as_slice(), (8, 2), 0), "{target}: {buf}");
             assert!(l.why_contiguous.contains("so cp.async moves 4-byte vectors; in the odd-rows"), "{target}: {}", l.why_contiguous);

@@ -412,13 +412,15 @@ impl Infer<'_> {
         let any_rows = bytes == 2 && layout.swizzle.bits == 0 && self.odd_rows_fit(s, t, b, &layout, &coords)
             && layout.cute_shape[c] % 2 == 0 && self.thread_layout(&layout.cute_shape, c, 2, true).is_some();
         let divisors = self.info.size_divisors(self.spec);
-        let mut chosen = None;
+        let (mut chosen, mut passed_over) = (None, None);
         for vbytes in [16, 8, 4] {
             let v = vbytes / bytes;
+            let fits = v >= 1 && layout.cute_shape[c] % v == 0;
             if any_rows && v > 2 && !self.info.whole_vectors(&divisors, &self.spec.tensors[t].shape[1], v) {
+                passed_over = passed_over.or(fits.then_some((v, vbytes)));
                 continue;
             }
-            if v >= 1 && layout.cute_shape[c] % v == 0 && let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
+            if fits && let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
                 chosen = Some((v, vbytes, tl));
                 break;
             }
@@ -468,6 +470,10 @@ impl Infer<'_> {
             "{vbytes}-byte cp.async ({}) vectors of {v} elements along the contiguous dimension; {}x{} threads, numbered along it first so that neighbours read neighbouring bytes{}",
             if vbytes == 16 { "L2-only" } else { "cached" }, threads.shape.0, threads.shape.1,
             if active < self.spec.threads.0 { format!(" (the tile holds one vector for each of only {active} threads: the others skip it)") } else { String::new() });
+        if let Some((wide, wide_bytes)) = passed_over {
+            let row_len = self.spec.tensors[t].shape[1].text();
+            why += &format!("; pairs rather than the {wide_bytes}-byte vectors a row of the tile could take, which would need {row_len} to be a multiple of {wide}");
+        }
         if odd_rows {
             let row_len = self.spec.tensors[t].shape[1].text();
             why += &format!(

@@ -202,22 +202,24 @@ using G2SCopyWq_s = decltype(make_tiled_copy(
     Layout<Shape<_1, Int<4>>>{}));                          // values per thread
 
 // copy (spec 26): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
-// 32x2 threads, numbered along it first so that neighbours read neighbouring bytes; with an odd
-// number of elements per row ((K / 128) odd) every other row starts 2 bytes into a word, so the
-// kernel's odd-rows instantiation (the launcher picks it) copies each row from the word holding its
-// first element, one word more, into a row two elements wider, bytes past the row zero-filled, and
-// the dequant reads such rows one element later.
+// 32x2 threads, numbered along it first so that neighbours read neighbouring bytes; pairs rather
+// than the 8-byte vectors a row of the tile could take, which would need (K / 128) to be a multiple
+// of 4; with an odd number of elements per row ((K / 128) odd) every other row starts 2 bytes into
+// a word, so the kernel's odd-rows instantiation (the launcher picks it) copies each row from the
+// word holding its first element, one word more, into a row two elements wider, bytes past the row
+// zero-filled, and the dequant reads such rows one element later.
 using G2SCopyS_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementS_s>{},
     Layout<Shape<Int<32>, Int<2>>, Stride<Int<2>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<2>>>{}));                         // values per thread
 
 // copy (spec 27): 4-byte cp.async (cached) vectors of 2 elements along the contiguous dimension;
-// 32x2 threads, numbered along it first so that neighbours read neighbouring bytes; with an odd
-// number of elements per row ((K / 128) odd) every other row starts 2 bytes into a word, so the
-// kernel's odd-rows instantiation (the launcher picks it) copies each row from the word holding its
-// first element, one word more, into a row two elements wider, bytes past the row zero-filled, and
-// the dequant reads such rows one element later.
+// 32x2 threads, numbered along it first so that neighbours read neighbouring bytes; pairs rather
+// than the 8-byte vectors a row of the tile could take, which would need (K / 128) to be a multiple
+// of 4; with an odd number of elements per row ((K / 128) odd) every other row starts 2 bytes into
+// a word, so the kernel's odd-rows instantiation (the launcher picks it) copies each row from the
+// word holding its first element, one word more, into a row two elements wider, bytes past the row
+// zero-filled, and the dequant reads such rows one element later.
 using G2SCopyZ_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEALWAYS<cute::uint32_t>, ElementZ_s>{},
     Layout<Shape<Int<32>, Int<2>>, Stride<Int<2>, _1>>{},  // thread layout
