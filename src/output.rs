@@ -182,22 +182,53 @@ pub fn generate_with_notes(specs: &[PathBuf], target: Target, out: &Path) -> Res
     if reports.is_empty() { Ok((files, notes)) } else { Err(GenError::Spec(reports)) }
 }
 
-/// Writes files atomically (temp file in the same folder, then rename).
+/// Writes files atomically (temp file in the same folder, then rename), in three passes so
+/// that a folder that cannot be made or a file that cannot be written stops the run before
+/// any output changes: make the folders, write every changed file's temporary copy, then
+/// rename them all into place.
 /// Returns the files written: those already holding their contents are left alone.
 pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<Vec<PathBuf>, GenError> {
-    let mut written = Vec::new();
+    let dirs: std::collections::BTreeSet<&Path> = files.keys().map(|p| p.parent().unwrap_or(Path::new("."))).collect();
+    if let Some(dir) = dirs.iter().find(|d| file_in_the_way(d).is_some()) {
+        return Err(folder_error(dir, std::io::ErrorKind::AlreadyExists.into()));
+    }
+    for dir in dirs {
+        std::fs::create_dir_all(dir).map_err(|e| folder_error(dir, e))?;
+    }
+    let mut staged = Vec::new();
     for (path, contents) in files {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| GenError::io(dir, e))?;
         if std::fs::read_to_string(path).is_ok_and(|old| old == *contents) {
             continue;
         }
+        let dir = path.parent().unwrap_or(Path::new("."));
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| GenError::io(dir, e))?;
         tmp.write_all(contents.as_bytes()).map_err(|e| GenError::io(path, e))?;
-        tmp.persist(path).map_err(|e| GenError::io(path, e.error))?;
+        staged.push((path, tmp));
+    }
+    let mut written = Vec::new();
+    for (path, tmp) in staged {
+        if let Err(e) = tmp.persist(path) {
+            let done = if written.is_empty() { String::new() } else {
+                format!(" (already replaced: {})", written.iter().map(|p: &PathBuf| p.display().to_string()).collect::<Vec<_>>().join(", "))
+            };
+            return Err(GenError::Io { path: format!("{}{done}", path.display()), source: e.error });
+        }
         written.push(path.clone());
     }
     Ok(written)
+}
+
+/// The part of folder `dir`'s path that exists as something other than a folder.
+fn file_in_the_way(dir: &Path) -> Option<&Path> {
+    dir.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir())
+}
+
+/// Why folder `dir` could not be made, naming the part of its path that is a file when one is.
+fn folder_error(dir: &Path, e: std::io::Error) -> GenError {
+    match file_in_the_way(dir) {
+        Some(f) => GenError::Io { path: dir.display().to_string(), source: std::io::Error::other(format!("cannot make this folder: {} is a file, not a folder", f.display())) },
+        None => GenError::io(dir, e),
+    }
 }
 
 /// What every generated file says in its leading comment (see the templates' banners).

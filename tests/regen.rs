@@ -129,6 +129,17 @@ fn a_failing_run_writes_nothing() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("specs/b.yaml:1:1: error: the spec is missing"), "{text}");
     assert!(!dir.path().join("generated").exists(), "a failing run wrote output");
+
+    // An output folder that cannot be made (a file holds its name) stops the run before any
+    // file or folder is written, and says which path is in the way.
+    std::fs::remove_file(specs.join("b.yaml")).unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    std::fs::write(dir.path().join("out/sm90a"), "").unwrap();
+    let (code, text) = tilegen(dir.path(), &["gen", "-o", "out"]);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("out/sm90a: cannot make this folder: out/sm90a is a file, not a folder"), "{text}");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["sm90a"], "nothing written beside the file in the way");
 }
 
 #[test]
