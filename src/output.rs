@@ -55,7 +55,11 @@ pub fn display_path(path: &Path) -> String {
 pub fn read_spec(path: &Path) -> Result<SourceFile, GenError> {
     let bytes = std::fs::read(path).map_err(|e| GenError::io(path, e))?;
     match String::from_utf8(bytes) {
-        Ok(text) => Ok(SourceFile::new(display_path(path), text)),
+        // A byte-order mark (some Windows editors write one) is not part of the spec's text.
+        Ok(text) => Ok(SourceFile::new(display_path(path), match text.strip_prefix('\u{feff}') {
+            Some(rest) => rest.to_string(),
+            None => text,
+        })),
         Err(e) => {
             // Shown at the first bad byte: the text before it is the same in the lossy copy,
             // where the byte became one 3-byte replacement character.

@@ -116,6 +116,15 @@ fn check_reports_spec_errors_once_and_target_errors_per_target() {
     let (code, text) = tilegen(dir.path(), &["check", "latin1.yaml"]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("latin1.yaml:2:9: error: the spec is not UTF-8 text: byte 0xE9 here"), "{text}");
+    // A UTF-8 byte-order mark is skipped, and columns count from the text after it.
+    let gemm = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/gemm_bf16.yaml")).unwrap();
+    std::fs::write(dir.path().join("bom.yaml"), format!("\u{feff}{gemm}")).unwrap();
+    let (code, text) = tilegen(dir.path(), &["check", "bom.yaml"]);
+    assert_eq!(code, 0, "{text}");
+    std::fs::write(dir.path().join("bom_bad.yaml"), format!("\u{feff}{}", gemm.replacen("kernel:", "kernal:", 1))).unwrap();
+    let (code, text) = tilegen(dir.path(), &["check", "bom_bad.yaml"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("bom_bad.yaml:1:1: error: unknown key `kernal`"), "{text}");
 }
 
 #[test]

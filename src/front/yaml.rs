@@ -69,6 +69,8 @@ struct Builder<'a> {
     stack: Vec<Frame>,
     root: Option<Node>,
     errors: Vec<Diagnostic>,
+    /// YAML documents begun so far: a second one is an error.
+    documents: usize,
 }
 
 impl Builder<'_> {
@@ -147,6 +149,14 @@ impl MarkedEventReceiver for Builder<'_> {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let at = self.offset(&mark);
         match ev {
+            Event::DocumentStart => {
+                self.documents += 1;
+                if self.documents == 2 {
+                    let end = self.file.text[at..].lines().next().map_or(at, |l| at + l.len()).max(at + 1).min(self.file.text.len());
+                    self.errors.push(Diagnostic::error(Span::new(at, end), "a second YAML document: a spec file holds one spec")
+                        .hint("put each spec in a file of its own, or remove the `---` line"));
+                }
+            }
             Event::Scalar(value, style, anchor, tag) => {
                 if anchor != 0 || tag.is_some() {
                     self.errors.push(
@@ -191,9 +201,14 @@ impl MarkedEventReceiver for Builder<'_> {
 
 /// Parses `file` into a spanned tree. A syntax error is one diagnostic at its position.
 pub fn parse(file: &SourceFile) -> Result<Node, Vec<Diagnostic>> {
-    let mut builder = Builder { file, stack: Vec::new(), root: None, errors: Vec::new() };
+    let mut builder = Builder { file, stack: Vec::new(), root: None, errors: Vec::new(), documents: 0 };
     let mut parser = Parser::new_from_str(&file.text);
-    if let Err(e) = parser.load(&mut builder, false) {
+    let loaded = parser.load(&mut builder, true);
+    if builder.documents > 1 {
+        // Whatever follows a second `---` (another spec, or text that is not YAML) is not read.
+        return Err(builder.errors);
+    }
+    if let Err(e) = loaded {
         let at = file.offset_of(e.marker().line(), e.marker().col());
         let end = file.text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
         return Err(vec![Diagnostic::error(Span::new(at, end), format!("YAML syntax error: {}", e.info()))
@@ -232,6 +247,19 @@ mod tests {
         let NodeKind::Map(top) = &root.kind else { panic!() };
         let NodeKind::Scalar { text_offset, .. } = &top[0].1.kind else { panic!() };
         assert_eq!(*text_offset, Some(4));
+    }
+
+    #[test]
+    fn a_second_document_is_an_error_at_its_marker() {
+        for rest in ["kernel: b\n", "garbage: [unclosed\n"] {
+            let f = SourceFile::new("t.yaml", format!("kernel: a\n---\n{rest}"));
+            let err = parse(&f).unwrap_err();
+            assert_eq!(err.len(), 1, "{err:?}");
+            assert!(err[0].message.contains("a spec file holds one spec"), "{}", err[0].message);
+            assert_eq!(f.snippet(err[0].span), "---");
+        }
+        // A `---` before the only document is fine.
+        assert!(parse(&SourceFile::new("t.yaml", "---\nkernel: a\n")).is_ok());
     }
 
     #[test]
