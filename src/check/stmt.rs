@@ -78,8 +78,15 @@ impl Checker<'_> {
                                 .hint("use 2 to 4 stages to overlap loads with math; 1 runs without overlap");
                             self.err(declared(d, self));
                         }
-                        None => self.err(Diagnostic::error(st.span, "the stage count must be a constant integer")
-                            .hint("declare it under constants, e.g. `stages: 3`")),
+                        None => {
+                            // An unknown name (`stagez`) is reported as one, with its suggestion.
+                            let before = self.errors.len();
+                            self.ty(st, false, false);
+                            if self.errors.len() == before {
+                                self.err(Diagnostic::error(st.span, "the stage count must be a constant integer")
+                                    .hint("declare it under constants, e.g. `stages: 3`"));
+                            }
+                        }
                     }
                 }
                 if self.bind_var(var) {

@@ -509,6 +509,15 @@ impl Cx {
     }
 
     fn statement(&mut self, node: &Node) -> Option<Stmt> {
+        // A block header without its `:` is a plain value (with the body folded into it when
+        // the body is indented below): say what is missing rather than failing to parse it.
+        if let NodeKind::Scalar { value, .. } = &node.kind
+            && let Some(keyword) = BLOCKS.iter().find(|k| value.strip_prefix(**k).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '('])))
+        {
+            self.err(Diagnostic::error(node.span, format!("`{keyword}` opens a block: it needs a `:` at the end of its line"))
+                .hint("end the header with `:` and indent the block's statements below it"));
+            return None;
+        }
         let id = self.new_id();
         let line = self.parse_line(node)?;
         let span = node.span;

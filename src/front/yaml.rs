@@ -210,6 +210,9 @@ pub fn parse(file: &SourceFile) -> Result<Node, Vec<Diagnostic>> {
     }
     if let Err(e) = loaded {
         let at = file.offset_of(e.marker().line(), e.marker().col());
+        if let Some(d) = block_without_colon(file, at) {
+            return Err(vec![d]);
+        }
         let end = file.text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
         return Err(vec![Diagnostic::error(Span::new(at, end), format!("YAML syntax error: {}", e.info()))
             .hint("check the indentation and quoting on this line and the one before it; statements containing `: ` or ` #` need quotes")]);
@@ -222,6 +225,27 @@ pub fn parse(file: &SourceFile) -> Result<Node, Vec<Diagnostic>> {
         None => Err(vec![Diagnostic::error(Span::new(0, 0), "the spec is empty")
             .hint("a spec is a YAML mapping starting with `kernel: <name>`")]),
     }
+}
+
+/// A syntax error just after a block statement written without its `:` (`- if bx <= by` with
+/// its body below): YAML then reads the body's `- parallel(i, j):` as a mapping inside a plain
+/// value and blames that line. Point at the line that lacks the colon instead.
+fn block_without_colon(file: &SourceFile, at: usize) -> Option<Diagnostic> {
+    let line_start = file.text[..at.min(file.text.len())].rfind('\n').map_or(0, |i| i + 1);
+    let before = &file.text[..line_start];
+    let (start, line) = before.trim_end_matches('\n').rsplit_once('\n').map_or((0, before.trim_end_matches('\n')), |(b, l)| (b.len() + 1, l));
+    let code = line.split(" #").next().unwrap_or(line).trim_end();
+    let stmt = code.trim_start().strip_prefix("- ")?.trim_start();
+    let keyword = crate::front::spec::BLOCKS.iter().find(|k| {
+        stmt.strip_prefix(**k).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '(']))
+    })?;
+    if code.ends_with(':') {
+        return None;
+    }
+    let end = start + code.len();
+    let from = start + (code.len() - stmt.len());
+    Some(Diagnostic::error(Span::new(from, end), format!("`{keyword}` opens a block: it needs a `:` at the end of its line"))
+        .hint(format!("write `{stmt}:` and indent its statements below it")))
 }
 
 #[cfg(test)]
@@ -260,6 +284,15 @@ mod tests {
         }
         // A `---` before the only document is fine.
         assert!(parse(&SourceFile::new("t.yaml", "---\nkernel: a\n")).is_ok());
+    }
+
+    #[test]
+    fn a_block_statement_without_its_colon_is_named() {
+        let f = SourceFile::new("t.yaml", "body:\n  - if bx <= by   # the lower triangle\n      - parallel(i, j):\n          - x = 1\n");
+        let err = parse(&f).unwrap_err();
+        assert_eq!(err.len(), 1);
+        assert_eq!(err[0].message, "`if` opens a block: it needs a `:` at the end of its line");
+        assert_eq!(f.snippet(err[0].span), "if bx <= by");
     }
 
     #[test]
