@@ -101,7 +101,22 @@ impl Checker<'_> {
     pub fn ty(&mut self, e: &Expr, elements: bool, vars: bool) -> Option<Ty> {
         match &e.kind {
             ExprKind::Int(_) => Some(Ty::Int),
-            ExprKind::Float(..) => Some(Ty::Float),
+            ExprKind::Float(x, spelling) => {
+                // Generated code writes the literal as a `float` (`1e400f` would not compile).
+                let written_infinite = spelling.trim_start_matches('-') == "inf";
+                let why = if (*x as f32).is_infinite() && !written_infinite {
+                    Some(format!("beyond the range of the `float` the generated code writes it as (at most {:e} in magnitude)", f32::MAX))
+                } else if *x != 0.0 && *x as f32 == 0.0 {
+                    Some("a nonzero value that the `float` the generated code writes it as rounds to 0".to_string())
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    self.err(Diagnostic::error(e.span, format!("the literal `{spelling}` is {why}"))
+                        .hint("write a value within float's range, or `inf` / `-inf`"));
+                }
+                Some(Ty::Float)
+            }
             ExprKind::Bool(_) => Some(Ty::Bool),
             ExprKind::Slice(_) => {
                 self.err(Diagnostic::error(e.span, "a slice `start:` marks a tile dimension and belongs only in a copy's tensor origin")
