@@ -10,7 +10,7 @@ use tilegen::target::Target;
 /// Exit codes, as documented in the README.
 mod exit {
     pub const OK: u8 = 0;
-    /// A spec has errors, or `gen --check` found drift.
+    /// A spec has errors, `gen --check` found drift, or a build or validation failed.
     pub const FAILED: u8 = 1;
     /// A bad command line (as clap reports them): e.g. `build` for an AMD target.
     pub const USAGE: u8 = 2;
@@ -20,7 +20,7 @@ mod exit {
 
 #[derive(Parser)]
 #[command(name = "tilegen", version, about = "Translate tile-model kernel specs (YAML) into readable CUTLASS/CuTe C++.",
-    after_help = "Exit codes: 0 success; 1 a spec has errors or `gen --check` found drift; 2 bad command line; 3 a file could not be read or written.")]
+    after_help = "Exit codes: 0 success; 1 a spec has errors, `gen --check` found drift, or a build or validation failed; 2 bad command line; 3 a file could not be read or written.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -400,6 +400,21 @@ fn build(opts: BuildOpts, validate: Option<Vec<String>>, cases: Option<String>) 
              (scripts/install-hip-toolchain.sh, then `hipcc -std=c++17 -O3 --offload-arch={} -c <kernel>.hip`), and no AMD GPU is here to run them",
             if validate.is_some() { "tilegen validate" } else { "tilegen build" }, opts.target, opts.target);
         return exit::USAGE;
+    }
+    // The sm80 target's code (cp.async, bf16 mma.sync) runs on sm_80 and newer; the sm90a
+    // target builds sm_90a machine code only (wgmma has no PTX fallback).
+    match opts.target {
+        Target::Sm80 if opts.sm.iter().any(|sm| *sm < 80) => {
+            let old: Vec<String> = opts.sm.iter().filter(|sm| **sm < 80).map(u32::to_string).collect();
+            eprintln!("tilegen: error: --sm {}: the sm80 target's kernels (cp.async, bf16 mma.sync) need sm 80 or newer", old.join(","));
+            return exit::USAGE;
+        }
+        Target::Sm90a if opts.sm.iter().any(|sm| *sm != 90) => {
+            eprintln!("tilegen: error: --sm {}: the sm90a target builds sm_90a machine code only (warpgroup MMAs have no PTX to run elsewhere); leave --sm out",
+                opts.sm.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+            return exit::USAGE;
+        }
+        _ => {}
     }
     let specs = if opts.specs.is_empty() {
         match output::default_specs(Path::new(".")) {

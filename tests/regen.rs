@@ -242,6 +242,13 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     let (code, text) = tilegen(dir.path(), &["build", "--target", "gfx942", "specs/gemm_bf16.yaml"]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("compiled with hipcc"), "{text}");
+    // Architectures the target's code cannot run on are refused before any toolchain is looked for.
+    let (code, text) = tilegen(dir.path(), &["build", "--sm", "75,90", "specs/gemm_bf16.yaml"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--sm 75: the sm80 target's kernels (cp.async, bf16 mma.sync) need sm 80 or newer"), "{text}");
+    let (code, text) = tilegen(dir.path(), &["validate", "--target", "sm90a", "--sm", "100", "specs/gemm_bf16.yaml"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--sm 100: the sm90a target builds sm_90a machine code only"), "{text}");
     // And the check mode agrees with what was written.
     let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
     assert_eq!(code, 0, "{text}");
