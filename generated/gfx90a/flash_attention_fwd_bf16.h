@@ -23,8 +23,9 @@ extern "C" {
 //   V      [B, S, H, D] bf16, row-major (the last index fastest) (input)
 //   O      [B, S, H, D] bf16, row-major (the last index fastest) (output)
 // Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
-// Constants (fixed when this file was generated): D = 128, block_M = 128, block_N = 64, stages = 2,
-// scale_log2 = 0.12751743082459868.
+// Constants (fixed when this file was generated): D = 128, scale_log2 = 0.12751743082459868;
+// block_M = 128, block_N = 64, stages = 2 size the spec's tiles, which this CK instance replaces
+// with its own, so they do not change this kernel.
 // Alignment:
 //   Q must be 16-byte aligned (the attention instance moves queries in 16-byte vectors along the
 //   head dim).

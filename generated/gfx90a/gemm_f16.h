@@ -22,7 +22,8 @@ extern "C" {
 //   C      [M, N] f16, row-major (output)
 // Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 32,
-// stages = 3.
+// stages = 3 size the spec's tiles, which this CK instance replaces with its own, so they do not
+// change this kernel.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (A is read in 16-byte vectors along K).
 //   B must be 16-byte aligned and N a multiple of 8 (B is read in 16-byte vectors along its

@@ -182,16 +182,43 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
             format!("{} >= 1, {} (packed or grouped tensors divide it); tiles at ragged edges are predicated", c.info.runtime_dims.join(", "), multiples.join(", "))
         }
     };
-    let doc_constants = spec.constants.iter().map(|k| {
+    let constant = |k: &crate::ast::Constant| {
         let value = match c.info.symbols.get(&k.name.name) {
             Some(crate::check::Symbol::Constant(v)) => v.spelling(),
             _ => "?".into(),
         };
         format!("{} = {value}", k.name.name)
-    }).collect::<Vec<_>>().join(", ");
+    };
+    // A composable_kernel instance (AMD device GEMM or fused attention) brings its own tiles,
+    // stages and thread count: the constants that only size the spec's tiles do not change it.
+    let ck_instance = c.plan.target.is_amd()
+        && (c.plan.attention.is_some() || (c.plan.rows.is_none() && c.plan.tile.is_none() && c.plan.collective.is_some()));
+    let (tiling, used): (Vec<_>, Vec<_>) = spec.constants.iter().partition(|k| ck_instance && only_sizes_tiles(spec, &k.name.name));
+    let mut doc_constants = used.iter().map(|k| constant(k)).collect::<Vec<_>>().join(", ");
+    if !tiling.is_empty() {
+        doc_constants = format!("{}{}{} size the spec's tiles, which this CK instance replaces with its own, so they do not change this kernel",
+            doc_constants, if doc_constants.is_empty() { "" } else { "; " }, tiling.iter().map(|k| constant(k)).collect::<Vec<_>>().join(", "));
+    }
     LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants }
 }
 
 fn dim_text(d: &Dim) -> String {
     d.text()
+}
+
+/// Whether constant `name` only sizes the spec's tiles: it appears in a buffer's shape or a
+/// pipeline's stage count and in no tensor's shape.
+fn only_sizes_tiles(spec: &crate::ast::Spec, name: &str) -> bool {
+    use crate::ast::{Dim, StmtKind};
+    let in_tensor = spec.tensors.iter().flat_map(|t| &t.shape).any(|d| match d {
+        Dim::Named(n) | Dim::Div(n, _, _) => n.name == name,
+        Dim::Fixed(..) => false,
+    });
+    let mut in_tiles = spec.buffers.iter().any(|b| b.shape.iter().any(|e| e.mentions(name)));
+    spec.walk(&mut |s| {
+        if let StmtKind::Loop { stages: Some(e), .. } = &s.kind {
+            in_tiles |= e.mentions(name);
+        }
+    });
+    in_tiles && !in_tensor
 }

@@ -22,7 +22,8 @@ extern "C" {
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 16, block_N = 64, block_K = 64, stages
-// = 3.
+// = 3 size the spec's tiles, which this CK instance replaces with its own, so they do not change
+// this kernel.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (A is read in 16-byte vectors along K).
 //   B must be 16-byte aligned and K a multiple of 8 (B is read in 16-byte vectors along its

@@ -25,7 +25,8 @@ extern "C" {
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 256, block_K = 128,
-// stages = 4.
+// stages = 4 size the spec's tiles, which this CK instance replaces with its own, so they do not
+// change this kernel.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 16 (A is read in 16-byte vectors along K).
 //   B must be 16-byte aligned and K a multiple of 16 (B is read in 16-byte vectors along its
