@@ -88,7 +88,7 @@ pub struct RowsPlan {
     pub chunk_vectors: Vec<ChunkVector>,
     /// Lanes per warp (32 on NVIDIA, 64 on AMD: a wave).
     pub warp: i64,
-    /// Whether a row spans several warps (reductions go through shared memory).
+    /// Whether the program reduces rows that span several warps (through shared memory).
     pub cross_warp: bool,
     /// 32-bit registers a thread's data takes: its share of every 2-D fragment and its row
     /// values (one each), and its vectors of the column vectors (packed).
@@ -361,6 +361,8 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
     let column_registers: i64 = column_vectors.iter().chain(chunk_vectors.iter().map(|cv| &cv.tensor))
         .map(|t| (vectors_per_row * vector * spec.tensors[*t].dtype.0.bytes() as i64 + 3) / 4).sum();
     let values = tiles.len() as i64 * values_per_thread + column_registers + stats.len() as i64 * rows_per_thread;
+    let mut has_reduction = false;
+    spec.walk(&mut |s| has_reduction |= matches!(s.kind, StmtKind::Reduce { .. }));
     let p = RowsPlan {
         rows,
         cols,
@@ -375,7 +377,7 @@ pub fn plan(spec: &Spec, info: &Info, target: Target) -> Result<RowsPlan, Vec<Di
         column_vectors,
         chunk_vectors,
         warp,
-        cross_warp: threads_per_row > warp,
+        cross_warp: threads_per_row > warp && has_reduction,
         registers: values,
         why: format!("{why}; consecutive threads move consecutive {}-byte vectors", vector * widest),
     };
