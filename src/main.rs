@@ -138,6 +138,10 @@ fn parse_size(s: &str) -> Result<(String, i64), String> {
 }
 
 fn parse_target(s: &str) -> Result<Target, String> {
+    // The list-taking options (`gen`, `check`) split on commas before this sees the text.
+    if s.contains(',') {
+        return Err(format!("`{s}` names several targets, and this command takes one: run it once per target"));
+    }
     Target::from_name(s).ok_or_else(|| {
         let hint = Target::suggest(s).map(|t| format!("did you mean `{t}`? ")).unwrap_or_default();
         format!("unknown target `{s}`; {hint}targets: {}", Target::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "))

@@ -53,6 +53,10 @@ pub fn display_path(path: &Path) -> String {
 
 /// Reads a spec file.
 pub fn read_spec(path: &Path) -> Result<SourceFile, GenError> {
+    if path.is_dir() {
+        let source = std::io::Error::other(format!("a folder, not a spec file: name the specs in it (e.g. `{}/*.yaml`)", path.display()));
+        return Err(GenError::Io { path: path.display().to_string(), source });
+    }
     let bytes = std::fs::read(path).map_err(|e| GenError::io(path, e))?;
     match String::from_utf8(bytes) {
         // A byte-order mark (some Windows editors write one) is not part of the spec's text.
@@ -136,6 +140,10 @@ pub fn skip_note(path: &str, target: Target, diags: &[crate::diag::Diagnostic]) 
 /// The bundled specs: `specs/*.yaml`, sorted by name.
 pub fn default_specs(root: &Path) -> Result<Vec<PathBuf>, GenError> {
     let dir = root.join("specs");
+    if !dir.is_dir() {
+        let source = std::io::Error::other("no spec files were named and there is no specs/ folder here: name them (e.g. `path/to/*.yaml`) or run tilegen where specs/ is");
+        return Err(GenError::Io { path: display_path(&dir), source });
+    }
     let mut specs: Vec<PathBuf> = std::fs::read_dir(&dir).map_err(|e| GenError::io(&dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))

@@ -242,6 +242,18 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     let (code, text) = tilegen(dir.path(), &["build", "--target", "gfx942", "specs/gemm_bf16.yaml"]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("compiled with hipcc"), "{text}");
+    // A folder where a spec file belongs, no specs/ to default to, several targets for a
+    // command that takes one: each says what to do instead.
+    let (code, text) = tilegen(dir.path(), &["check", "specs"]);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("specs: a folder, not a spec file: name the specs in it (e.g. `specs/*.yaml`)"), "{text}");
+    let empty = tempfile::tempdir().unwrap();
+    let (code, text) = tilegen(empty.path(), &["gen"]);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("no spec files were named and there is no specs/ folder here"), "{text}");
+    let (code, text) = tilegen(dir.path(), &["explain", "--target", "sm80,sm90a", "specs/gemm_bf16.yaml"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("`sm80,sm90a` names several targets, and this command takes one"), "{text}");
     // Architectures the target's code cannot run on are refused before any toolchain is looked for.
     let (code, text) = tilegen(dir.path(), &["build", "--sm", "75,90", "specs/gemm_bf16.yaml"]);
     assert_eq!(code, 2, "{text}");
