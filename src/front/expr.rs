@@ -18,6 +18,7 @@
 
 use crate::ast::{Arg, AssignOp, BinOp, Expr, ExprKind, Ident, UnOp};
 use crate::diag::{Diagnostic, Span};
+use crate::front::yaml::TextMap;
 
 #[derive(Clone, Debug, PartialEq)]
 enum Tok {
@@ -114,7 +115,7 @@ pub enum Line {
 pub struct ExprParser {
     toks: Vec<(Tok, usize, usize)>,
     pos: usize,
-    base: Option<usize>,
+    base: Option<TextMap>,
     whole: Span,
     /// Brackets and call arguments open around the current position.
     nesting: usize,
@@ -148,7 +149,8 @@ fn depth(e: &Expr) -> usize {
 impl ExprParser {
     /// Lexes `text`, whose first character sits at file offset `base` (if known); `whole`
     /// is the span to blame when positions inside the text are unknown.
-    pub fn new(text: &str, base: Option<usize>, whole: Span) -> Result<ExprParser, Diagnostic> {
+    pub fn new(text: &str, base: Option<&TextMap>, whole: Span) -> Result<ExprParser, Diagnostic> {
+        let base = base.cloned();
         let mut lexer = Lexer { text, pos: 0 };
         let mut toks = Vec::new();
         loop {
@@ -161,7 +163,7 @@ impl ExprParser {
                     }
                 }
                 Err((s, e, msg)) => {
-                    let span = Self::map(base, whole, s, e);
+                    let span = Self::map(base.as_ref(), whole, s, e);
                     return Err(Diagnostic::error(span, msg)
                         .hint("expressions use names, numbers, + - * / %, comparisons, && ||, calls f(x) and indexing x[i, j]"));
                 }
@@ -170,15 +172,15 @@ impl ExprParser {
         Ok(ExprParser { toks, pos: 0, base, whole, nesting: 0 })
     }
 
-    fn map(base: Option<usize>, whole: Span, s: usize, e: usize) -> Span {
+    fn map(base: Option<&TextMap>, whole: Span, s: usize, e: usize) -> Span {
         match base {
-            Some(b) => Span::new(b + s, b + e.max(s + 1)),
+            Some(m) => Span::new(m.offset(s), m.offset(e.max(s + 1))),
             None => whole,
         }
     }
 
     fn span(&self, s: usize, e: usize) -> Span {
-        Self::map(self.base, self.whole, s, e)
+        Self::map(self.base.as_ref(), self.whole, s, e)
     }
 
     fn peek(&self) -> &Tok {
@@ -436,7 +438,7 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Result<Line, Diagnostic> {
-        ExprParser::new(s, Some(100), Span::new(100, 100 + s.len()))?.line()
+        ExprParser::new(s, Some(&TextMap::at(100)), Span::new(100, 100 + s.len()))?.line()
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl Cx {
     }
 
     fn expr(&mut self, node: &Node, what: &str) -> Option<Expr> {
-        let NodeKind::Scalar { value, text_offset, .. } = &node.kind else {
+        let NodeKind::Scalar { value, text_at, .. } = &node.kind else {
             self.err(Diagnostic::error(node.span, format!("{what} must be an expression, found {}", node.describe())));
             return None;
         };
@@ -126,7 +126,7 @@ impl Cx {
             self.err(Diagnostic::error(node.span, format!("{what} is empty")));
             return None;
         }
-        match ExprParser::new(value, *text_offset, node.span).and_then(ExprParser::whole_expr) {
+        match ExprParser::new(value, text_at.as_ref(), node.span).and_then(ExprParser::whole_expr) {
             Ok(e) => Some(e),
             Err(d) => {
                 self.err(d);
@@ -493,8 +493,8 @@ impl Cx {
     }
 
     fn parse_line(&mut self, node: &Node) -> Option<Line> {
-        let NodeKind::Scalar { value, text_offset, .. } = &node.kind else { return None };
-        match ExprParser::new(value, *text_offset, node.span).and_then(ExprParser::line) {
+        let NodeKind::Scalar { value, text_at, .. } = &node.kind else { return None };
+        match ExprParser::new(value, text_at.as_ref(), node.span).and_then(ExprParser::line) {
             Ok(l) => Some(l),
             Err(d) => {
                 self.err(d);
@@ -715,13 +715,13 @@ impl Cx {
 
     fn block_stmt(&mut self, header: &Node, body: &Node) -> Option<Stmt> {
         let id = self.new_id();
-        let NodeKind::Scalar { value, text_offset, .. } = &header.kind else {
+        let NodeKind::Scalar { value, text_at, .. } = &header.kind else {
             self.err(Diagnostic::error(header.span, "a block header must be text like `serial(k, n)`"));
             return None;
         };
         if let Some(rest) = value.strip_prefix("if ").or_else(|| value.strip_prefix("if(").map(|_| &value[2..])) {
             let skip = value.len() - rest.len();
-            let cond = ExprParser::new(rest, text_offset.map(|o| o + skip), header.span).and_then(ExprParser::whole_expr);
+            let cond = ExprParser::new(rest, text_at.as_ref().map(|m| m.skip(skip)).as_ref(), header.span).and_then(ExprParser::whole_expr);
             let then_body = self.block(body, "an if block");
             return match cond {
                 Ok(cond) => Some(Stmt { id, kind: StmtKind::If { cond, then_body, else_body: Vec::new() }, span: header.span }),

@@ -19,17 +19,84 @@ pub struct Node {
     pub span: Span,
 }
 
+/// Where a scalar's value sits in the file: from `base`, one byte of value per byte of source,
+/// except at `folds`, where a byte of the value stands for a line break and the next line's
+/// indentation (a plain or `>` scalar written over several lines: a space where the break
+/// was folded, the break itself where it was kept).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextMap {
+    /// The file offset of the value's first byte.
+    pub base: usize,
+    /// (value offset of such a byte, source bytes it stands for beyond its one).
+    pub folds: Vec<(usize, usize)>,
+}
+
+impl TextMap {
+    /// A value that is a verbatim slice of the file from `base`.
+    pub fn at(base: usize) -> TextMap {
+        TextMap { base, folds: Vec::new() }
+    }
+
+    /// The file offset of value byte `i` (or of the end, for `i` = the value's length).
+    pub fn offset(&self, i: usize) -> usize {
+        self.base + i + self.folds.iter().filter(|(v, _)| *v < i).map(|(_, extra)| extra).sum::<usize>()
+    }
+
+    /// The map of the value's text from byte `skip` on.
+    pub fn skip(&self, skip: usize) -> TextMap {
+        TextMap { base: self.offset(skip), folds: self.folds.iter().filter(|(v, _)| *v >= skip).map(|(v, e)| (v - skip, *e)).collect() }
+    }
+
+    /// Maps `value`, written from file offset `start` of `text` over one or more lines, onto
+    /// the file; None where the value is not the source text with its line breaks folded.
+    /// Each line after a break loses up to `indent` leading spaces (all of them, for a plain
+    /// scalar; a `>` scalar's more-indented lines keep the rest).
+    fn folded(text: &str, start: usize, value: &str, indent: usize) -> Option<TextMap> {
+        let src = text.get(start..)?.as_bytes();
+        let (mut p, mut folds) = (0, Vec::new());
+        let skip_indent = |p: &mut usize| {
+            let mut n = 0;
+            while n < indent && src.get(*p).is_some_and(|b| matches!(b, b' ' | b'\t')) {
+                *p += 1;
+                n += 1;
+            }
+        };
+        for (i, &c) in value.as_bytes().iter().enumerate() {
+            match src.get(p) {
+                Some(&s) if s == c => {
+                    p += 1;
+                    if c == b'\n' {
+                        let from = p;
+                        skip_indent(&mut p);
+                        if p > from {
+                            folds.push((i, p - from));
+                        }
+                    }
+                }
+                Some(b'\r' | b'\n') if c == b' ' => {
+                    let from = p;
+                    p += if src.get(p) == Some(&b'\r') && src.get(p + 1) == Some(&b'\n') { 2 } else { 1 };
+                    skip_indent(&mut p);
+                    folds.push((i, p - from - 1));
+                }
+                _ => return None,
+            }
+        }
+        Some(TextMap { base: start, folds })
+    }
+}
+
 /// The shapes of YAML nodes tilegen reads.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeKind {
-    /// A scalar, with `text_offset`: the byte offset of its value's first character in the
-    /// file when the value maps 1:1 onto the source (plain or quoted on one line), so that
-    /// expression spans inside it can be mapped back to the file.
+    /// A scalar, with `text_at`: where its value sits in the file when it is the source text
+    /// (plain or quoted on one line; plain or `>` folded over several), so that expression
+    /// spans inside it can be mapped back to the file.
     Scalar {
         /// The value.
         value: String,
-        /// Where the value's text starts in the file, when it is a verbatim slice of it.
-        text_offset: Option<usize>,
+        /// Where the value's text sits in the file, when it is known.
+        text_at: Option<TextMap>,
         /// Whether it was written plain (unquoted).
         plain: bool,
     },
@@ -91,24 +158,33 @@ impl Builder<'_> {
 
     fn scalar(&self, value: String, style: TScalarStyle, start: usize) -> Node {
         let src = &self.file.text[start.min(self.file.text.len())..];
-        let (text_offset, len) = match style {
-            TScalarStyle::Plain if src.starts_with(value.as_str()) => (Some(start), value.len()),
+        let first_line = src.lines().next().map_or(0, str::len).max(1);
+        let (text_at, len) = match style {
+            TScalarStyle::Plain if src.starts_with(value.as_str()) => (Some(TextMap::at(start)), value.len()),
             TScalarStyle::SingleQuoted | TScalarStyle::DoubleQuoted
                 if src.get(1..).is_some_and(|s| s.starts_with(value.as_str()))
                     && src.get(1 + value.len()..).is_some_and(|s| s.starts_with(['\'', '"'])) =>
             {
-                (Some(start + 1), value.len() + 2)
+                (Some(TextMap::at(start + 1)), value.len() + 2)
             }
-            _ => (None, src.lines().next().map_or(0, str::len).max(1)),
+            // Over several lines: the span is the first line's, positions inside map through
+            // the folds. A `>` scalar's event sits at its text, on the line after the `>`;
+            // that line's indentation is the block's.
+            TScalarStyle::Plain => (TextMap::folded(&self.file.text, start, &value, usize::MAX), first_line),
+            TScalarStyle::Folded => {
+                let line_start = self.file.text[..start.min(self.file.text.len())].rfind('\n').map_or(0, |n| n + 1);
+                (TextMap::folded(&self.file.text, start, &value, start - line_start), first_line)
+            }
+            _ => (None, first_line),
         };
         let plain = matches!(style, TScalarStyle::Plain);
         if plain && value.is_empty() {
             // A key with no value: the event sits at the next token, maybe lines on; blame
             // the end of the key's line instead.
             let end = self.file.text[..start.min(self.file.text.len())].trim_end().len();
-            return Node { kind: NodeKind::Scalar { value, text_offset: None, plain }, span: Span::new(end, end) };
+            return Node { kind: NodeKind::Scalar { value, text_at: None, plain }, span: Span::new(end, end) };
         }
-        Node { kind: NodeKind::Scalar { value, text_offset, plain }, span: Span::new(start, start + len) }
+        Node { kind: NodeKind::Scalar { value, text_at, plain }, span: Span::new(start, start + len) }
     }
 }
 
@@ -117,7 +193,11 @@ impl Builder<'_> {
     /// value, so `{extent: ceildiv(M, block_M)}` reads `ceildiv(M` and a key `block_M)`.
     /// Caught where the cut value has an unclosed bracket and a comma follows it.
     fn cut_at_comma(&self, node: &Node) -> Option<Diagnostic> {
-        let NodeKind::Scalar { value, plain: true, text_offset: Some(start) } = &node.kind else { return None };
+        let NodeKind::Scalar { value, plain: true, text_at: Some(at) } = &node.kind else { return None };
+        let start = &at.base;
+        if !at.folds.is_empty() {
+            return None;
+        }
         let open = value.matches(['(', '[']).count();
         let close = value.matches([')', ']']).count();
         let after = self.file.text.get(start + value.len()..)?.trim_start_matches([' ', '\t']);
@@ -269,8 +349,8 @@ mod tests {
         let f = SourceFile::new("t.yaml", "s: 'a: b'\n");
         let root = parse(&f).unwrap();
         let NodeKind::Map(top) = &root.kind else { panic!() };
-        let NodeKind::Scalar { text_offset, .. } = &top[0].1.kind else { panic!() };
-        assert_eq!(*text_offset, Some(4));
+        let NodeKind::Scalar { text_at, .. } = &top[0].1.kind else { panic!() };
+        assert_eq!(*text_at, Some(TextMap::at(4)));
     }
 
     #[test]
@@ -293,6 +373,26 @@ mod tests {
         assert_eq!(err.len(), 1);
         assert_eq!(err[0].message, "`if` opens a block: it needs a `:` at the end of its line");
         assert_eq!(f.snippet(err[0].span), "if bx <= by");
+    }
+
+    #[test]
+    fn statements_over_several_lines_map_every_position() {
+        // Plain (continuation lines folded into spaces) and `>-` (a more-indented line keeps
+        // its break and its extra indentation): each name's span is where it is written.
+        let text = "body:\n  - x = max(a +\n      f32(b), 0.0)\n  - >-\n    y = c +\n      f32(d)\n";
+        let f = SourceFile::new("t.yaml", text);
+        let root = parse(&f).unwrap();
+        let NodeKind::Map(top) = &root.kind else { panic!() };
+        let NodeKind::Seq(body) = &top[0].1.kind else { panic!() };
+        for (node, names) in body.iter().zip([["a", "b"], ["c", "d"]]) {
+            let NodeKind::Scalar { value, text_at: Some(at), .. } = &node.kind else { panic!("{node:?}") };
+            for name in names {
+                let i = value.rfind(name).unwrap();
+                assert_eq!(&text[at.offset(i)..at.offset(i + 1)], name, "{value:?}");
+            }
+            let end = value.len();
+            assert_eq!(&text[at.offset(end - 1)..at.offset(end)], ")");
+        }
     }
 
     #[test]
