@@ -79,12 +79,13 @@ pub fn read_spec(path: &Path) -> Result<SourceFile, GenError> {
 
 /// How generated files under the output root `out` name the spec at `spec`, the same from any
 /// working directory: its path relative to the folder that holds `out` (`specs/gemm.yaml` for
-/// `-o generated` in the repository), or its file name when it lies outside that folder.
+/// `-o generated` in the repository), or relative to `out` itself when the spec lies inside it
+/// (`-o .`), or its file name when it lies outside both.
 pub fn banner_path(spec: &Path, out: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_default();
     let spec = resolve(&cwd.join(spec));
     let out = resolve(&cwd.join(out));
-    let base = out.parent().unwrap_or(&out);
+    let base = if spec.starts_with(&out) { out.as_path() } else { out.parent().unwrap_or(&out) };
     match spec.strip_prefix(base) {
         Ok(rel) if rel.components().next().is_some() => {
             rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
@@ -350,6 +351,10 @@ mod tests {
         assert_eq!(banner_path(&cwd.join("specs/a.yaml"), &cwd.join("specs/../generated")), "specs/a.yaml");
         assert_eq!(banner_path(Path::new("specs/a.yaml"), Path::new("build/gen")), "a.yaml");
         assert_eq!(banner_path(Path::new("/elsewhere/k.yaml"), Path::new("generated")), "k.yaml");
+        // Writing into the folder that holds the specs (`-o .`): relative to it, so that the
+        // checkout's folder name does not enter the output.
+        assert_eq!(banner_path(Path::new("specs/a.yaml"), Path::new(".")), "specs/a.yaml");
+        assert_eq!(banner_path(Path::new("a.yaml"), Path::new("")), "a.yaml");
     }
 
     #[test]
