@@ -122,6 +122,8 @@ impl Info {
 
 /// The largest buffer extent accepted (a tile, not a tensor).
 pub const MAX_BUFFER_EXTENT: i64 = 1 << 16;
+/// The longest loop `unroll` accepts (its body is copied this many times).
+pub const MAX_UNROLL: i64 = 1024;
 /// The largest pipeline depth accepted.
 pub const MAX_STAGES: i64 = 32;
 

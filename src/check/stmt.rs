@@ -52,8 +52,14 @@ impl Checker<'_> {
             }
             StmtKind::Loop { kind, var, count, stages, body } => {
                 self.int_expr(count, "a trip count", true);
-                if *kind == LoopKind::Unroll && super::eval_int(count, &self.info.symbols).is_none() {
-                    self.err(Diagnostic::error(count.span, "`unroll` needs a constant trip count").hint("use `serial` for runtime trip counts"));
+                if *kind == LoopKind::Unroll {
+                    match super::eval_int(count, &self.info.symbols) {
+                        None => self.err(Diagnostic::error(count.span, "`unroll` needs a constant trip count").hint("use `serial` for runtime trip counts")),
+                        Some(n) if n > super::MAX_UNROLL => self.err(Diagnostic::error(count.span, format!(
+                            "`unroll` copies its body {n} times, more than the {} tilegen unrolls", super::MAX_UNROLL))
+                            .hint("use `serial` for long loops (the compiler may still unroll them partly)")),
+                        Some(_) => {}
+                    }
                 }
                 if let Some(st) = stages {
                     // A named stage count's errors also point at its declaration.

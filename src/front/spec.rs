@@ -112,7 +112,7 @@ impl Cx {
             Some(Ident { name: s.to_string(), span: node.span })
         } else {
             self.err(Diagnostic::error(node.span, format!("{what} `{s}` is not a valid name"))
-                .hint("names start with a letter or `_` and hold letters, digits and `_`"));
+                .hint("names start with an ASCII letter or `_` and hold ASCII letters, digits and `_` (they become C++ identifiers)"));
             None
         }
     }
@@ -201,7 +201,7 @@ impl Cx {
             let dtype = match get("dtype") {
                 Some(d) => self.dtype(d),
                 None => {
-                    self.err(Diagnostic::error(name.span, format!("tensor `{}` has no dtype", name.name)).hint("add `dtype: bf16` (or f32, f16, i8, i32)"));
+                    self.err(Diagnostic::error(name.span, format!("tensor `{}` has no dtype", name.name)).hint(format!("add `dtype: bf16` (dtypes are {})", DType::ALL.map(|d| d.name()).join(", "))));
                     None
                 }
             };
