@@ -382,9 +382,8 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
         eprintln!("tilegen: error: {}: {e}", c.file.path);
         return exit::FAILED;
     }
-    if let Err(e) = std::fs::create_dir_all(out) {
-        eprintln!("tilegen: error: {}: {e}", out.display());
-        return exit::IO;
+    if let Err(e) = output::make_folder(out) {
+        return fail(e);
     }
     for t in c.spec.tensors.iter().filter(|t| t.output) {
         let path = out.join(format!("{}.npy", t.name.name));

@@ -206,7 +206,7 @@ pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<Vec<PathBuf>, Ge
         return Err(folder_error(dir, std::io::ErrorKind::AlreadyExists.into()));
     }
     for dir in dirs {
-        std::fs::create_dir_all(dir).map_err(|e| folder_error(dir, e))?;
+        make_folder(dir)?;
     }
     let mut staged = Vec::new();
     for (path, contents) in files {
@@ -229,6 +229,11 @@ pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<Vec<PathBuf>, Ge
         written.push(path.clone());
     }
     Ok(written)
+}
+
+/// Makes folder `dir` and its parents; the error names a part of the path that is a file.
+pub fn make_folder(dir: &Path) -> Result<(), GenError> {
+    std::fs::create_dir_all(dir).map_err(|e| folder_error(dir, e))
 }
 
 /// The part of folder `dir`'s path that exists as something other than a folder.

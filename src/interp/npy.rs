@@ -94,8 +94,11 @@ impl Array {
 
     /// Writes a `.npy` file.
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let mut f = std::fs::File::create(path)?;
-        f.write_all(&self.to_npy())
+        // A temporary file in the same folder, renamed into place: never a half-written array.
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        let mut f = tempfile::NamedTempFile::new_in(dir)?;
+        f.write_all(&self.to_npy())?;
+        f.persist(path).map(|_| ()).map_err(|e| e.error)
     }
 
     /// Parses `.npy` bytes; `dtype` says what the file's elements mean (bf16 is `<u2`).
