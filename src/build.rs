@@ -258,6 +258,9 @@ fn build_one(spec: &Path, target: Target, dir: &Path, tc: &Toolchain, sms: &[u32
         eprintln!("{} is up to date", shared_library.display());
     } else {
         eprintln!("building {kernel} with {} ({})", tc.nvcc.display(), tc.version);
+        // The stamp goes first and comes back last: a build cut short (a half-written object
+        // or library newer than its sources) is never taken for a current one.
+        let _ = std::fs::remove_file(&stamp);
         let start = Instant::now();
         let warnings = compile(tc, target, sms, &kernel, &src, &object, &[dir]).map_err(|e| e.to_string())?;
         if !warnings.trim().is_empty() {
