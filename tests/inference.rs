@@ -1909,3 +1909,18 @@ fn amd_long_trip_counts_are_named_before_their_loop() {
     let la = render(std::fs::read_to_string("specs/linear_attention_causal_bf16.yaml").expect("the bundled spec"));
     assert!(la.contains("for (int t = 0; t < ((S + chunk - 1) / chunk); ++t) {") && !la.contains("num_t"));
 }
+
+#[test]
+fn ck_gemm_launchers_refuse_tensors_beyond_32_bit_offsets() {
+    // CK's device GEMM indexes A, B and C with 32-bit offsets and its IsSupportedArgument does
+    // not check that: the launcher refuses element counts of 2^31 or more, and says so.
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap();
+    for target in [Target::Gfx942, Target::Gfx90a] {
+        let c = compile_for(text.clone(), target).unwrap();
+        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
+        let file = |ext: &str| files.iter().find(|f| f.name.ends_with(ext)).unwrap().contents.clone();
+        assert!(file(".hip").contains("if (int64_t(M) * K > INT32_MAX || int64_t(K) * N > INT32_MAX || int64_t(M) * N > INT32_MAX) {"), "{target}");
+        assert!(squashed(&file(".h")).contains("a tensor has 2^31 elements or more (M * K, K * N, M * N)"), "{target}");
+        assert!(!file(".hip").contains("using Col ="), "{target}: B is row-major, no Col alias");
+    }
+}

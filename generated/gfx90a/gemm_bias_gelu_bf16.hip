@@ -34,7 +34,6 @@ using ElementC = ck::bhalf_t;  // tensor `C`
 using ElementAccumulator = float;  // MFMA accumulates in f32
 
 using Row = ck::tensor_layout::gemm::RowMajor;
-using Col = ck::tensor_layout::gemm::ColumnMajor;
 using PassThrough = ck::tensor_operation::element_wise::PassThrough;
 template <ck::index_t... Is>
 using S = ck::Sequence<Is...>;
@@ -94,6 +93,10 @@ extern "C" int tilegen_gemm_bias_gelu_bf16(const void* A, const void* B, const v
 {
   using namespace tilegen::gemm_bias_gelu_bf16;
   if (M < 1 || N < 1 || K < 1) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  // CK's descriptors index with 32-bit offsets
+  if (int64_t(M) * K > INT32_MAX || int64_t(K) * N > INT32_MAX || int64_t(M) * N > INT32_MAX) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (A == nullptr || B == nullptr || bias == nullptr || C == nullptr) {

@@ -65,6 +65,10 @@ struct Context {
     stride_b: String,
     stride_d: String,
     problem: String,
+    /// Whether a layout is column-major (declares the `Col` alias).
+    uses_col: bool,
+    /// Products of sizes that must stay below 2^31 (CK's descriptors use 32-bit offsets).
+    element_counts: Vec<String>,
     #[serde(flatten)]
     launcher_ctx: LauncherCtx,
     doc_launch: String,
@@ -218,6 +222,17 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let dims = |t: &crate::ast::Tensor| -> Vec<String> { t.shape.iter().map(crate::ast::Dim::text).collect() };
     let (da, db, dd) = (dims(ta), dims(tb), dims(td));
     let b_k_contiguous = p.layouts.1 == "ColumnMajor";
+    // A, B and the output each index with 32-bit offsets inside CK (IsSupportedArgument does
+    // not check that): their element counts, where a runtime size enters them.
+    let mut element_counts: Vec<String> = Vec::new();
+    for t in [ta, tb, td] {
+        if t.shape.len() == 2 && t.shape.iter().any(|d| matches!(d, crate::ast::Dim::Named(n) | crate::ast::Dim::Div(n, _, _) if c.info.runtime_dims.contains(&n.name))) {
+            let count = format!("{} * {}", t.shape[0].text(), t.shape[1].text());
+            if !element_counts.contains(&count) {
+                element_counts.push(count);
+            }
+        }
+    }
     // 8-bit operands (int8, K-major both) move 16 elements per vector, 16-bit ones 8.
     let int8 = p.accumulator == DType::I32;
     let k1 = if int8 { 16 } else { 8 };
@@ -231,6 +246,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     }).unwrap_or(0);
     let epilogue_lines = c.spec.body.iter().filter(|s| matches!(s.kind, crate::ast::StmtKind::Parallel { .. }))
         .map(|s| c.line(s.span).to_string()).collect::<Vec<_>>().join(", ");
+    let uses_col = b_k_contiguous || ds.iter().any(|d| d.layout == "Col");
     Context {
         header: header(c),
         why: p.why.clone(),
@@ -274,9 +290,15 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         stride_b: db[1].clone(),
         stride_d: dd[1].clone(),
         problem: format!("{}, {}, {}", dd[0], dd[1], if da.len() == 2 { da[1].clone() } else { "1".into() }),
+        uses_col,
+        element_counts: element_counts.clone(),
         launcher_ctx: launcher(c),
         doc_launch: "one CK device GEMM on `stream` (grid and workgroup size chosen by CK)".into(),
-        doc_invalid: "CK's IsSupportedArgument rejects the sizes or strides".into(),
+        doc_invalid: if element_counts.is_empty() {
+            "CK's IsSupportedArgument rejects the sizes or strides".into()
+        } else {
+            format!("a tensor has 2^31 elements or more ({}), or CK's IsSupportedArgument rejects the sizes or strides", element_counts.join(", "))
+        },
         // CK checks the launch itself and throws, and the launcher cannot recover the code.
         doc_errors: String::new(),
         doc_unknown: "the launch fails (composable_kernel reports that by throwing, without the HIP error code)".into(),

@@ -13,7 +13,6 @@
 
 #include "gemm_i8_i32.h"
 
-#include <array>
 #include <cstdint>
 #include <stdexcept>
 
@@ -67,6 +66,10 @@ extern "C" int tilegen_gemm_i8_i32(const void* A, const void* B, void* C, int M,
 {
   using namespace tilegen::gemm_i8_i32;
   if (M < 1 || N < 1 || K < 1) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  // CK's descriptors index with 32-bit offsets
+  if (int64_t(M) * K > INT32_MAX || int64_t(N) * K > INT32_MAX || int64_t(M) * N > INT32_MAX) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (A == nullptr || B == nullptr || C == nullptr) {

@@ -14,7 +14,6 @@
 
 #include "gemm_narrow_tn_bf16.h"
 
-#include <array>
 #include <cstdint>
 #include <stdexcept>
 
@@ -69,6 +68,10 @@ extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C
 {
   using namespace tilegen::gemm_narrow_tn_bf16;
   if (M < 1 || N < 1 || K < 1) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
+  // CK's descriptors index with 32-bit offsets
+  if (int64_t(M) * K > INT32_MAX || int64_t(N) * K > INT32_MAX || int64_t(M) * N > INT32_MAX) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (A == nullptr || B == nullptr || C == nullptr) {

@@ -93,6 +93,10 @@ extern "C" int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, cons
   if (M < 1 || N < 1 || K < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // CK's descriptors index with 32-bit offsets
+  if (int64_t(M) * K > INT32_MAX || int64_t(N) * K > INT32_MAX || int64_t(M) * N > INT32_MAX) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (A == nullptr || B == nullptr || bias == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

@@ -97,6 +97,10 @@ extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* 
   if (M < 1 || N < 1 || K < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // CK's descriptors index with 32-bit offsets
+  if (int64_t(M) * K > INT32_MAX || int64_t(N) * K > INT32_MAX || int64_t(M) * N > INT32_MAX) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (A == nullptr || B == nullptr || a_scale == nullptr || b_scale == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }
