@@ -169,7 +169,7 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
     __syncthreads();  // `W_s` is read after other threads wrote it
     #pragma unroll
     for (int kq = 0; kq < 16; ++kq) {
-      int const kk = kq * 2 + acc_group;  // this group's k steps: every 2th
+      int const kk = kq * 2 + acc_group;  // this group's k steps: every other
       int const k0 = kk * 16 + lane_col;  // this lane's 4 k values in the step
       ck::bhalf4_t a_rows[1];  // A (`A_s`): rows of this wave's row blocks of `acc`
       #pragma unroll

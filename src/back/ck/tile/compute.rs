@@ -64,7 +64,8 @@ impl<'a> Lower<'a> {
             // A trip count the compiler sees, so that the loop unrolls.
             self.line("#pragma unroll");
             self.open(format!("for (int kq = 0; kq < {}; ++kq)", steps / g.ks));
-            self.line(format!("int const kk = kq * {} + {cn}_group;  // this group's k steps: every {}th", g.ks, g.ks));
+            let every = match g.ks { 2 => "other".to_string(), 3 => "third".to_string(), n => format!("{n}th") };
+            self.line(format!("int const kk = kq * {} + {cn}_group;  // this group's k steps: every {every}", g.ks));
         } else if g.ks > 1 {
             self.open(format!("for (int kk = {cn}_group; kk < {steps}; kk += {})", g.ks));
         } else {
