@@ -7,10 +7,11 @@
 // has run this file.
 // Build: hipcc -std=c++17 -O3 --offload-arch=gfx942 -c gemm_bias_relu_bf16.hip
 //
-// Lowering (spec 22): a plain GEMM body: composable_kernel DeviceGemmMultiD_Xdl_CShuffle_V3 (the
-// epilogue as its CDE operator) with CK's published bf16 compute instance: 256 threads (4 waves),
-// 128x128x64 tiles, 32x32x8 MFMAs 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile
-// constants are not used, this instance is tuned for CDNA; 32768 bytes of LDS.
+// Lowering (spec 22): a GEMM body with an element-wise epilogue: composable_kernel
+// DeviceGemmMultiD_Xdl_CShuffle_V3 (the epilogue as its CDE operator) with CK's published bf16
+// compute instance: 256 threads (4 waves), 128x128x64 tiles, 32x32x8 MFMAs 2x2 per wave, block-GEMM
+// pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA;
+// 32768 bytes of LDS.
 
 #include "gemm_bias_relu_bf16.h"
 
@@ -38,7 +39,7 @@ using PassThrough = ck::tensor_operation::element_wise::PassThrough;
 template <ck::index_t... Is>
 using S = ck::Sequence<Is...>;
 
-// The epilogue (spec 24) as CK's CDE operator, in f32:
+// The epilogue (spec 25) as CK's CDE operator, in f32:
 //   e = fmaxf((acc + d0), 0.0f)
 // where acc is the accumulator and d0 the value of `bias`.
 struct Epilogue {

@@ -9,10 +9,11 @@
 //        -gencode=arch=compute_90a,code=sm_90a -c gemm_bias_relu_bf16.cu
 // (-DNDEBUG matters: CUTLASS's asserts serialise WGMMA.)
 //
-// Lowering (spec 22): a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised
-// kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on 64x256
-// of the 128x256 tile), 4 TMA stages, persistent tile scheduler (CUTLASS's heuristic raster order,
-// no swizzle bands); the epilogue is an EVT fused into the TMA store.
+// Lowering (spec 22): a GEMM body with an element-wise epilogue: CUTLASS 3.x collective,
+// cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups
+// each running WGMMA on 64x256 of the 128x256 tile), 4 TMA stages, persistent tile scheduler
+// (CUTLASS's heuristic raster order, no swizzle bands); the epilogue is an EVT fused into the TMA
+// store.
 
 #include "gemm_bias_relu_bf16.h"
 

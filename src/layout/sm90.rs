@@ -542,7 +542,8 @@ impl<'a> Infer<'a> {
             KernelSchedule::Pingpong => format!("ping-pong warp-specialised kernel (`schedule: pingpong`: one producer warpgroup issuing TMA, two consumer warpgroups taking whole {bm}x{bn} tiles in turn, one's WGMMAs running while the other stores)"),
         };
         let why = format!(
-            "a plain GEMM body: CUTLASS 3.x collective, {kernel}, {stages} TMA stages, persistent tile scheduler ({}){batched}; the epilogue is an EVT fused into the TMA store",
+            "{}: CUTLASS 3.x collective, {kernel}, {stages} TMA stages, persistent tile scheduler ({}){batched}; the epilogue is an EVT fused into the TMA store",
+            gemm_body(&tree),
             if swizzle == 1 { "CUTLASS's heuristic raster order, no swizzle bands".to_string() } else { format!("CUTLASS's heuristic raster order in swizzle bands of {swizzle} CTAs") });
         self.plan.collective = Some(CollectivePlan {
             tile: (bm, bn, bk),
@@ -760,7 +761,8 @@ impl<'a> Infer<'a> {
         self.plan.alignment.sort_by_key(|x| x.tensor);
         let mfma = format!("{} MFMAs{}", super::ck_mfma(self.target, int8), if int8 { " (exact i32 accumulators)" } else { "" });
         let why = format!(
-            "a plain GEMM body: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, {mfma} 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
+            "{}: composable_kernel {} with CK's published {} compute instance: 256 threads (4 waves), {bm}x{bn}x{bk} tiles, {mfma} 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; {lds} bytes of LDS",
+            gemm_body(&tree),
             if matches!(tree, EvtNode::Acc) { "DeviceGemm_Xdl_CShuffleV3" } else { "DeviceGemmMultiD_Xdl_CShuffle_V3 (the epilogue as its CDE operator)" },
             self.spec.tensors[a].dtype.0);
         self.plan.collective = Some(CollectivePlan {
@@ -922,4 +924,9 @@ pub fn collect_broadcasts(n: &EvtNode, f: &mut impl FnMut(usize, bool)) {
         EvtNode::Compute { children, .. } => children.iter().for_each(|c| collect_broadcasts(c, f)),
         _ => {}
     }
+}
+
+/// How a collective's reason names the spec's body: a GEMM alone, or with an epilogue.
+fn gemm_body(tree: &EvtNode) -> &'static str {
+    if matches!(tree, EvtNode::Acc) { "a plain GEMM body" } else { "a GEMM body with an element-wise epilogue" }
 }

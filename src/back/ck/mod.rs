@@ -244,8 +244,12 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         crate::ast::StmtKind::Loop { body, .. } => body.iter().find(|x| matches!(x.kind, crate::ast::StmtKind::Gemm { .. })).map(|g| c.line(g.span)),
         _ => None,
     }).unwrap_or(0);
-    let epilogue_lines = c.spec.body.iter().filter(|s| matches!(s.kind, crate::ast::StmtKind::Parallel { .. }))
-        .map(|s| c.line(s.span).to_string()).collect::<Vec<_>>().join(", ");
+    // The epilogue's assignments, as the sm90a collective cites them.
+    let mut epilogue_lines = Vec::new();
+    c.spec.walk(&mut |s| if matches!(s.kind, crate::ast::StmtKind::Assign { .. }) {
+        epilogue_lines.push(c.line(s.span).to_string());
+    });
+    let epilogue_lines = epilogue_lines.join(", ");
     let uses_col = b_k_contiguous || ds.iter().any(|d| d.layout == "Col");
     Context {
         header: header(c),

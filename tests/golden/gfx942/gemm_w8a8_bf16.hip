@@ -7,11 +7,11 @@
 // 7.2.4) on MFMA, built with hipcc 7.2.4. Compile-checked only: no AMD GPU has run this file.
 // Build: hipcc -std=c++17 -O3 --offload-arch=gfx942 -c gemm_w8a8_bf16.hip
 //
-// Lowering (spec 25): a plain GEMM body: composable_kernel DeviceGemmMultiD_Xdl_CShuffle_V3 (the
-// epilogue as its CDE operator) with CK's published i8 compute instance: 256 threads (4 waves),
-// 128x128x128 tiles, 32x32x16 i8 MFMAs (exact i32 accumulators) 2x2 per wave, block-GEMM pipeline
-// v3 (intrawave); the spec's tile constants are not used, this instance is tuned for CDNA; 32768
-// bytes of LDS.
+// Lowering (spec 25): a GEMM body with an element-wise epilogue: composable_kernel
+// DeviceGemmMultiD_Xdl_CShuffle_V3 (the epilogue as its CDE operator) with CK's published i8
+// compute instance: 256 threads (4 waves), 128x128x128 tiles, 32x32x16 i8 MFMAs (exact i32
+// accumulators) 2x2 per wave, block-GEMM pipeline v3 (intrawave); the spec's tile constants are not
+// used, this instance is tuned for CDNA; 32768 bytes of LDS.
 
 #include "gemm_w8a8_bf16.h"
 
@@ -41,7 +41,7 @@ using PassThrough = ck::tensor_operation::element_wise::PassThrough;
 template <ck::index_t... Is>
 using S = ck::Sequence<Is...>;
 
-// The epilogue (spec 26) as CK's CDE operator, in f32:
+// The epilogue (spec 27) as CK's CDE operator, in f32:
 //   e = ((acc * d0) * d1)
 // where acc is the accumulator (its i32 value converted to f32) and d0 the value of `a_scale` and
 // d1 the value of `b_scale`.

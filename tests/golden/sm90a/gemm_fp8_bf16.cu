@@ -9,10 +9,11 @@
 //        -gencode=arch=compute_90a,code=sm_90a -c gemm_fp8_bf16.cu
 // (-DNDEBUG matters: CUTLASS's asserts serialise WGMMA.)
 //
-// Lowering (spec 28): a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised
-// kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on 64x128
-// of the 128x128 tile), 6 TMA stages, persistent tile scheduler (CUTLASS's heuristic raster order
-// in swizzle bands of 8 CTAs); the epilogue is an EVT fused into the TMA store.
+// Lowering (spec 28): a GEMM body with an element-wise epilogue: CUTLASS 3.x collective,
+// cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups
+// each running WGMMA on 64x128 of the 128x128 tile), 6 TMA stages, persistent tile scheduler
+// (CUTLASS's heuristic raster order in swizzle bands of 8 CTAs); the epilogue is an EVT fused into
+// the TMA store.
 
 #include "gemm_fp8_bf16.h"
 

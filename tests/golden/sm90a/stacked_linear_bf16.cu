@@ -10,11 +10,12 @@
 //        -gencode=arch=compute_90a,code=sm_90a -c stacked_linear_bf16.cu
 // (-DNDEBUG matters: CUTLASS's asserts serialise WGMMA.)
 //
-// Lowering (spec 23): a plain GEMM body: CUTLASS 3.x collective, cooperative warp-specialised
-// kernel (one producer warpgroup issuing TMA, two consumer warpgroups each running WGMMA on 64x256
-// of the 128x256 tile), 4 TMA stages, persistent tile scheduler (CUTLASS's heuristic raster order,
-// no swizzle bands), over the `batch` batches of its batch mode, with one A for every batch (A's
-// batch stride is 0); the epilogue is an EVT fused into the TMA store.
+// Lowering (spec 23): a GEMM body with an element-wise epilogue: CUTLASS 3.x collective,
+// cooperative warp-specialised kernel (one producer warpgroup issuing TMA, two consumer warpgroups
+// each running WGMMA on 64x256 of the 128x256 tile), 4 TMA stages, persistent tile scheduler
+// (CUTLASS's heuristic raster order, no swizzle bands), over the `batch` batches of its batch mode,
+// with one A for every batch (A's batch stride is 0); the epilogue is an EVT fused into the TMA
+// store.
 
 #include "stacked_linear_bf16.h"
 
