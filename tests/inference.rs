@@ -547,8 +547,10 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     // Scales: 4-byte copies, three per weight row (its two pairs, and one more for rows that
     // start mid-word when K / 128 is odd), into rows of 4 + 2 slots.
     assert_eq!((p.a_chunks, p.w_chunks, p.scale_pairs), (4, 2, 96));
-    // Four stages, and a full and an empty mbarrier per stage.
-    assert_eq!(c.plan.smem.total, 4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 6 * 2) + 4 * 16);
+    // Four stages, and a full and an empty mbarrier per stage, in a struct whose size is a
+    // multiple of its 128-byte alignment (as sizeof counts it: the kernel asserts the figure).
+    assert_eq!(c.plan.smem.total, (4 * (16 * 528 * 2 + 32 * 64 * 4 + 32 * 6 * 2) + 4 * 16_u64).next_multiple_of(128));
+    assert!(rendered_cu(&c).contains(&format!("static_assert(kSmemBytes<true> == {}, ", c.plan.smem.total)));
     // The general tables stay empty: nothing else plans this program.
     assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty());
     let cu = &rendered_cu(&c);

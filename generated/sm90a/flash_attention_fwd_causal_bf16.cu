@@ -351,7 +351,8 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
   // it (its "empty" mbarrier), and the consumers wait on the stage's "full" mbarrier before reading
   // it; the warpgroup MMAs read the current stage through descriptors; software-pipelined: each
   // tile's second gemm is issued after the next tile's first and runs during that tile's work
-  // between the gemms, so each stage is released one tile later.
+  // between the gemms, so each stage is released one tile later: of the 3 stages, one holds the
+  // previous tile for its second gemm, one the current tile, and one k-tile loads ahead.
   {
     int const num_tiles = (((S + block_N - 1) / block_N) < (((bx + 1) * block_M + block_N - 1) / block_N)
                                ? ((S + block_N - 1) / block_N) : (((bx + 1) * block_M + block_N - 1) / block_N));

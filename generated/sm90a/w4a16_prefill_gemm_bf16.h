@@ -34,11 +34,12 @@ extern "C" {
 // would occupy at most half the device's SMs, twice the blocks along A's rows (tiles of half the
 // rows) if the last row tile is at most half used, then, if the grid still occupies at most half
 // the SMs, two blocks along z in clusters of 1x1x2 (the pair splits k), 384 threads (the spec's 256
-// and a TMA producer warpgroup), 222208 bytes of dynamic shared memory.
+// and a TMA producer warpgroup), 222208 bytes of dynamic shared memory (the limit is raised when
+// over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a
+//   pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or
 //   cudaLaunchKernelEx reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.

@@ -34,6 +34,8 @@ pub struct LauncherCtx {
     /// The spec's constants with the values this build fixed (`D = 128, out_scale = 0.5`);
     /// empty without constants.
     pub doc_constants: String,
+    /// Whether the Sizes line names multiples the launcher checks (`K % 128`).
+    pub size_multiples: bool,
 }
 
 /// What every generated file's header comment names.
@@ -199,7 +201,8 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         doc_constants = format!("{}{}{} size the spec's tiles, which this CK instance replaces with its own, so they do not change this kernel",
             doc_constants, if doc_constants.is_empty() { "" } else { "; " }, tiling.iter().map(|k| constant(k)).collect::<Vec<_>>().join(", "));
     }
-    LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants }
+    let size_multiples = !divisors.is_empty();
+    LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants, size_multiples }
 }
 
 fn dim_text(d: &Dim) -> String {

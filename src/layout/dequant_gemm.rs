@@ -265,7 +265,11 @@ fn pick_layout(rows: i64, cols: i64, elem_bytes: i64, accesses: &[WarpAccess]) -
 /// full and an empty mbarrier (8 bytes each) per stage, and with TMA the whole rounded up to
 /// the 128-byte swizzle's 1024-byte period, to which the storage is aligned.
 pub(super) fn shared_bytes(stage_bytes: &[u64; 4], stages: i64, partial_bytes: u64, tma: bool) -> u64 {
-    let total = (stages as u64 * stage_bytes.iter().sum::<u64>()).max(partial_bytes) + 16 * stages as u64;
+    // As `sizeof(SharedStorage)` counts it: each stage buffer is a 128-byte aligned array, the
+    // union of the buffers and the partial sums is 128-byte aligned, the two mbarriers per stage
+    // follow it, and the struct's size is a multiple of its 128-byte alignment.
+    let buffers: u64 = stage_bytes.iter().map(|b| (stages as u64 * b).next_multiple_of(128)).sum();
+    let total = (buffers.max(partial_bytes).next_multiple_of(128) + 16 * stages as u64).next_multiple_of(128);
     if tma { total.div_ceil(1024) * 1024 } else { total }
 }
 

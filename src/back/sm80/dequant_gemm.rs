@@ -194,6 +194,8 @@ pub(super) fn operands_ctx(c: &Compiled, p: PlanRefs) -> OperandsCtx {
 pub struct Context {
     #[serde(flatten)]
     pub operands: OperandsCtx,
+    /// The shared memory the plan counts (odd-rows instantiation), asserted against sizeof.
+    pub smem_total: u64,
     pub target_banner: String,
     pub helpers: Vec<String>,
     pub doc_launch: String,
@@ -362,6 +364,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
     });
     Context {
         operands,
+        smem_total: c.plan.smem.total,
         target_banner: match target {
             crate::target::Target::Sm90a if p.tma.is_some() => "Target sm90a: the thin-tile 4-bit-weight GEMM (a TMA producer warp filling mbarrier stages, weights unpacked into mma.sync's A operand).".into(),
             crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
@@ -370,7 +373,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         helpers: if p.tma.is_some() { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into(), CONSUMER_SYNC.into()] } else { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()] },
         // The plan counts the scales' rows as the odd-rows instantiation has them (the larger).
         doc_launch: match &p.tma {
-            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row)",
+            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB)",
                 grid_doc.join(", "), spec.threads.0 + crate::layout::PRODUCER_THREADS, spec.threads.0, c.plan.smem.total),
             None => format!("grid ({}), {} threads, up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB)",
                 grid_doc.join(", "), spec.threads.0, c.plan.smem.total),

@@ -76,7 +76,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
         }),
         target_banner: "Target sm90a: the wide-tile 4-bit-weight GEMM (a TMA producer warpgroup filling mbarrier stages, weights unpacked into the warpgroup MMAs' register A operand).".into(),
         helpers: [DEQUANT_INT4X2, CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from).collect(),
-        doc_launch: format!("grid ({}){}, {} threads (the spec's {threads} and a TMA producer warpgroup), {} bytes of dynamic shared memory",
+        doc_launch: format!("grid ({}){}, {} threads (the spec's {threads} and a TMA producer warpgroup), {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
             grid_doc.join(", "),
             match (&p.half_op, split) {
                 (Some(_), true) => format!(" in clusters of one block; when that grid would occupy at most half the device's SMs, twice the blocks along {}'s rows (tiles of half the rows) if the last row tile is at most half used, then, if the grid still occupies at most half the SMs, two blocks along z in clusters of 1x1x2 (the pair splits k)", spec.tensors[ta].name.name),

@@ -30,15 +30,17 @@ extern "C" {
 //   Wp must be 16-byte aligned (cp.async moves 16-byte vectors of `Wp`).
 //   Sc must be 4-byte aligned (cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses;
 //   rows of any length).
-// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, up to 76080 bytes of
+// Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, up to 76160 bytes of
 // dynamic shared memory (less with an even number of scales per row; the limit is raised when over
 // 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a
+//   pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
+// The launch's own error is read with cudaGetLastError, which also returns (and clears) an
+// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden,
                         cudaStream_t stream);
 

@@ -35,11 +35,11 @@ extern "C" {
 // Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)) in clusters of one block, or with two
 // blocks along z in clusters of 1x1x2 (the pair splits k) when that grid would occupy at most half
 // the device's SMs, 256 threads (the spec's 128 and a TMA producer warpgroup), 123904 bytes of
-// dynamic shared memory.
+// dynamic shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a
+//   pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or
 //   cudaLaunchKernelEx reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.

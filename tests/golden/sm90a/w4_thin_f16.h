@@ -32,13 +32,16 @@ extern "C" {
 //   rows of any length).
 // Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 288 threads (the spec's 256 and a
 // TMA producer warp), up to 75776 bytes of dynamic shared memory (less with an even number of
-// scales per row).
+// scales per row; the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors;
+//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a
+//   pointer is null or breaks its alignment, or the grid exceeds CUDA's limits, or a tensor map
+//   cannot describe the tensors;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
+// The launch's own error is read with cudaGetLastError, which also returns (and clears) an
+// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden,
                         cudaStream_t stream);
 
