@@ -9,6 +9,13 @@ fn tilegen(dir: &Path, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// Runs tilegen in `dir` and checks its exit code and that its output holds `needle`.
+fn expect(dir: &Path, args: &[&str], code: i32, needle: &str) {
+    let (got, text) = tilegen(dir, args);
+    assert_eq!(got, code, "tilegen {args:?}: {text}");
+    assert!(text.contains(needle), "tilegen {args:?}: expected {needle:?} in\n{text}");
+}
+
 #[test]
 fn committed_generated_files_match_the_bundled_specs() {
     let (code, text) = tilegen(Path::new(env!("CARGO_MANIFEST_DIR")), &["gen", "--check"]);
@@ -25,9 +32,7 @@ fn gen_is_byte_identical_and_check_reports_drift() {
         std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs").join(name), specs.join(name)).unwrap();
     }
     // Missing output: exit 1, named.
-    let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
-    assert_eq!(code, 1, "{text}");
-    assert!(text.contains("missing: generated/sm80/gemm_bf16.cu"), "{text}");
+    expect(dir.path(), &["gen", "--check"], 1, "missing: generated/sm80/gemm_bf16.cu");
 
     let (code, text) = tilegen(dir.path(), &["gen"]);
     assert_eq!(code, 0, "{text}");
@@ -122,9 +127,7 @@ fn check_reports_spec_errors_once_and_target_errors_per_target() {
     let (code, text) = tilegen(dir.path(), &["check", "bom.yaml"]);
     assert_eq!(code, 0, "{text}");
     std::fs::write(dir.path().join("bom_bad.yaml"), format!("\u{feff}{}", gemm.replacen("kernel:", "kernal:", 1))).unwrap();
-    let (code, text) = tilegen(dir.path(), &["check", "bom_bad.yaml"]);
-    assert_eq!(code, 1, "{text}");
-    assert!(text.contains("bom_bad.yaml:1:1: error: unknown key `kernal`"), "{text}");
+    expect(dir.path(), &["check", "bom_bad.yaml"], 1, "bom_bad.yaml:1:1: error: unknown key `kernal`");
 }
 
 #[test]
@@ -134,9 +137,7 @@ fn a_failing_run_writes_nothing() {
     std::fs::create_dir(&specs).unwrap();
     std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/gemm_bf16.yaml"), specs.join("a.yaml")).unwrap();
     std::fs::write(specs.join("b.yaml"), "kernel: broken\nthreads: 33\n").unwrap();
-    let (code, text) = tilegen(dir.path(), &["gen"]);
-    assert_eq!(code, 1, "{text}");
-    assert!(text.contains("specs/b.yaml:1:1: error: the spec is missing"), "{text}");
+    expect(dir.path(), &["gen"], 1, "specs/b.yaml:1:1: error: the spec is missing");
     assert!(!dir.path().join("generated").exists(), "a failing run wrote output");
 
     // An output folder that cannot be made (a file holds its name) stops the run before any
@@ -144,9 +145,7 @@ fn a_failing_run_writes_nothing() {
     std::fs::remove_file(specs.join("b.yaml")).unwrap();
     std::fs::create_dir(dir.path().join("out")).unwrap();
     std::fs::write(dir.path().join("out/sm90a"), "").unwrap();
-    let (code, text) = tilegen(dir.path(), &["gen", "-o", "out"]);
-    assert_eq!(code, 3, "{text}");
-    assert!(text.contains("out/sm90a: cannot make this folder: out/sm90a is a file, not a folder"), "{text}");
+    expect(dir.path(), &["gen", "-o", "out"], 3, "out/sm90a: cannot make this folder: out/sm90a is a file, not a folder");
     let left: Vec<_> = std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["sm90a"], "nothing written beside the file in the way");
 }
@@ -235,32 +234,18 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("specs/w4_thin_f16.yaml: ok for sm80, sm90a") && text.contains("note: specs/w4_thin_f16.yaml: skipped for gfx942: the gfx942 target has no lowering for this fused program"), "{text}");
     // Asked for explicitly, the same pair is an error that says why.
-    let (code, text) = tilegen(dir.path(), &["check", "--target", "gfx942", "specs/w4_thin_f16.yaml"]);
-    assert_eq!(code, 1, "{text}");
-    assert!(text.contains("error: the gfx942 target has no lowering for this fused program"), "{text}");
+    expect(dir.path(), &["check", "--target", "gfx942", "specs/w4_thin_f16.yaml"], 1, "error: the gfx942 target has no lowering for this fused program");
     // AMD files are built with hipcc, not by `tilegen build` (nvcc): a usage error that says so.
-    let (code, text) = tilegen(dir.path(), &["build", "--target", "gfx942", "specs/gemm_bf16.yaml"]);
-    assert_eq!(code, 2, "{text}");
-    assert!(text.contains("compiled with hipcc"), "{text}");
+    expect(dir.path(), &["build", "--target", "gfx942", "specs/gemm_bf16.yaml"], 2, "compiled with hipcc");
     // A folder where a spec file belongs, no specs/ to default to, several targets for a
     // command that takes one: each says what to do instead.
-    let (code, text) = tilegen(dir.path(), &["check", "specs"]);
-    assert_eq!(code, 3, "{text}");
-    assert!(text.contains("specs: a folder, not a spec file: name the specs in it (e.g. `specs/*.yaml`)"), "{text}");
+    expect(dir.path(), &["check", "specs"], 3, "specs: a folder, not a spec file: name the specs in it (e.g. `specs/*.yaml`)");
     let empty = tempfile::tempdir().unwrap();
-    let (code, text) = tilegen(empty.path(), &["gen"]);
-    assert_eq!(code, 3, "{text}");
-    assert!(text.contains("no spec files were named and there is no specs/ folder here"), "{text}");
-    let (code, text) = tilegen(dir.path(), &["explain", "--target", "sm80,sm90a", "specs/gemm_bf16.yaml"]);
-    assert_eq!(code, 2, "{text}");
-    assert!(text.contains("`sm80,sm90a` names several targets, and this command takes one"), "{text}");
+    expect(empty.path(), &["gen"], 3, "no spec files were named and there is no specs/ folder here");
+    expect(dir.path(), &["explain", "--target", "sm80,sm90a", "specs/gemm_bf16.yaml"], 2, "`sm80,sm90a` names several targets, and this command takes one");
     // Architectures the target's code cannot run on are refused before any toolchain is looked for.
-    let (code, text) = tilegen(dir.path(), &["build", "--sm", "75,90", "specs/gemm_bf16.yaml"]);
-    assert_eq!(code, 2, "{text}");
-    assert!(text.contains("--sm 75: the sm80 target's kernels (cp.async, bf16 mma.sync) need sm 80 or newer"), "{text}");
-    let (code, text) = tilegen(dir.path(), &["validate", "--target", "sm90a", "--sm", "100", "specs/gemm_bf16.yaml"]);
-    assert_eq!(code, 2, "{text}");
-    assert!(text.contains("--sm 100: the sm90a target builds sm_90a machine code only"), "{text}");
+    expect(dir.path(), &["build", "--sm", "75,90", "specs/gemm_bf16.yaml"], 2, "--sm 75: the sm80 target's kernels (cp.async, bf16 mma.sync) need sm 80 or newer");
+    expect(dir.path(), &["validate", "--target", "sm90a", "--sm", "100", "specs/gemm_bf16.yaml"], 2, "--sm 100: the sm90a target builds sm_90a machine code only");
     // And the check mode agrees with what was written.
     let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
     assert_eq!(code, 0, "{text}");
