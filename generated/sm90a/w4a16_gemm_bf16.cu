@@ -282,7 +282,7 @@ struct SharedStorage {
 
 template <bool kOddRows>
 constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
-static_assert(kSmemBytes<true> == 100352, "the shared memory that the header and tilegen explain state");
+static_assert(kSmemBytes<true> == 101376, "the shared memory that the header and tilegen explain state");
 
 // One block computes C's tile at (m0, n0) as Cᵀ = W · Aᵀ from kMTiles 8-row tiles of `A` (the MMA's
 // N). The launcher runs kMTiles = 2, or 1 when M <= 8: then the tile's second half holds no rows of

@@ -31,7 +31,7 @@ extern "C" {
 //   scales must be 4-byte aligned (cp.async moves `scales` 4 bytes at a time from 4-byte aligned
 //   addresses; rows of any length).
 // Launch: grid (ceildiv(N, block_N), ceildiv(M, block_M)), 288 threads (the spec's 256 and a TMA
-// producer warp), up to 100352 bytes of dynamic shared memory (less with an even number of scales
+// producer warp), up to 101376 bytes of dynamic shared memory (less with an even number of scales
 // per row; the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:

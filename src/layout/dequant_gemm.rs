@@ -261,16 +261,22 @@ fn pick_layout(rows: i64, cols: i64, elem_bytes: i64, accesses: &[WarpAccess]) -
     None
 }
 
-/// The kernel's shared storage in bytes: the stages (the partial sums reuse their space), a
-/// full and an empty mbarrier (8 bytes each) per stage, and with TMA the whole rounded up to
-/// the 128-byte swizzle's 1024-byte period, to which the storage is aligned.
+/// The kernel's shared storage in bytes: the stages (the partial sums reuse their space) and a
+/// full and an empty mbarrier (8 bytes each) per stage, with the padding their alignment adds
+/// (with TMA, the 128-byte swizzle's 1024-byte period).
 pub(super) fn shared_bytes(stage_bytes: &[u64; 4], stages: i64, partial_bytes: u64, tma: bool) -> u64 {
-    // As `sizeof(SharedStorage)` counts it: each stage buffer is a 128-byte aligned array, the
-    // union of the buffers and the partial sums is 128-byte aligned, the two mbarriers per stage
-    // follow it, and the struct's size is a multiple of its 128-byte alignment.
-    let buffers: u64 = stage_bytes.iter().map(|b| (stages as u64 * b).next_multiple_of(128)).sum();
-    let total = (buffers.max(partial_bytes).next_multiple_of(128) + 16 * stages as u64).next_multiple_of(128);
-    if tma { total.div_ceil(1024) * 1024 } else { total }
+    // As `sizeof(SharedStorage)` counts it: a union of the stage buffers (A_s and Wq_s are
+    // arrays aligned to `big` bytes, the scales' and zero points' to 128, in that order) and the
+    // partial sums, so aligned to `big`; after it the two mbarriers per stage; the struct's size
+    // a multiple of its alignment. TMA's 128-byte swizzle needs `big` = 1024.
+    let big = if tma { 1024 } else { 128 };
+    let mut mainloop: u64 = 0;
+    for (i, bytes) in stage_bytes.iter().enumerate() {
+        let align = if i < 2 { big } else { 128 };
+        mainloop = mainloop.next_multiple_of(align) + (stages as u64 * bytes).next_multiple_of(align);
+    }
+    let union = mainloop.max(partial_bytes).next_multiple_of(big);
+    (union + 16 * stages as u64).next_multiple_of(big)
 }
 
 /// The cp.async writes of a `rows` x `cols` tile copied as 16-byte chunks, chunk `c` by

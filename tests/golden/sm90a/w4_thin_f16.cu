@@ -282,7 +282,7 @@ struct SharedStorage {
 
 template <bool kOddRows>
 constexpr size_t kSmemBytes = sizeof(SharedStorage<kOddRows>);
-static_assert(kSmemBytes<true> == 75776, "the shared memory that the header and tilegen explain state");
+static_assert(kSmemBytes<true> == 76800, "the shared memory that the header and tilegen explain state");
 
 // One block computes C's tile at (m0, n0) as Cᵀ = W · Aᵀ from kMTiles 8-row tiles of `X` (the MMA's
 // N). The launcher runs kMTiles = 1. kOddRows: `Sc` has an odd number of columns, so every other

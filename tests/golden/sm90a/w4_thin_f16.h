@@ -31,7 +31,7 @@ extern "C" {
 //   Sc must be 4-byte aligned (cp.async moves `Sc` 4 bytes at a time from 4-byte aligned addresses;
 //   rows of any length).
 // Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 288 threads (the spec's 256 and a
-// TMA producer warp), up to 75776 bytes of dynamic shared memory (less with an even number of
+// TMA producer warp), up to 76800 bytes of dynamic shared memory (less with an even number of
 // scales per row; the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
