@@ -1914,15 +1914,15 @@ fn amd_long_trip_counts_are_named_before_their_loop() {
 
 #[test]
 fn ck_gemm_launchers_refuse_tensors_beyond_32_bit_offsets() {
-    // CK's device GEMM indexes A, B and C with 32-bit offsets and its IsSupportedArgument does
-    // not check that: the launcher refuses element counts of 2^31 or more, and says so.
+    // CK addresses A, B and C with 32-bit byte offsets and its IsSupportedArgument does not
+    // check that: the launcher refuses tensors of 2^31 bytes or more, and says so.
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap();
     for target in [Target::Gfx942, Target::Gfx90a] {
         let c = compile_for(text.clone(), target).unwrap();
         let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders"));
         let file = |ext: &str| files.iter().find(|f| f.name.ends_with(ext)).unwrap().contents.clone();
-        assert!(file(".hip").contains("if (int64_t(M) * K > INT32_MAX || int64_t(K) * N > INT32_MAX || int64_t(M) * N > INT32_MAX) {"), "{target}");
-        assert!(squashed(&file(".h")).contains("a tensor has 2^31 elements or more (M * K, K * N, M * N)"), "{target}");
+        assert!(squashed(&file(".hip")).contains("if (int64_t(M) * K * int64_t(sizeof(ElementA)) > INT32_MAX || int64_t(K) * N * int64_t(sizeof(ElementB)) > INT32_MAX || int64_t(M) * N * int64_t(sizeof(ElementC)) > INT32_MAX) {"), "{target}");
+        assert!(squashed(&file(".h")).contains("a tensor spans 2^31 bytes or more (M * K, K * N, M * N elements)"), "{target}");
         assert!(!file(".hip").contains("using Col ="), "{target}: B is row-major, no Col alias");
     }
 }

@@ -115,7 +115,8 @@ extern "C" int tilegen_flash_attention_fwd_d64_bf16(const void* Q, const void* K
   if (reinterpret_cast<uintptr_t>(O) % 16 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  if (int64_t(B) * S * H * D > INT32_MAX) {  // CK's descriptors index with 32-bit offsets
+  // CK addresses buffers with 32-bit byte offsets
+  if (int64_t(B) * S * H * D * int64_t(sizeof(ElementO)) > INT32_MAX) {
     return static_cast<int>(hipErrorInvalidValue);
   }
   try {

@@ -34,7 +34,7 @@ extern "C" {
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
 //   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or a tensor has 2^31 elements or more (M * K, K * N, M * N), or CK's
+//   alignment, or a tensor spans 2^31 bytes or more (M * K, K * N, M * N elements), or CK's
 //   IsSupportedArgument rejects the sizes or strides;
 //   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
 //   throwing, without the HIP error code).

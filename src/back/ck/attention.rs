@@ -33,6 +33,8 @@ pub(super) struct Context {
     h: String,
     /// The head dim's name in the generated code (the spec's constant, or `kHeadDim`).
     d: String,
+    /// The element type of the widest of Q, K, V and O (whose bytes the size check counts).
+    widest: String,
     head_dim: i64,
     scale_name: String,
     scale_literal: String,
@@ -99,6 +101,7 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
         s: a.dims[1].clone(),
         h: a.dims[2].clone(),
         d: head_dim_name,
+        widest: [a.q, a.k, a.v, a.o].into_iter().max_by_key(|t| c.spec.tensors[*t].dtype.0.bytes()).map(alias).unwrap_or_default(),
         head_dim: a.head_dim,
         scale_name: a.scale_log2.name.clone(),
         scale_literal: crate::back::conv::float_literal(&a.scale_log2.spelling),
@@ -117,7 +120,7 @@ pub(super) fn context(c: &Compiled, a: &AttentionPlan) -> Context {
         mask_comment,
         launcher_ctx: launcher(c),
         doc_launch: "one composable_kernel fused attention (DeviceBatchedGemmSoftmaxGemmPermute_Xdl_CShuffle) on `stream` (grid and workgroup size chosen by CK)".into(),
-        doc_invalid: format!("a tensor has 2^31 elements or more ({} * {} * {} * {}), or CK's IsSupportedArgument rejects the sizes", a.dims[0], a.dims[1], a.dims[2], a.dims[3]),
+        doc_invalid: format!("a tensor spans 2^31 bytes or more ({} * {} * {} * {} elements), or CK's IsSupportedArgument rejects the sizes", a.dims[0], a.dims[1], a.dims[2], a.dims[3]),
         // CK checks the launch itself and throws, and the launcher cannot recover the code.
         doc_errors: String::new(),
         doc_unknown: "the launch fails (composable_kernel reports that by throwing, without the HIP error code)".into(),

@@ -67,8 +67,9 @@ struct Context {
     problem: String,
     /// Whether a layout is column-major (declares the `Col` alias).
     uses_col: bool,
-    /// Products of sizes that must stay below 2^31 (CK's descriptors use 32-bit offsets).
-    element_counts: Vec<String>,
+    /// Each tensor's bytes as a C++ expression, which must stay below 2^31 (CK's buffer
+    /// addressing takes 32-bit byte offsets).
+    byte_counts: Vec<String>,
     #[serde(flatten)]
     launcher_ctx: LauncherCtx,
     doc_launch: String,
@@ -224,13 +225,11 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
     let b_k_contiguous = p.layouts.1 == "ColumnMajor";
     // A, B and the output each index with 32-bit offsets inside CK (IsSupportedArgument does
     // not check that): their element counts, where a runtime size enters them.
-    let mut element_counts: Vec<String> = Vec::new();
+    let (mut element_counts, mut byte_counts): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
     for t in [ta, tb, td] {
         if t.shape.len() == 2 && t.shape.iter().any(|d| matches!(d, crate::ast::Dim::Named(n) | crate::ast::Dim::Div(n, _, _) if c.info.runtime_dims.contains(&n.name))) {
-            let count = format!("{} * {}", t.shape[0].text(), t.shape[1].text());
-            if !element_counts.contains(&count) {
-                element_counts.push(count);
-            }
+            element_counts.push(format!("{} * {}", t.shape[0].text(), t.shape[1].text()));
+            byte_counts.push(format!("int64_t({}) * {} * int64_t(sizeof(Element{}))", t.shape[0].text(), t.shape[1].text(), upper_first(&t.name.name)));
         }
     }
     // 8-bit operands (int8, K-major both) move 16 elements per vector, 16-bit ones 8.
@@ -295,13 +294,13 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         stride_d: dd[1].clone(),
         problem: format!("{}, {}, {}", dd[0], dd[1], if da.len() == 2 { da[1].clone() } else { "1".into() }),
         uses_col,
-        element_counts: element_counts.clone(),
+        byte_counts,
         launcher_ctx: launcher(c),
         doc_launch: "one CK device GEMM on `stream` (grid and workgroup size chosen by CK)".into(),
         doc_invalid: if element_counts.is_empty() {
             "CK's IsSupportedArgument rejects the sizes or strides".into()
         } else {
-            format!("a tensor has 2^31 elements or more ({}), or CK's IsSupportedArgument rejects the sizes or strides", element_counts.join(", "))
+            format!("a tensor spans 2^31 bytes or more ({} elements), or CK's IsSupportedArgument rejects the sizes or strides", element_counts.join(", "))
         },
         // CK checks the launch itself and throws, and the launcher cannot recover the code.
         doc_errors: String::new(),

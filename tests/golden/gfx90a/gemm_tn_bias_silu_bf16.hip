@@ -94,8 +94,9 @@ extern "C" int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, cons
   if (M < 1 || N < 1 || K < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  // CK's descriptors index with 32-bit offsets
-  if (int64_t(M) * K > INT32_MAX || int64_t(N) * K > INT32_MAX || int64_t(M) * N > INT32_MAX) {
+  if (int64_t(M) * K * int64_t(sizeof(ElementA)) > INT32_MAX ||
+      int64_t(N) * K * int64_t(sizeof(ElementB)) > INT32_MAX ||
+      int64_t(M) * N * int64_t(sizeof(ElementC)) > INT32_MAX) {  // CK addresses buffers with 32-bit byte offsets
     return static_cast<int>(hipErrorInvalidValue);
   }
   if (A == nullptr || B == nullptr || bias == nullptr || C == nullptr) {
