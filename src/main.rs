@@ -413,7 +413,7 @@ fn build(opts: BuildOpts, validate: Option<Vec<String>>, cases: Option<String>) 
             return exit::USAGE;
         }
         Target::Sm90a if opts.sm.iter().any(|sm| *sm != 90) => {
-            eprintln!("tilegen: error: --sm {}: the sm90a target builds sm_90a machine code only (warpgroup MMAs have no PTX to run elsewhere); leave --sm out",
+            eprintln!("tilegen: error: --sm {}: the sm90a target builds sm_90a machine code only (warpgroup MMAs have no PTX to run elsewhere): leave --sm out, or give 90",
                 opts.sm.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
             return exit::USAGE;
         }

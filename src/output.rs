@@ -54,7 +54,7 @@ pub fn display_path(path: &Path) -> String {
 /// Reads a spec file.
 pub fn read_spec(path: &Path) -> Result<SourceFile, GenError> {
     if path.is_dir() {
-        let source = std::io::Error::other(format!("a folder, not a spec file: name the specs in it (e.g. `{}/*.yaml`)", path.display()));
+        let source = std::io::Error::other(format!("a folder, not a spec file: name the specs in it (e.g. `{}`)", path.join("*.yaml").display()));
         return Err(GenError::Io { path: path.display().to_string(), source });
     }
     let bytes = std::fs::read(path).map_err(|e| GenError::io(path, e))?;
@@ -205,6 +205,9 @@ pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<Vec<PathBuf>, Ge
     if let Some(dir) = dirs.iter().find(|d| file_in_the_way(d).is_some()) {
         return Err(folder_error(dir, std::io::ErrorKind::AlreadyExists.into()));
     }
+    if let Some(path) = files.keys().find(|p| p.is_dir()) {
+        return Err(GenError::Io { path: path.display().to_string(), source: std::io::Error::other("a folder is where this file goes: move it away") });
+    }
     for dir in dirs {
         make_folder(dir)?;
     }
@@ -216,19 +219,33 @@ pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<Vec<PathBuf>, Ge
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| GenError::io(dir, e))?;
         tmp.write_all(contents.as_bytes()).map_err(|e| GenError::io(path, e))?;
+        readable(tmp.as_file()).map_err(|e| GenError::io(path, e))?;
         staged.push((path, tmp));
     }
     let mut written = Vec::new();
     for (path, tmp) in staged {
         if let Err(e) = tmp.persist(path) {
             let done = if written.is_empty() { String::new() } else {
-                format!(" (already replaced: {})", written.iter().map(|p: &PathBuf| p.display().to_string()).collect::<Vec<_>>().join(", "))
+                format!(" (already written: {})", written.iter().map(|p: &PathBuf| p.display().to_string()).collect::<Vec<_>>().join(", "))
             };
             return Err(GenError::Io { path: format!("{}{done}", path.display()), source: e.error });
         }
         written.push(path.clone());
     }
     Ok(written)
+}
+
+/// Gives a temporary file the permissions of an ordinary output file (rw-r--r--): tempfile
+/// makes it private (rw-------), and the rename keeps them.
+pub fn readable(file: &std::fs::File) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    #[cfg(not(unix))]
+    let _ = file;
+    Ok(())
 }
 
 /// Makes folder `dir` and its parents; the error names a part of the path that is a file.

@@ -148,6 +148,18 @@ fn a_failing_run_writes_nothing() {
     expect(dir.path(), &["gen", "-o", "out"], 3, "out/sm90a: cannot make this folder: out/sm90a is a file, not a folder");
     let left: Vec<_> = std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["sm90a"], "nothing written beside the file in the way");
+    // Nor when a folder sits where a file goes.
+    std::fs::create_dir_all(dir.path().join("out2/sm80/gemm_bf16.cu")).unwrap();
+    expect(dir.path(), &["gen", "-o", "out2"], 3, "out2/sm80/gemm_bf16.cu: a folder is where this file goes");
+    assert!(!dir.path().join("out2/sm80/gemm_bf16.h").exists() && !dir.path().join("out2/sm90a").exists(), "nothing written");
+    // Written files are readable by others, as files a user writes are (not tempfile's 0600).
+    expect(dir.path(), &["gen", "-o", "out3"], 0, "written");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("out3/sm80/gemm_bf16.cu")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+    }
 }
 
 #[test]

@@ -98,6 +98,7 @@ impl Array {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         let mut f = tempfile::NamedTempFile::new_in(dir)?;
         f.write_all(&self.to_npy())?;
+        crate::output::readable(f.as_file())?;
         f.persist(path).map(|_| ()).map_err(|e| e.error)
     }
 
