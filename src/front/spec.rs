@@ -511,8 +511,11 @@ impl Cx {
     fn statement(&mut self, node: &Node) -> Option<Stmt> {
         // A block header without its `:` is a plain value (with the body folded into it when
         // the body is indented below): say what is missing rather than failing to parse it.
-        if let NodeKind::Scalar { value, .. } = &node.kind
+        // An assignment to a buffer that happens to be named like a block (`serial[i] = 0.0`)
+        // is not one.
+        if let NodeKind::Scalar { value, text_at, .. } = &node.kind
             && let Some(keyword) = BLOCKS.iter().find(|k| value.strip_prefix(**k).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '('])))
+            && !matches!(ExprParser::new(value, text_at.as_ref(), node.span).and_then(ExprParser::line), Ok(Line::Assign(..)))
         {
             self.err(Diagnostic::error(node.span, format!("`{keyword}` opens a block: it needs a `:` at the end of its line"))
                 .hint("end the header with `:` and indent the block's statements below it"));

@@ -53,6 +53,7 @@ impl TextMap {
     /// scalar; a `>` scalar's more-indented lines keep the rest).
     fn folded(text: &str, start: usize, value: &str, indent: usize) -> Option<TextMap> {
         let src = text.get(start..)?.as_bytes();
+        let plain = indent == usize::MAX;
         let (mut p, mut folds) = (0, Vec::new());
         let skip_indent = |p: &mut usize| {
             let mut n = 0;
@@ -63,6 +64,23 @@ impl TextMap {
         };
         for (i, &c) in value.as_bytes().iter().enumerate() {
             match src.get(p) {
+                // Blanks before a folded break in a plain scalar: YAML drops them with it.
+                Some(b' ' | b'\t') if plain && c == b' ' && src[p..].iter().find(|b| !matches!(b, b' ' | b'\t')).is_some_and(|b| matches!(b, b'\r' | b'\n')) => {
+                    let from = p;
+                    while src.get(p).is_some_and(|b| matches!(b, b' ' | b'\t')) {
+                        p += 1;
+                    }
+                    p += if src.get(p) == Some(&b'\r') && src.get(p + 1) == Some(&b'\n') { 2 } else { 1 };
+                    skip_indent(&mut p);
+                    folds.push((i, p - from - 1));
+                }
+                // A kept break, written `\r\n`.
+                Some(b'\r') if c == b'\n' && src.get(p + 1) == Some(&b'\n') => {
+                    let from = p;
+                    p += 2;
+                    skip_indent(&mut p);
+                    folds.push((i, p - from - 1));
+                }
                 Some(&s) if s == c => {
                     p += 1;
                     if c == b'\n' {
@@ -234,7 +252,7 @@ impl MarkedEventReceiver for Builder<'_> {
                 if self.documents == 2 {
                     let end = self.file.text[at..].lines().next().map_or(at, |l| at + l.len()).max(at + 1).min(self.file.text.len());
                     self.errors.push(Diagnostic::error(Span::new(at, end), "a second YAML document: a spec file holds one spec")
-                        .hint("put each spec in a file of its own, or remove the `---` line"));
+                        .hint("put each spec in a file of its own (a `---` line starts a document, a `...` line ends one)"));
                 }
             }
             Event::Scalar(value, style, anchor, tag) => {
@@ -392,6 +410,19 @@ mod tests {
             }
             let end = value.len();
             assert_eq!(&text[at.offset(end - 1)..at.offset(end)], ")");
+        }
+    }
+
+    #[test]
+    fn folds_after_trailing_blanks_and_crlf_breaks_map_too() {
+        for text in ["body:\n  - x = a +   \n      f32(b)\n", "body:\r\n  - >-\r\n    x = a +\r\n      f32(b)\r\n"] {
+            let f = SourceFile::new("t.yaml", text);
+            let root = parse(&f).unwrap();
+            let NodeKind::Map(top) = &root.kind else { panic!() };
+            let NodeKind::Seq(body) = &top[0].1.kind else { panic!() };
+            let NodeKind::Scalar { value, text_at: Some(at), .. } = &body[0].kind else { panic!("{text:?}: {:?}", body[0]) };
+            let i = value.rfind('b').unwrap();
+            assert_eq!(&text[at.offset(i)..at.offset(i + 1)], "b", "{text:?}");
         }
     }
 

@@ -417,7 +417,9 @@ impl Infer<'_> {
             let v = vbytes / bytes;
             let fits = v >= 1 && layout.cute_shape[c] % v == 0;
             if any_rows && v > 2 && !self.info.whole_vectors(&divisors, &self.spec.tensors[t].shape[1], v) {
-                passed_over = passed_over.or(fits.then_some((v, vbytes)));
+                if fits && self.thread_layout(&layout.cute_shape, c, v, true).is_some() {
+                    passed_over = passed_over.or(Some((v, vbytes)));
+                }
                 continue;
             }
             if fits && let Some(tl) = self.thread_layout(&layout.cute_shape, c, v, true) {
