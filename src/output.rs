@@ -216,11 +216,7 @@ pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<Vec<PathBuf>, Ge
         if std::fs::read_to_string(path).is_ok_and(|old| old == *contents) {
             continue;
         }
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| GenError::io(dir, e))?;
-        tmp.write_all(contents.as_bytes()).map_err(|e| GenError::io(path, e))?;
-        readable(tmp.as_file()).map_err(|e| GenError::io(path, e))?;
-        staged.push((path, tmp));
+        staged.push((path, staged_copy(path, contents.as_bytes()).map_err(|e| GenError::io(path, e))?));
     }
     let mut written = Vec::new();
     for (path, tmp) in staged {
@@ -235,9 +231,19 @@ pub fn write_files(files: &BTreeMap<PathBuf, String>) -> Result<Vec<PathBuf>, Ge
     Ok(written)
 }
 
+/// `bytes` in a temporary file beside `path`, readable as an ordinary output file, ready to
+/// be renamed onto `path` (`persist`): what every atomic write here goes through.
+pub fn staged_copy(path: &Path, bytes: &[u8]) -> std::io::Result<tempfile::NamedTempFile> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    readable(tmp.as_file())?;
+    Ok(tmp)
+}
+
 /// Gives a temporary file the permissions of an ordinary output file (rw-r--r--): tempfile
 /// makes it private (rw-------), and the rename keeps them.
-pub fn readable(file: &std::fs::File) -> std::io::Result<()> {
+fn readable(file: &std::fs::File) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

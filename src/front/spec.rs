@@ -12,6 +12,11 @@ type CallArgs = (Vec<Expr>, Vec<(Ident, Expr)>);
 pub const STATEMENTS: [&str; 7] = ["copy", "gemm", "clear", "fill", "reduce_max", "reduce_sum", "dequant_int4"];
 /// The block keywords, for suggestions.
 pub const BLOCKS: [&str; 6] = ["pipelined", "serial", "unroll", "parallel", "if", "else"];
+
+/// The block keyword `text` starts with (`if bx <= by`, `serial(k, n)`), if any.
+pub fn block_keyword(text: &str) -> Option<&'static str> {
+    BLOCKS.into_iter().find(|k| text.strip_prefix(*k).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '('])))
+}
 const TOP_KEYS: [&str; 9] = ["kernel", "doc", "tensors", "constants", "grid", "threads", "buffers", "body", "targets"];
 const TARGET_KEYS: [&str; 5] = ["constants", "threads", "cluster", "schedule", "swizzle"];
 const TENSOR_KEYS: [&str; 4] = ["dtype", "shape", "order", "output"];
@@ -514,7 +519,7 @@ impl Cx {
         // An assignment to a buffer that happens to be named like a block (`serial[i] = 0.0`)
         // is not one.
         if let NodeKind::Scalar { value, text_at, .. } = &node.kind
-            && let Some(keyword) = BLOCKS.iter().find(|k| value.strip_prefix(**k).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '('])))
+            && let Some(keyword) = block_keyword(value)
             && !matches!(ExprParser::new(value, text_at.as_ref(), node.span).and_then(ExprParser::line), Ok(Line::Assign(..)))
         {
             self.err(Diagnostic::error(node.span, format!("`{keyword}` opens a block: it needs a `:` at the end of its line"))

@@ -62,6 +62,11 @@ impl TextMap {
                 n += 1;
             }
         };
+        // Steps over the line break at `p` (`\n` or `\r\n`) and the next line's indentation.
+        let next_line = |p: &mut usize| {
+            *p += if src.get(*p) == Some(&b'\r') && src.get(*p + 1) == Some(&b'\n') { 2 } else { 1 };
+            skip_indent(p);
+        };
         for (i, &c) in value.as_bytes().iter().enumerate() {
             match src.get(p) {
                 // Blanks before a folded break in a plain scalar: YAML drops them with it.
@@ -70,15 +75,13 @@ impl TextMap {
                     while src.get(p).is_some_and(|b| matches!(b, b' ' | b'\t')) {
                         p += 1;
                     }
-                    p += if src.get(p) == Some(&b'\r') && src.get(p + 1) == Some(&b'\n') { 2 } else { 1 };
-                    skip_indent(&mut p);
+                    next_line(&mut p);
                     folds.push((i, p - from - 1));
                 }
                 // A kept break, written `\r\n`.
                 Some(b'\r') if c == b'\n' && src.get(p + 1) == Some(&b'\n') => {
                     let from = p;
-                    p += 2;
-                    skip_indent(&mut p);
+                    next_line(&mut p);
                     folds.push((i, p - from - 1));
                 }
                 Some(&s) if s == c => {
@@ -93,8 +96,7 @@ impl TextMap {
                 }
                 Some(b'\r' | b'\n') if c == b' ' => {
                     let from = p;
-                    p += if src.get(p) == Some(&b'\r') && src.get(p + 1) == Some(&b'\n') { 2 } else { 1 };
-                    skip_indent(&mut p);
+                    next_line(&mut p);
                     folds.push((i, p - from - 1));
                 }
                 _ => return None,
@@ -334,9 +336,7 @@ fn block_without_colon(file: &SourceFile, at: usize) -> Option<Diagnostic> {
     let (start, line) = before.trim_end_matches('\n').rsplit_once('\n').map_or((0, before.trim_end_matches('\n')), |(b, l)| (b.len() + 1, l));
     let code = line.split(" #").next().unwrap_or(line).trim_end();
     let stmt = code.trim_start().strip_prefix("- ")?.trim_start();
-    let keyword = crate::front::spec::BLOCKS.iter().find(|k| {
-        stmt.strip_prefix(**k).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '(']))
-    })?;
+    let keyword = crate::front::spec::block_keyword(stmt)?;
     if code.ends_with(':') {
         return None;
     }

@@ -5,7 +5,6 @@
 //! f8e4m3 ones as `|u1` bit patterns.
 
 use crate::ast::DType;
-use std::io::Write as _;
 
 /// An array read from or written to a `.npy` file, widened to `f64` values.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,11 +94,7 @@ impl Array {
     /// Writes a `.npy` file.
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         // A temporary file in the same folder, renamed into place: never a half-written array.
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        let mut f = tempfile::NamedTempFile::new_in(dir)?;
-        f.write_all(&self.to_npy())?;
-        crate::output::readable(f.as_file())?;
-        f.persist(path).map(|_| ()).map_err(|e| e.error)
+        crate::output::staged_copy(path, &self.to_npy())?.persist(path).map(|_| ()).map_err(|e| e.error)
     }
 
     /// Parses `.npy` bytes; `dtype` says what the file's elements mean (bf16 is `<u2`).

@@ -455,10 +455,10 @@ impl Infer<'_> {
             if odd_rows {
                 l.odd_rows = true;
                 l.bytes += (layout.cute_shape[0] * 2 * bytes * layout.stages) as u64;
-                // The odd-rows instantiation's rows are one pair longer (6 scales for a tile's
-                // 4), so the atom tiles them a pair at a time; with no swizzle the atom only
-                // sets the order of the elements.
-                if c == 0 { l.atom_shape.0 = 2 } else { l.atom_shape.1 = 2 }
+                // The odd-rows instantiation's rows (dim 1, odd_rows_fit) are one pair longer
+                // (6 scales for a tile's 4), so the atom tiles them a pair at a time; with no
+                // swizzle the atom only sets the order of the elements.
+                l.atom_shape.1 = 2;
                 l.why_contiguous += "; in the odd-rows instantiation each row has two more elements, for rows of the tensor that start mid-word (the bytes count them)";
             }
         }

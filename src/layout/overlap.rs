@@ -116,11 +116,8 @@ impl Infer<'_> {
             match self.overlap_fit(s.id, &var.name, body, p) {
                 Ok(o) => {
                     let pl = self.plan.pipelines.get_mut(&s.id).expect("planned pipeline");
-                    let ahead = match pl.stages - 2 {
-                        0 => "no k-tile loads".to_string(),
-                        1 => "one k-tile loads".to_string(),
-                        n => format!("{n} k-tiles load"),
-                    };
+                    // overlap_fit asks for 3 stages or more: one tile at least loads ahead.
+                    let ahead = if pl.stages == 3 { "one k-tile loads".to_string() } else { format!("{} k-tiles load", pl.stages - 2) };
                     pl.why.push_str(&format!("; software-pipelined: each tile's second gemm is issued after the next tile's first and runs during that tile's work between the gemms, so each stage is released one tile later: of the {} stages, one holds the previous tile for its second gemm, one the current tile, and {ahead} ahead", pl.stages));
                     self.plan.overlap = Some(o);
                     return;
