@@ -306,7 +306,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     for (&b, l) in plan.shared.iter().filter(|(_, l)| !l.registers_only) {
         let buf = &spec.buffers[b];
         if l.cute_dims.len() != 2 {
-            errors.push(Diagnostic::error(buf.shape_span, "the sm80 backend lowers 2-D shared buffers only").hint("give the buffer two dimensions"));
+            errors.push(Diagnostic::error(buf.shape_span, format!("the {} backend lowers 2-D shared buffers only", plan.target)).hint("give the buffer two dimensions"));
             continue;
         }
         let name = format!("SmemLayout{}", upper_first(&buf.name.name));
@@ -490,7 +490,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
         let n = &buf.name.name;
         match l {
             FragmentLayout::Striped { .. } => {
-                errors.push(Diagnostic::error(buf.name.span, format!("fragment `{n}` is not a gemm accumulator, a value computed from one, or row statistics of one; the sm80 backend places only those"))
+                errors.push(Diagnostic::error(buf.name.span, format!("fragment `{n}` is not a gemm accumulator, a value computed from one, or row statistics of one; the {} backend places only those", plan.target))
                     .hint("use it as a gemm accumulator, or hold the data in a shared buffer"));
             }
             FragmentLayout::MmaAccumulator { gemm } if !is_acc(b) => {

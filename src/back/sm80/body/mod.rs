@@ -269,10 +269,10 @@ struct FragmentEnv<'a> {
 impl Env for FragmentEnv<'_> {
     fn buffer_element(&self, buffer: usize, idx: &[Expr]) -> Option<String> {
         let plain = idx.len() == self.vars.len() && idx.iter().zip(self.vars).all(|(e, v)| matches!(&e.kind, ExprKind::Name(n) if *n == v.name));
-        if !plain {
+        let b = &self.c.spec.buffers[buffer];
+        if !plain || b.scope.0 != Scope::Fragment {
             return None;
         }
-        let b = &self.c.spec.buffers[buffer];
         // 16-bit floats compute in f32; integers stay integers (`f32(...)` converts them).
         Some(if matches!(b.dtype.0, DType::BF16 | DType::F16) { format!("static_cast<float>({}(e))", b.name.name) } else { format!("{}(e)", b.name.name) })
     }
@@ -290,6 +290,9 @@ impl Env for RowEnv<'_> {
     fn buffer_element(&self, buffer: usize, idx: &[Expr]) -> Option<String> {
         let is = |x: &Expr, v: &Ident| matches!(&x.kind, ExprKind::Name(n) if *n == v.name);
         let b = &self.c.spec.buffers[buffer];
+        if b.scope.0 != Scope::Fragment {
+            return None;
+        }
         let at = if idx.len() == 2 && self.vars.len() == 2 && is(&idx[0], &self.vars[0]) && is(&idx[1], &self.vars[1]) {
             format!("{}_rc(r, c)", b.name.name)
         } else if idx.len() == 1 && is(&idx[0], &self.vars[0]) {
@@ -308,8 +311,8 @@ fn unreadable(c: &Compiled, e: &Expr, env: &dyn Env, out: &mut Vec<Diagnostic>) 
         if let ExprKind::Index(name, idx) = &x.kind && let Some(Symbol::Buffer(b)) = c.info.symbols.get(&name.name) && env.buffer_element(*b, idx).is_none() {
             let buf = &c.spec.buffers[*b];
             out.push(Diagnostic::error(x.span, format!(
-                "the sm80 backend cannot read {} buffer `{}` at these indices inside this parallel block",
-                buf.scope.0.name(), name.name))
+                "the {} backend cannot read {} buffer `{}` at these indices inside this parallel block",
+                c.plan.target, buf.scope.0.name(), name.name))
                 .hint("read fragments that share the block's layout at the block's own indices (row statistics at the row index); copy other data into such a fragment first"));
         }
         true
@@ -351,7 +354,7 @@ impl Lower<'_> {
     }
 
     fn unsupported(&mut self, s: &Stmt, what: &str) {
-        self.errors.push(Diagnostic::error(s.span, format!("the sm80 backend does not lower {what} yet"))
+        self.errors.push(Diagnostic::error(s.span, format!("the {} backend does not lower {what} yet", self.c.plan.target))
             .hint("see the README's list of supported statements per target"));
     }
 
