@@ -363,7 +363,7 @@ extern "C" int tilegen_linear_attention_causal_bf16(const void* Q, const void* K
   if (reinterpret_cast<uintptr_t>(O) % 8 != 0) {  // copies of `O` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(D / block_V);
+  int64_t const grid_x = D / block_V;
   int64_t const grid_y = int64_t(H);
   int64_t const grid_z = int64_t(B);
   if (grid_x < 1 || grid_x > 2147483647 || grid_y < 1 || grid_y > 65535 || grid_z < 1 || grid_z > 65535) {

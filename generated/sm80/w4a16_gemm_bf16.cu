@@ -530,8 +530,8 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));
-  int64_t const grid_y = int64_t(((M + block_M - 1) / block_M));
+  int64_t const grid_x = ((int64_t(N) + block_N - 1) / block_N);
+  int64_t const grid_y = ((int64_t(M) + block_M - 1) / block_M);
   int64_t const grid_z = 1;
   if (grid_x < 1 || grid_x > 2147483647 ||
       grid_y < 1 || grid_y > 65535 ||

@@ -487,8 +487,8 @@ extern "C" int tilegen_w4a16_prefill_gemm_bf16(const void* A, const void* Wq, co
   if (reinterpret_cast<uintptr_t>(C) % 16 != 0 || N % 8 != 0) {  // the epilogue stores 16-byte vectors of `C`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  int64_t grid_x = int64_t(((N + block_N - 1) / block_N));
-  int64_t grid_y = int64_t(((M + block_M - 1) / block_M));
+  int64_t grid_x = ((int64_t(N) + block_N - 1) / block_N);
+  int64_t grid_y = ((int64_t(M) + block_M - 1) / block_M);
   int64_t grid_z = 1;
   // A grid that would occupy at most half the SMs gets more blocks: half as many rows of `A` per
   // block (twice the blocks along them) when the last row tile is at most half used, then k split

@@ -51,6 +51,24 @@ pub trait Env {
     fn tensor_element(&self, _tensor: usize, _idx: &[Expr]) -> Option<String> {
         None
     }
+    /// The C++ for a runtime size (a launcher argument).
+    fn runtime_dim(&self, name: &str) -> String {
+        name.to_string()
+    }
+}
+
+/// Host code's environment for the launch grid: no buffers, and runtime sizes widened to
+/// `int64_t` before any arithmetic, so that `ceildiv(N, block_N)` cannot overflow `int` for an
+/// `N` near `INT_MAX` before the launcher compares the grid with CUDA's limits.
+pub struct GridEnv;
+
+impl Env for GridEnv {
+    fn buffer_element(&self, _buffer: usize, _idx: &[Expr]) -> Option<String> {
+        None
+    }
+    fn runtime_dim(&self, name: &str) -> String {
+        format!("int64_t({name})")
+    }
 }
 
 /// Converts checked expressions to C++. Arithmetic on floats is done in `float`.
@@ -103,6 +121,7 @@ impl Conv<'_> {
             ExprKind::Bool(b) => b.to_string(),
             ExprKind::Name(n) => match self.info.symbols.get(n) {
                 Some(Symbol::Var) => env.var(n),
+                Some(Symbol::RuntimeDim) => env.runtime_dim(n),
                 _ => n.clone(),
             },
             ExprKind::Index(name, idx) => match self.info.symbols.get(&name.name) {

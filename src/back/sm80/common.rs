@@ -125,7 +125,7 @@ pub(super) fn block_indices_ctx(c: &Compiled) -> Vec<BlockIndexCtx> {
 /// extents as the spec wrote them (for the header).
 pub(super) fn grid_ctx(c: &Compiled) -> (Vec<String>, Vec<String>, Vec<String>) {
     let conv = Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false };
-    let mut grid: Vec<String> = c.spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
+    let mut grid: Vec<String> = c.spec.grid.iter().map(|g| conv.expr(&g.extent, &crate::back::conv::GridEnv)).collect();
     while grid.len() < 3 {
         grid.push("1".into());
     }

@@ -214,7 +214,7 @@ extern "C" int tilegen_gemm_rowmax_f16(const void* A, const void* B, void* C, in
   if (A == nullptr || B == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((M + block_M - 1) / block_M));
+  int64_t const grid_x = ((int64_t(M) + block_M - 1) / block_M);
   int64_t const grid_y = 1;
   int64_t const grid_z = 1;
   if (grid_x < 1 || grid_x > 2147483647 || grid_y < 1 || grid_y > 65535 || grid_z < 1 || grid_z > 65535) {

@@ -198,8 +198,8 @@ extern "C" int tilegen_gemm_scaled_sync(const void* A, const void* B, void* C, i
   if (A == nullptr || B == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));
-  int64_t const grid_y = int64_t(((M + block_M - 1) / block_M));
+  int64_t const grid_x = ((int64_t(N) + block_N - 1) / block_N);
+  int64_t const grid_y = ((int64_t(M) + block_M - 1) / block_M);
   int64_t const grid_z = 1;
   if (grid_x < 1 || grid_x > 2147483647 || grid_y < 1 || grid_y > 65535 || grid_z < 1 || grid_z > 65535) {
     return static_cast<int>(hipErrorInvalidValue);

@@ -217,7 +217,7 @@ extern "C" int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const v
   if (reinterpret_cast<uintptr_t>(A) % 8 != 0) {  // copies of `A` move 8 bytes per access
     return static_cast<int>(hipErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((N + block_N - 1) / block_N));
+  int64_t const grid_x = ((int64_t(N) + block_N - 1) / block_N);
   int64_t const grid_y = 1;
   int64_t const grid_z = 1;
   if (grid_x < 1 || grid_x > 2147483647 || grid_y < 1 || grid_y > 65535 || grid_z < 1 || grid_z > 65535) {

@@ -276,7 +276,7 @@ extern "C" int tilegen_fused_add_rms_norm_bf16(const void* X, const void* W, voi
   if (reinterpret_cast<uintptr_t>(Y) % 16 != 0 || N % 8 != 0) {  // the row tile moves 16-byte vectors of `Y`
     return static_cast<int>(hipErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((M + block_M - 1) / block_M));
+  int64_t const grid_x = ((int64_t(M) + block_M - 1) / block_M);
   int64_t const grid_y = 1;
   int64_t const grid_z = 1;
   if (grid_x < 1 || grid_x > 2147483647 ||

@@ -581,7 +581,7 @@ extern "C" int tilegen_attention_window_bf16(const void* Q, const void* K, const
   if (reinterpret_cast<uintptr_t>(O) % 16 != 0) {  // the epilogue stores 16-byte vectors of `O`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((S + block_M - 1) / block_M));
+  int64_t const grid_x = ((int64_t(S) + block_M - 1) / block_M);
   int64_t const grid_y = int64_t(H);
   int64_t const grid_z = int64_t(B);
   if (grid_x < 1 || grid_x > 2147483647 ||

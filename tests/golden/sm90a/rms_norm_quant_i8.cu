@@ -293,7 +293,7 @@ extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, 
   if (reinterpret_cast<uintptr_t>(Q) % 8 != 0 || N % 8 != 0) {  // the row tile moves 8-byte vectors of `Q`
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((M + block_M - 1) / block_M));
+  int64_t const grid_x = ((int64_t(M) + block_M - 1) / block_M);
   int64_t const grid_y = 1;
   int64_t const grid_z = 1;
   if (grid_x < 1 || grid_x > 2147483647 ||

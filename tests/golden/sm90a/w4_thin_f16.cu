@@ -568,8 +568,8 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   if (reinterpret_cast<uintptr_t>(Sc) % 4 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  int64_t const grid_x = int64_t(((features + cols - 1) / cols));
-  int64_t const grid_y = int64_t(((tokens + rows - 1) / rows));
+  int64_t const grid_x = ((int64_t(features) + cols - 1) / cols);
+  int64_t const grid_y = ((int64_t(tokens) + rows - 1) / rows);
   int64_t const grid_z = 1;
   if (grid_x < 1 || grid_x > 2147483647 ||
       grid_y < 1 || grid_y > 65535 ||

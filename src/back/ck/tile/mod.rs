@@ -598,7 +598,7 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
     let body = l.lines;
     // Constants the code does not use (tile settings of other targets) are kept, for the
     // reader, and marked so.
-    let mut grid: Vec<String> = spec.grid.iter().map(|g| format!("int64_t({})", conv.expr(&g.extent, &PlainEnv))).collect();
+    let mut grid: Vec<String> = spec.grid.iter().map(|g| conv.expr(&g.extent, &crate::back::conv::GridEnv)).collect();
     while grid.len() < 3 {
         grid.push("1".into());
     }
