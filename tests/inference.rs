@@ -1939,6 +1939,32 @@ fn a_buffer_named_like_a_block_can_be_assigned() {
 }
 
 #[test]
+fn barriers_before_and_after_shared_copies_only_where_shared_memory_was_or_will_be_used() {
+    let read = |path: &str| std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    // Attention's copy of Q is the kernel's first use of shared memory: no earlier readers to
+    // wait for. After the loop only register work and the staged store (which opens with a
+    // barrier) follow, so the loop closes without one.
+    let fa = read("specs/flash_attention_fwd_bf16.yaml");
+    let cu = rendered_cu(&compile(fa.clone()).unwrap());
+    assert!(cu.contains("// spec 34: copy(Q[bz, bx*block_M:, by, :], Q_s)"), "{cu}");
+    assert!(!cu.contains("earlier readers of sQ_s"), "{cu}");
+    assert!(!cu.contains("even if it ran no tile"), "{cu}");
+    assert!(cu.contains("the shared buffers are free: reuse them as the staging tile"), "{cu}");
+    // A statement after the loop that may use shared memory keeps the loop's closing barrier:
+    // were the loop to run no tile, Q's copy would be waited for only there.
+    let reduced = fa.replace("  - parallel(i):\n      - l[i] = 1.0", "  - reduce_max(O_f, m, dim=1)\n  - parallel(i):\n      - l[i] = 1.0");
+    assert_ne!(reduced, fa);
+    let cu = rendered_cu(&compile(reduced).unwrap());
+    assert!(cu.contains("cp_async_wait<0>();\n    __syncthreads();  // the copies before the loop have landed even if it ran no tile"), "{cu}");
+    // The first copy waits for no one; the second (shared memory was used before it) and the
+    // one inside a loop (its own earlier iterations read the tile) keep their barriers.
+    let cu = rendered_cu(&compile(read("tests/golden/specs/w4_stationary_bf16.yaml")).unwrap());
+    assert!(!cu.contains("earlier readers of sWq_s"), "{cu}");
+    assert_eq!(cu.matches("__syncthreads();  // earlier readers of sS_s are done").count(), 1, "{cu}");
+    assert_eq!(cu.matches("__syncthreads();  // earlier readers of sA_s are done").count(), 1, "{cu}");
+}
+
+#[test]
 fn launch_grids_are_computed_in_64_bits_from_the_sizes_up() {
     let cu = rendered_cu(&compile(spec((128, 128, 32), 3, 128, "row_major", false)).unwrap());
     // `int64_t(N + block_N - 1)` would overflow in int for N near INT_MAX before widening.

@@ -245,7 +245,6 @@ flash_attention_fwd_d64_bf16_kernel(ElementQ const* __restrict__ Q,
 
   // spec 34: copy(Q[bz, bx*block_M:, by, :], Q_s)
   {
-    __syncthreads();  // earlier readers of sQ_s are done
     Tensor mQ_tile = mQ(bz, _, by, _);  // the 2-D slice of `Q` the tile lies in
     G2SCopyQ_s g2s_copy_Q;
     auto g2s_thr_Q = g2s_copy_Q.get_slice(tid);
@@ -495,7 +494,6 @@ flash_attention_fwd_d64_bf16_kernel(ElementQ const* __restrict__ Q,
       read_stage = (read_stage + 1 == stages) ? 0 : read_stage + 1;
     }
     cp_async_wait<0>();
-    __syncthreads();  // the copies before the loop have landed even if it ran no tile
   }
 
   // spec 59: parallel(i)

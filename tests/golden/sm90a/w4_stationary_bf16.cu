@@ -254,7 +254,6 @@ w4_stationary_bf16_kernel(ElementA const* __restrict__ A,
 
   // spec 19: copy(Wq[bx*block_N, 0], Wq_s)
   {
-    __syncthreads();  // earlier readers of sWq_s are done
     G2SCopyWq_s g2s_copy_Wq;
     auto g2s_thr_Wq = g2s_copy_Wq.get_slice(tid);
     Tensor gWq = local_tile(mWq, make_shape(Int<block_N>{}, Int<block_K / 8>{}), make_coord(bx, 0));

@@ -38,8 +38,10 @@ pub enum BodyItem {
     /// The overlapped loop itself, calling the lambdas above; closes the pipeline's block.
     OverlapLoop(Box<OverlapCtx>),
     /// `deferred`: the wait is left to the multistage pipeline that follows (cp.async
-    /// groups complete in order, so its first wait covers this copy too).
-    CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool },
+    /// groups complete in order, so its first wait covers this copy too). `sync`: a barrier
+    /// first, so that earlier readers of the tile are done (none before the kernel's first
+    /// use of shared memory, outside any loop).
+    CopyToShared { pad: String, line: usize, text: String, producer: ProducerCtx, deferred: bool, sync: bool },
     /// `in_flight`: a warpgroup MMA batch left running (`PipelinePlan::mma_in_flight`): the
     /// previous batch is waited for, not this one.
     Gemm { pad: String, line: usize, text: String, step: GemmCtx, in_flight: bool },
@@ -247,12 +249,30 @@ struct Lower<'a> {
     stage: Option<&'static str>,
     /// Inside a pipelined loop whose gemm keeps its last batch in flight.
     in_flight: bool,
+    /// Some statement lowered so far may have used shared memory (conservative: anything but
+    /// clearing or filling a fragment).
+    shared_used: bool,
+    /// How many loops enclose the statement being lowered.
+    loops: usize,
 }
 
 pub fn build(c: &Compiled, errors: &mut Vec<Diagnostic>) -> Vec<BodyItem> {
-    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false }, items: Vec::new(), errors, stage: None, in_flight: false };
+    let mut l = Lower { c, conv: Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false }, items: Vec::new(), errors, stage: None, in_flight: false, shared_used: false, loops: 0 };
     l.block(&c.spec.body, 1);
     l.items
+}
+
+/// The statements after statement `id` in its block, and whether that block is `stmts`
+/// itself (`top`), or `None` if `id` is not in `stmts`.
+fn after(stmts: &[Stmt], id: StmtId, top: bool) -> Option<(&[Stmt], bool)> {
+    if let Some(i) = stmts.iter().position(|s| s.id == id) {
+        return Some((&stmts[i + 1..], top));
+    }
+    stmts.iter().find_map(|s| match &s.kind {
+        StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => after(body, id, false),
+        StmtKind::If { then_body, else_body, .. } => after(then_body, id, false).or_else(|| after(else_body, id, false)),
+        _ => None,
+    })
 }
 
 fn pad(depth: usize) -> String {
@@ -364,21 +384,84 @@ impl Lower<'_> {
         }
     }
 
+    /// Whether a statement after the pipelined loop `id` may use shared memory before a
+    /// barrier of its own. The loop's copies issued before it are waited for inside it, so
+    /// when it runs no tile, only such a statement needs the barrier after the loop.
+    /// Conservative: element-wise blocks over registers pass, and a store of an accumulator
+    /// (staged through shared memory behind a barrier) ends the search; anything else, or
+    /// the end of a nested block, needs the barrier.
+    fn shared_used_after(&self, id: StmtId) -> bool {
+        let Some((rest, top)) = after(&self.c.spec.body, id, true) else { return true };
+        for t in rest {
+            match &t.kind {
+                StmtKind::Copy { .. } => return self.c.plan.copies.get(&t.id).map(|c| c.kind) != Some(CopyKind::AccumulatorToGlobal),
+                StmtKind::Parallel { body, .. } if !self.names_shared(body) => {}
+                _ if self.uses_shared(t) => return true,
+                _ => {}
+            }
+        }
+        !top
+    }
+
+    /// Whether statements name a shared buffer anywhere.
+    fn names_shared(&self, stmts: &[Stmt]) -> bool {
+        let shared = |n: &str| matches!(self.c.info.symbols.get(n), Some(Symbol::Buffer(b)) if self.c.spec.buffers[*b].scope.0 == Scope::Shared);
+        let mut found = false;
+        walk_stmts(stmts, &mut |s| {
+            let exprs: Vec<&Expr> = match &s.kind {
+                StmtKind::Assign { target, indices, value, .. } => {
+                    found |= shared(&target.name);
+                    indices.iter().chain([value]).collect()
+                }
+                StmtKind::Parallel { .. } => vec![],
+                _ => {
+                    found = true;
+                    vec![]
+                }
+            };
+            for e in exprs {
+                e.visit(&mut |x| {
+                    found |= matches!(&x.kind, ExprKind::Name(n) | ExprKind::Index(Ident { name: n, .. }, _) if shared(n));
+                    !found
+                });
+            }
+        });
+        found
+    }
+
+    /// Whether lowering `s` may have used shared memory: anything but clearing or filling a
+    /// fragment counts.
+    fn uses_shared(&self, s: &Stmt) -> bool {
+        match &s.kind {
+            StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => !matches!(self.c.info.symbols.get(&buf.name),
+                Some(Symbol::Buffer(b)) if self.c.spec.buffers[*b].scope.0 == Scope::Fragment),
+            _ => true,
+        }
+    }
+
     fn stmt(&mut self, s: &Stmt, depth: usize) {
         let line = self.c.line(s.span);
         let text = self.text(s);
+        let shared_used_before = self.shared_used;
+        self.shared_used |= self.uses_shared(s);
         match &s.kind {
             StmtKind::Clear { buf } => self.items.push(BodyItem::Clear { pad: pad(depth), line, text, target: self.fragment_or_shared(buf) }),
             StmtKind::Fill { buf, value } => {
                 let v = self.conv.expr(value, &PlainEnv);
                 self.items.push(BodyItem::Fill { pad: pad(depth), line, text, target: self.fragment_or_shared(buf), value: v });
             }
-            StmtKind::Loop { kind: LoopKind::Pipelined, .. } => self.pipelined(s, depth),
+            StmtKind::Loop { kind: LoopKind::Pipelined, .. } => {
+                self.loops += 1;
+                self.pipelined(s, depth);
+                self.loops -= 1;
+            }
             StmtKind::Loop { kind, var, count, body, .. } => {
                 let n = self.conv.expr(count, &PlainEnv);
                 let unroll = if *kind == LoopKind::Unroll { "CUTE_UNROLL\n".to_string() + &pad(depth) } else { String::new() };
                 self.items.push(BodyItem::Open { pad: pad(depth), line, text, header: format!("{unroll}for (int {v} = 0; {v} < {n}; ++{v})", v = var.name) });
+                self.loops += 1;
                 self.block(body, depth + 1);
+                self.loops -= 1;
                 self.items.push(BodyItem::Close { pad: pad(depth) });
             }
             StmtKind::If { cond, then_body, else_body } => {
@@ -397,7 +480,8 @@ impl Lower<'_> {
                     if let Some(producer) = self.producer(s.id, None) {
                         // The pipeline that follows may take over the wait (layout::pipeline).
                         let deferred = self.c.plan.pipelines.values().any(|p| p.covers.contains(&s.id));
-                        self.items.push(BodyItem::CopyToShared { pad: pad(depth), line, text, producer, deferred });
+                        let sync = shared_used_before || self.loops > 0;
+                        self.items.push(BodyItem::CopyToShared { pad: pad(depth), line, text, producer, deferred, sync });
                     }
                 }
                 Some(CopyKind::AccumulatorToGlobal) => self.store(s, depth),

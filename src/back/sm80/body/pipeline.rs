@@ -228,7 +228,7 @@ impl Lower<'_> {
         self.stage = outer;
         let acc = plan.consumers.first().and_then(|id| self.c.plan.mmas.get(id)).map(|m| self.c.spec.buffers[m.c].name.name.clone()).unwrap_or_default();
         let tma = plan.producers.iter().any(|p| self.c.plan.copies.get(p).is_some_and(|cp| cp.tma.is_some()));
-        let sync_after = !plan.covers.is_empty();
+        let sync_after = !plan.covers.is_empty() && self.shared_used_after(s.id);
         self.items.push(BodyItem::PipelineClose { pad: pad(depth), var: var.name.clone(), stages: stages_text, multistage, sync_after, tma, empty: empty_barrier(&var.name), in_flight: plan.mma_in_flight, acc });
     }
 
