@@ -193,8 +193,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     };
     // A composable_kernel instance (AMD device GEMM or fused attention) brings its own tiles,
     // stages and thread count: the constants that only size the spec's tiles do not change it.
-    let ck_instance = c.plan.target.is_amd()
-        && (c.plan.attention.is_some() || (c.plan.rows.is_none() && c.plan.tile.is_none() && c.plan.collective.is_some()));
+    let ck_instance = c.plan.target.is_amd() && crate::back::ck::lowering(c).is_some_and(|l| l.is_ck_instance());
     let (tiling, used): (Vec<_>, Vec<_>) = spec.constants.iter().partition(|k| ck_instance && only_sizes_tiles(spec, &k.name.name));
     let mut doc_constants = used.iter().map(|k| constant(k)).collect::<Vec<_>>().join(", ");
     if !tiling.is_empty() {

@@ -90,24 +90,44 @@ struct DCtx {
     vector: i64,
 }
 
+/// Which AMD lowering renders a planned spec, in the order [`render`] tries them.
+pub enum Lowering<'a> {
+    /// composable_kernel's fused attention.
+    Attention(&'a crate::layout::attention::AttentionPlan),
+    /// The row-wise lowering (shared with the CUDA targets).
+    Rows(&'a crate::layout::rows::RowsPlan),
+    /// tilegen's tile lowering on MFMAs.
+    Tile(&'a crate::layout::mfma::TilePlan),
+    /// A composable_kernel device GEMM.
+    DeviceGemm(&'a crate::layout::CollectivePlan),
+}
+
+impl Lowering<'_> {
+    /// A composable_kernel instance, which brings its own tiles, stages and thread count.
+    pub fn is_ck_instance(&self) -> bool {
+        matches!(self, Lowering::Attention(_) | Lowering::DeviceGemm(_))
+    }
+}
+
+/// The lowering that renders `c`, or `None` where the plan has none.
+pub fn lowering(c: &Compiled) -> Option<Lowering<'_>> {
+    let p = &c.plan;
+    p.attention.as_ref().map(Lowering::Attention)
+        .or_else(|| p.rows.as_ref().map(Lowering::Rows))
+        .or_else(|| p.tile.as_ref().map(Lowering::Tile))
+        .or_else(|| p.collective.as_ref().map(Lowering::DeviceGemm))
+}
+
 /// Renders the `.hip` and `.h` for a spec planned for an AMD target.
 pub fn render(c: &Compiled) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
-    if let Some(a) = &c.plan.attention {
-        let ctx = attention::context(c, a);
-        return hip_names(super::render_pair(c, attention::TEMPLATE, &ctx)?);
-    }
-    if let Some(p) = &c.plan.rows {
-        return hip_names(super::render_pair(c, crate::back::sm80::rows::TEMPLATE, &crate::back::sm80::rows::build(c, p)?)?);
-    }
-    if let Some(t) = &c.plan.tile {
-        let ctx = tile::context(c, t)?;
-        return hip_names(super::render_pair(c, tile::TEMPLATE, &ctx)?);
-    }
-    let Some(p) = &c.plan.collective else {
-        return Err(vec![Diagnostic::error(c.spec.kernel.span, format!("the {} target has no lowering for this spec", c.plan.target)).unsupported_on_target()]);
+    let files = match lowering(c) {
+        Some(Lowering::Attention(a)) => super::render_pair(c, attention::TEMPLATE, &attention::context(c, a))?,
+        Some(Lowering::Rows(p)) => super::render_pair(c, crate::back::sm80::rows::TEMPLATE, &crate::back::sm80::rows::build(c, p)?)?,
+        Some(Lowering::Tile(t)) => super::render_pair(c, tile::TEMPLATE, &tile::context(c, t)?)?,
+        Some(Lowering::DeviceGemm(p)) => super::render_pair(c, KERNEL_TEMPLATE, &context(c, p))?,
+        None => return Err(vec![Diagnostic::error(c.spec.kernel.span, format!("the {} target has no lowering for this spec", c.plan.target)).unsupported_on_target()]),
     };
-    let ctx = context(c, p);
-    hip_names(super::render_pair(c, KERNEL_TEMPLATE, &ctx)?)
+    hip_names(files)
 }
 
 /// The rendered pair with the AMD source extension.
