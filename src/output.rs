@@ -154,14 +154,19 @@ pub fn default_specs(root: &Path) -> Result<Vec<PathBuf>, GenError> {
 }
 
 /// Compiles and renders every spec for `target`; files are keyed by their path under `out`.
+/// A spec the target has no lowering for is an error, with every reason (`gen --target`).
 pub fn generate(specs: &[PathBuf], target: Target, out: &Path) -> Result<BTreeMap<PathBuf, String>, GenError> {
-    generate_with_notes(specs, target, out).map(|(files, _)| files)
+    generate_for(specs, target, out, false).map(|(files, _)| files)
 }
 
 /// As [`generate`], but a spec the target has no lowering for (every diagnostic marked
 /// [`Diagnostic::unsupported`](crate::diag::Diagnostic::unsupported)) is skipped with a
-/// note instead of failing the run; returns the files and the notes.
+/// note instead of failing the run (`gen` over every target); returns the files and the notes.
 pub fn generate_with_notes(specs: &[PathBuf], target: Target, out: &Path) -> Result<(BTreeMap<PathBuf, String>, Vec<String>), GenError> {
+    generate_for(specs, target, out, true)
+}
+
+fn generate_for(specs: &[PathBuf], target: Target, out: &Path, skip_unsupported: bool) -> Result<(BTreeMap<PathBuf, String>, Vec<String>), GenError> {
     let mut files = BTreeMap::new();
     let mut notes = Vec::new();
     let mut reports = String::new();
@@ -169,7 +174,7 @@ pub fn generate_with_notes(specs: &[PathBuf], target: Target, out: &Path) -> Res
     for path in specs {
         let file = read_spec(path)?;
         match crate::compile(file, target) {
-            Err((file, diags)) if !diags.is_empty() && diags.iter().all(|d| d.unsupported) => {
+            Err((file, diags)) if skip_unsupported && !diags.is_empty() && diags.iter().all(|d| d.unsupported) => {
                 notes.push(skip_note(&file.path, target, &diags));
             }
             Err((file, diags)) => reports.push_str(&render_all(&diags, &file)),

@@ -247,6 +247,11 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     assert!(text.contains("specs/w4_thin_f16.yaml: ok for sm80, sm90a") && text.contains("note: specs/w4_thin_f16.yaml: skipped for gfx942: the gfx942 target has no lowering for this fused program"), "{text}");
     // Asked for explicitly, the same pair is an error that says why.
     expect(dir.path(), &["check", "--target", "gfx942", "specs/w4_thin_f16.yaml"], 1, "error: the gfx942 target has no lowering for this fused program");
+    // So is `gen` for a target named: it fails, with every reason, and writes nothing (a CI
+    // job that asks for gfx942 files must not pass without them).
+    expect(dir.path(), &["gen", "--target", "sm80,gfx942", "-o", "named", "specs/gemm_bf16.yaml", "specs/w4_thin_f16.yaml"], 1,
+           "error: the gfx942 target has no lowering for this fused program");
+    assert!(!dir.path().join("named").exists());
     // AMD files are built with hipcc, not by `tilegen build` (nvcc): a usage error that says so.
     expect(dir.path(), &["build", "--target", "gfx942", "specs/gemm_bf16.yaml"], 2, "compiled with hipcc");
     // A folder where a spec file belongs, no specs/ to default to, several targets for a
