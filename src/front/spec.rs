@@ -24,8 +24,9 @@ const BUFFER_KEYS: [&str; 3] = ["scope", "dtype", "shape"];
 
 struct Cx {
     errors: Vec<Diagnostic>,
-    /// Keys suggested for misspelt ones, so that "missing" is not reported twice.
-    suggested: Vec<String>,
+    /// Keys suggested for misspelt ones, with the mapping they were misspelt in (`the spec`,
+    /// ``tensor `A` ``), so that "missing" is not reported twice.
+    suggested: Vec<(String, String)>,
     /// How many of the errors were found in the body.
     body_errors: usize,
     next_id: StmtId,
@@ -69,6 +70,11 @@ impl Cx {
     }
 
     /// The entries of a mapping node, checking keys against `allowed` and for duplicates.
+    /// Whether a misspelt key of mapping `what` was answered with "did you mean `key`?".
+    fn was_suggested(&self, what: &str, key: &str) -> bool {
+        self.suggested.iter().any(|(w, k)| w == what && k == key)
+    }
+
     fn entries<'n>(&mut self, node: &'n Node, what: &str, allowed: &[&str]) -> Vec<(&'n str, &'n Node, &'n Node)> {
         let NodeKind::Map(pairs) = &node.kind else {
             self.err(Diagnostic::error(node.span, format!("{what} must be a mapping, found {}", node.describe())));
@@ -89,7 +95,7 @@ impl Cx {
             }
             if !allowed.is_empty() && !allowed.contains(&key) {
                 if let Some(near) = crate::diag::nearest(key, allowed.iter().copied()) {
-                    self.suggested.push(near.to_string());
+                    self.suggested.push((what.to_string(), near.to_string()));
                 }
                 let hint = did_you_mean(key, allowed.iter().copied())
                     .unwrap_or_else(|| format!("the keys of {what} are: {}", allowed.join(", ")));
@@ -150,7 +156,7 @@ impl Cx {
         let get = |k: &str| entries.iter().find(|(n, _, _)| *n == k).map(|(_, _, v)| *v);
         let mut missing = Vec::new();
         for key in ["kernel", "tensors", "grid", "threads", "body"] {
-            if get(key).is_none() && !self.suggested.iter().any(|k| k == key) {
+            if get(key).is_none() && !self.was_suggested("the spec", key) {
                 missing.push(key);
             }
         }
@@ -201,10 +207,12 @@ impl Cx {
         let mut out = Vec::new();
         for (_, k, v) in self.entries(node, "tensors", &[]) {
             let Some(name) = self.ident(k, "tensor name") else { continue };
-            let fields = self.entries(v, &format!("tensor `{}`", name.name), &TENSOR_KEYS);
+            let what = format!("tensor `{}`", name.name);
+            let fields = self.entries(v, &what, &TENSOR_KEYS);
             let get = |key: &str| fields.iter().find(|(n, _, _)| *n == key).map(|(_, _, v)| *v);
             let dtype = match get("dtype") {
                 Some(d) => self.dtype(d),
+                None if self.was_suggested(&what, "dtype") => None,
                 None => {
                     self.err(Diagnostic::error(name.span, format!("tensor `{}` has no dtype", name.name)).hint(format!("add `dtype: bf16` (dtypes are {})", DType::ALL.map(|d| d.name()).join(", "))));
                     None
@@ -212,6 +220,7 @@ impl Cx {
             };
             let shape = match get("shape") {
                 Some(s) => self.dims(s),
+                None if self.was_suggested(&what, "shape") => None,
                 None => {
                     self.err(Diagnostic::error(name.span, format!("tensor `{}` has no shape", name.name)).hint("add `shape: [M, K]`"));
                     None
@@ -426,10 +435,11 @@ impl Cx {
         let mut out = Vec::new();
         for (_, k, v) in self.entries(node, "buffers", &[]) {
             let Some(name) = self.ident(k, "buffer name") else { continue };
-            let fields = self.entries(v, &format!("buffer `{}`", name.name), &BUFFER_KEYS);
+            let what = format!("buffer `{}`", name.name);
+            let fields = self.entries(v, &what, &BUFFER_KEYS);
             let get = |key: &str| fields.iter().find(|(n, _, _)| *n == key).map(|(_, _, v)| *v);
             for key in BUFFER_KEYS {
-                if get(key).is_none() {
+                if get(key).is_none() && !self.was_suggested(&what, key) {
                     self.err(Diagnostic::error(name.span, format!("buffer `{}` has no `{key}`", name.name))
                         .hint("buffers need scope (shared or fragment), dtype and shape"));
                 }
