@@ -4,7 +4,7 @@
 #   * the composable_kernel (CK) headers (libcomposable-kernel-dev 7.2.4, under /usr/include/ck).
 #
 # They live in a Debian sid root (debootstrap --variant=minbase), one per pinned version set,
-# in a per-user cache: ${TILEGEN_CACHE:-$HOME/.cache/tilegen}/rocm-7.2.4-ck-7.2.4/
+# in a per-user cache: ${TILEGEN_TOOLCHAIN_DIR:-$HOME/.cache/tilegen}/rocm-7.2.4-ck-7.2.4/
 #   root/                       the sid root (0.9 GB on disk; a 360 MB download)
 #   bin/tilegen-hipcc           hipcc, run inside the root (see below)
 #   bin/tilegen-llvm-objdump    llvm-objdump of the same LLVM 22
@@ -42,7 +42,7 @@ PINS=(
 )
 MIRROR="${TILEGEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
-CACHE="${TILEGEN_CACHE:-$HOME/.cache/tilegen}"
+CACHE="${TILEGEN_TOOLCHAIN_DIR:-$HOME/.cache/tilegen}"
 DIR="$CACHE/rocm-$ROCM_VERSION-ck-$CK_VERSION"
 STAMP_TEXT="$(printf '%s\n' "${PINS[@]}")"
 
