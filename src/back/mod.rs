@@ -395,6 +395,7 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     tera.add_raw_template("kernel.cu", kernel_template).map_err(|e| template_error(c, &e))?;
     tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
     let mut context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
+    context.insert("unused_constants", &Vec::<String>::new());
     let mut cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     // Scans of the rendered kernel, each rendering again if it asks: the helpers the code calls
     // by name go first among the context's helpers; then element aliases the code (helpers
@@ -410,6 +411,14 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     }
     if let Some(elements) = named_elements(&uncommented(&cu), &context) {
         context.insert("elements", &elements);
+        cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
+    }
+    // Spec constants the kernel never reads (a stage count once the loop is serial, say) are
+    // declared [[maybe_unused]], which nvcc and hipcc would otherwise warn about.
+    let code = uncommented(&cu);
+    let unused: Vec<&str> = c.spec.constants.iter().map(|k| k.name.name.as_str()).filter(|n| conv::mention_count(&code, n) == 1).collect();
+    if !unused.is_empty() {
+        context.insert("unused_constants", &unused);
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
     // The header says when the launcher reads its launch's error with cudaGetLastError (which

@@ -236,18 +236,7 @@ pub fn build(c: &Compiled, p: &RowsPlan) -> Result<Context, Vec<Diagnostic>> {
         Target::Sm80 => "Target sm80: the row-wise lowering (rows in registers, 16-byte vector loads and stores, warp-shuffle reductions; runs on sm_80 and later).".to_string(),
         t => format!("Target {t}: the row-wise lowering in HIP on composable_kernel's element types (rows in registers, 16-byte vector loads and stores, reductions by shuffles within 64-lane waves), built with hipcc 7.2.4. Compile-checked, and run on the test suite's CPU emulation of HIP; no AMD GPU has run this file."),
     };
-    // Constants no statement reads are marked (hipcc's -Wall warns about unused constexprs).
-    let mut constants = constants_ctx(c);
-    if hip {
-        let code: Vec<&String> = stmts.iter().flat_map(|s: &StmtCtx| &s.code).chain(&grid).collect();
-        for k in &mut constants {
-            let used = code.iter().any(|l| mentions(l, &k.name))
-                || [&tile.shape[0], &tile.shape[1]].iter().any(|e| mentions(&conv.expr(e, &PlainEnv), &k.name));
-            if !used {
-                k.cpp_type = format!("[[maybe_unused]] {}", k.cpp_type);
-            }
-        }
-    }
+    let constants = constants_ctx(c);
     let elements = if hip { elements_ctx_with(c, crate::back::ck::element) } else { elements_ctx(c) };
     let api = if hip { "HIP" } else { "CUDA" };
     Ok(Context {

@@ -21,7 +21,8 @@ extern "C" {
 //   B      [K, N] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
-// Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 32.
+// Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 32, stages
+// = 3.
 // Launch: a grid of ceildiv(N, block_N) x ceildiv(M, block_M) workgroups of 128 threads (2 waves of
 // 64), 8960 bytes of LDS each.
 //

@@ -21,7 +21,8 @@ extern "C" {
 //   B      [K, N] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
-// Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 32.
+// Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 32, stages
+// = 3.
 // Alignment:
 //   A must be 16-byte aligned and K a multiple of 8 (cp.async moves 16-byte vectors of `A`).
 //   B must be 16-byte aligned and N a multiple of 8 (cp.async moves 16-byte vectors of `B`).
