@@ -1971,3 +1971,24 @@ fn launch_grids_are_computed_in_64_bits_from_the_sizes_up() {
     assert!(cu.contains("int64_t const grid_x = ((int64_t(N) + block_N - 1) / block_N);"), "{cu}");
     assert!(cu.contains("int64_t const grid_y = ((int64_t(M) + block_M - 1) / block_M);"), "{cu}");
 }
+
+#[test]
+fn stores_into_one_tensor_share_its_staging_tile_or_say_why_not() {
+    let fa = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/flash_attention_fwd_bf16.yaml")).unwrap();
+    let store = "  - copy(O_f, O[bz, bx*block_M:, by, :])\n";
+    assert!(fa.ends_with(store) || fa.contains(&format!("{store}targets:")), "the spec ends with its store");
+    // A second store of the same accumulator (before the epilogue) reuses the staging tile:
+    // one layout, one shared member, both stores through it.
+    let twice = fa.replacen("  - parallel(i):\n      - l[i] = 1.0", &format!("{store}  - parallel(i):\n      - l[i] = 1.0"), 1);
+    assert_ne!(twice, fa);
+    let cu = rendered_cu(&compile(twice).unwrap());
+    assert_eq!(cu.matches("using SmemLayoutO = ").count(), 1, "{cu}");
+    assert_eq!(cu.matches("cosize_v<SmemLayoutO>, 128> O;").count(), 1, "{cu}");
+    assert_eq!(cu.matches("make_smem_ptr(smem.O.data())").count(), 2, "{cu}");
+    // A store of another accumulator shape into the same tensor would need a second tile
+    // under the same names: an error at that store, naming the first.
+    let other = fa.replacen("  - parallel(i):\n      - l[i] = 1.0", "  - copy(S_f, O[bz, bx*block_M:, by, :])\n  - parallel(i):\n      - l[i] = 1.0", 1);
+    let errs = compile(other.clone()).map(|c| tilegen::back::render(&c).map(|_| ()).map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("\n"))).unwrap();
+    let errs = errs.unwrap_err();
+    assert!(errs.contains("this store into `O` stages its tile unlike the store at spec"), "{errs}");
+}

@@ -200,6 +200,15 @@ pub struct StoreCtx {
     pub val_shape: String,
 }
 
+impl StoreCtx {
+    /// Whether `other` declares the same staging tile and copies (all but its line and reason).
+    fn same_staging(&self, other: &StoreCtx) -> bool {
+        let key = |s: &StoreCtx| (s.elem.clone(), s.r2s_atom.clone(), s.swizzle.clone(), s.atom_shape.clone(), s.atom_stride.clone(), s.tile_shape.clone(),
+                                  s.s2g_atom.clone(), s.thr_shape.clone(), s.thr_stride.clone(), s.val_shape.clone());
+        key(self) == key(other)
+    }
+}
+
 #[derive(Serialize)]
 pub struct MemberCtx {
     pub elem: String,
@@ -546,7 +555,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 let val = if contiguous_first { format!("Int<{}>, _1", cp.vector_elems) } else { format!("_1, Int<{}>", cp.vector_elems) };
                 let pair_bits = 2 * t.dtype.0.bytes() * 8;
                 let layout = format!("SmemLayout{}", upper_first(&key));
-                stores.push(StoreCtx {
+                let store = StoreCtx {
                     key: key.clone(),
                     line,
                     why: cp.why.clone(),
@@ -561,7 +570,18 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                     thr_shape: ts,
                     thr_stride: tst,
                     val_shape: val,
-                });
+                };
+                // Stores into one tensor share its staging tile and copy types (named after the
+                // tensor) when they lay it out alike; otherwise the names would clash.
+                if let Some(first) = stores.iter().find(|s: &&StoreCtx| s.key == key) {
+                    if !first.same_staging(&store) {
+                        let at = spec.stmt(sid).map_or(spec.kernel.span, |s| s.span);
+                        errors.push(Diagnostic::error(at, format!("this store into `{key}` stages its tile unlike the store at spec {}, and the {} backend gives a tensor one staging tile", first.line, plan.target))
+                            .hint("store both from accumulators of one shape and element type, or into different tensors"));
+                    }
+                    continue;
+                }
+                stores.push(store);
                 staging_storage.push(MemberCtx { elem: element_alias(&key), layout, member: key });
             }
         }
