@@ -49,6 +49,29 @@ pub(crate) struct ElementCtx {
     pub of: String,
 }
 
+/// One `constexpr <cpp_type> <name> = <value>;` line of a generated kernel: a spec constant
+/// and the spec line that declares it. Every back end that declares the spec's constants lists
+/// them under `constants`; [`render_pair_extending`] sets `unused` on those the rendered code
+/// never reads (a tile setting of another target, a stage count once the loop is serial), which
+/// the templates declare `[[maybe_unused]]`, as nvcc and hipcc would otherwise warn.
+#[derive(serde::Serialize)]
+pub(crate) struct ConstantCtx {
+    pub cpp_type: String,
+    pub name: String,
+    pub value: String,
+    pub line: usize,
+    pub unused: bool,
+}
+
+/// The spec's constants as C++ declarations, each marked used until the rendered code says
+/// otherwise.
+pub(crate) fn constants_ctx(c: &Compiled) -> Vec<ConstantCtx> {
+    c.spec.constants.iter().map(|k| {
+        let (cpp_type, value) = conv::constant_decl(&c.info, &k.name.name);
+        ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value, line: c.line(k.name.span), unused: false }
+    }).collect()
+}
+
 /// One generated file: its name (relative to the target's output folder) and contents.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputFile {
@@ -377,6 +400,20 @@ fn named_elements(code: &str, context: &tera::Context) -> Option<Vec<tera::Value
     (named.len() != all.len()).then_some(named)
 }
 
+/// The context's `constants` ([`ConstantCtx`], as [`constants_ctx`] makes them) with `unused`
+/// set on those that `code` (without comments) names only in their own declaration. `None`
+/// when every one is read, or the context lists no `ConstantCtx`.
+fn constants_marked_unused(c: &Compiled, code: &str, context: &tera::Context) -> Option<Vec<ConstantCtx>> {
+    let listed = context.get("constants")?.as_array()?;
+    let name = |k: &tera::Value| k.get_from_path("name").and_then(|n| n.as_str()).map(str::to_string);
+    let names: std::collections::BTreeSet<String> = listed.iter().filter(|k| k.get_from_path("unused").is_some()).filter_map(name).collect();
+    let mut constants: Vec<ConstantCtx> = constants_ctx(c).into_iter().filter(|k| names.contains(&k.name)).collect();
+    for k in &mut constants {
+        k.unused = conv::mention_count(code, &k.name) == 1;
+    }
+    constants.iter().any(|k| k.unused).then_some(constants)
+}
+
 /// Renders a kernel template and the shared header template with one context into
 /// `<kernel>.cu` and `<kernel>.h`.
 pub(crate) fn render_pair(c: &Compiled, kernel_template: &str, ctx: &impl serde::Serialize) -> Result<Vec<OutputFile>, Vec<Diagnostic>> {
@@ -395,7 +432,6 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     tera.add_raw_template("kernel.cu", kernel_template).map_err(|e| template_error(c, &e))?;
     tera.add_raw_template("launcher.h", HEADER_TEMPLATE).map_err(|e| template_error(c, &e))?;
     let mut context = tera::Context::from_serialize(ctx).map_err(|e| template_error(c, &e))?;
-    context.insert("unused_constants", &Vec::<String>::new());
     let mut cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     // Scans of the rendered kernel, each rendering again if it asks: the helpers the code calls
     // by name go first among the context's helpers; then element aliases the code (helpers
@@ -413,12 +449,9 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
         context.insert("elements", &elements);
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
-    // Spec constants the kernel never reads (a stage count once the loop is serial, say) are
-    // declared [[maybe_unused]], which nvcc and hipcc would otherwise warn about.
-    let code = uncommented(&cu);
-    let unused: Vec<&str> = c.spec.constants.iter().map(|k| k.name.name.as_str()).filter(|n| conv::mention_count(&code, n) == 1).collect();
-    if !unused.is_empty() {
-        context.insert("unused_constants", &unused);
+    // Spec constants the kernel never reads beyond their declaration ([`ConstantCtx`]).
+    if let Some(constants) = constants_marked_unused(c, &uncommented(&cu), &context) {
+        context.insert("constants", &constants);
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
     // The header says when the launcher reads its launch's error with cudaGetLastError (which

@@ -4,18 +4,11 @@
 
 use crate::ast::*;
 use crate::back::conv::{cpp_type, upper_first, Conv, Env};
-pub(crate) use crate::back::ElementCtx;
+pub(crate) use crate::back::{constants_ctx, ConstantCtx, ElementCtx};
 use crate::layout::Swizzle;
 use crate::Compiled;
 use serde::Serialize;
 use std::collections::BTreeSet;
-
-#[derive(Serialize)]
-pub struct ConstantCtx {
-    pub cpp_type: String,
-    pub name: String,
-    pub value: String,
-}
 
 #[derive(Serialize)]
 pub struct BlockIndexCtx {
@@ -60,14 +53,6 @@ pub(super) fn element_alias(name: &str) -> String {
 
 pub(super) fn swizzle_text(s: Swizzle) -> String {
     format!("{}, {}, {}", s.bits, s.base, s.shift)
-}
-
-/// The spec's constants as C++ declarations.
-pub(super) fn constants_ctx(c: &Compiled) -> Vec<ConstantCtx> {
-    c.spec.constants.iter().map(|k| {
-        let (cpp_type, value) = crate::back::conv::constant_decl(&c.info, &k.name.name);
-        ConstantCtx { cpp_type: cpp_type.into(), name: k.name.name.clone(), value }
-    }).collect()
 }
 
 /// One element-type alias per tensor and buffer (`ElementA`), each spelled once.

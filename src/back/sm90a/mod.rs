@@ -15,7 +15,7 @@ use crate::diag::Diagnostic;
 use crate::layout::{BatchForm, CollectivePlan, EpilogueOp, EvtNode, GemmSchedule};
 use crate::Compiled;
 use crate::back::conv::upper_first;
-use crate::back::ElementCtx;
+use crate::back::{ConstantCtx, ElementCtx};
 use serde::Serialize;
 
 const KERNEL_TEMPLATE: &str = include_str!("../../../templates/sm90a/kernel.cu.tera");
@@ -31,7 +31,7 @@ struct Context {
     swizzle: i64,
     /// The line of the store (`copy(acc, C[...])`).
     store_line: usize,
-    constants: Vec<Triple>,
+    constants: Vec<ConstantCtx>,
     elements: Vec<ElementCtx>,
     layout_a: String,
     layout_a_note: String,
@@ -67,14 +67,6 @@ struct Context {
     doc_errors: String,
     /// When the launcher returns the runtime's "unknown" error (text for the header).
     doc_unknown: String,
-}
-
-/// (type, name, value) of a constant; (alias, C++ type, what) of an element type.
-#[derive(Serialize)]
-struct Triple {
-    a: String,
-    b: String,
-    c: String,
 }
 
 #[derive(Serialize)]
@@ -202,10 +194,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         crate::ast::StmtKind::Copy { .. } => store_line = line(s.span),
         _ => {}
     });
-    let constants = spec.constants.iter().map(|k| {
-        let (ty, v) = crate::back::conv::constant_decl(&c.info, &k.name.name);
-        Triple { a: ty.to_string(), b: k.name.name.clone(), c: v }
-    }).collect();
+    let constants = crate::back::constants_ctx(c);
     let element = |alias: &str, t: &crate::ast::Tensor, of: String| ElementCtx { alias: alias.into(), cpp_type: cpp_type(t.dtype.0).into(), of };
     let mut elements = vec![
         element("ElementA", ta, format!("tensor `{}`", ta.name.name)),

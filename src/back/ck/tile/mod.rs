@@ -7,7 +7,7 @@
 //! launcher contract is the NVIDIA targets' on `hipStream_t`.
 
 use super::element;
-use crate::back::ElementCtx;
+use crate::back::{ConstantCtx, ElementCtx};
 use crate::ast::*;
 use crate::back::conv::{mentions, upper_first, Conv, Env};
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
@@ -34,7 +34,7 @@ pub(crate) const RESERVED: [&str; 36] = [
 pub(super) struct Context {
     #[serde(flatten)]
     header: HeaderCtx,
-    constants: Vec<String>,
+    constants: Vec<ConstantCtx>,
     threads: i64,
     waves: i64,
     threads_line: usize,
@@ -605,13 +605,7 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
     let lds = lds_declarations(c, plan, &conv);
     let code = |l: &String| l.split("//").next().unwrap_or("").to_string();
     let used = |name: &str| body.iter().chain(&lds).chain(&grid).any(|l| mentions(&code(l), name));
-    let constants = spec.constants.iter().map(|k| {
-        let line = c.line(k.name.span);
-        let (ty, value) = crate::back::conv::constant_decl(&c.info, &k.name.name);
-        let unused = if used(&k.name.name) { "" } else { "[[maybe_unused]] " };
-        let note = if unused.is_empty() { String::new() } else { ", not used on this target".to_string() };
-        format!("{unused}constexpr {ty} {} = {value};  // spec {line}{note}", k.name.name)
-    }).collect();
+    let constants = crate::back::constants_ctx(c);
     let alias = |n: &str| format!("Element{}", upper_first(n));
     let mut elements: Vec<ElementCtx> = spec.tensors.iter().map(|t| ElementCtx { alias: alias(&t.name.name), cpp_type: element(t.dtype.0).into(), of: format!("tensor `{}`", t.name.name) })
         .chain(spec.buffers.iter().map(|b| ElementCtx { alias: alias(&b.name.name), cpp_type: element(b.dtype.0).into(), of: format!("{} buffer `{}`", b.scope.0.name(), b.name.name) }))
