@@ -732,22 +732,30 @@ impl Spec {
     }
 }
 
+/// Where statement `id` is: the block that holds it (`stmts`, or a block nested in them), its
+/// position there, and whether that block is `stmts` itself. `None` if no block holds it.
+pub fn locate(stmts: &[Stmt], id: StmtId) -> Option<(&[Stmt], usize, bool)> {
+    fn inner(stmts: &[Stmt], id: StmtId, top: bool) -> Option<(&[Stmt], usize, bool)> {
+        if let Some(i) = stmts.iter().position(|s| s.id == id) {
+            return Some((stmts, i, top));
+        }
+        stmts.iter().find_map(|s| match &s.kind {
+            StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => inner(body, id, false),
+            StmtKind::If { then_body, else_body, .. } => inner(then_body, id, false).or_else(|| inner(else_body, id, false)),
+            _ => None,
+        })
+    }
+    inner(stmts, id, true)
+}
+
 /// Whether statements `earlier` and `later` are in one block, `earlier` first, and nothing
 /// between them (nested statements included) writes buffer `buf`.
 pub fn untouched_between(stmts: &[Stmt], earlier: StmtId, later: StmtId, buf: &str) -> bool {
-    let at = |id: StmtId| stmts.iter().position(|s| s.id == id);
-    if let (Some(e), Some(l)) = (at(earlier), at(later)) {
-        let mut written = false;
-        walk_stmts(&stmts[(e + 1).min(l)..l], &mut |s| written |= s.written() == Some(buf));
-        return e < l && !written;
-    }
-    stmts.iter().any(|s| match &s.kind {
-        StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => untouched_between(body, earlier, later, buf),
-        StmtKind::If { then_body, else_body, .. } => {
-            untouched_between(then_body, earlier, later, buf) || untouched_between(else_body, earlier, later, buf)
-        }
-        _ => false,
-    })
+    let Some((block, e, _)) = locate(stmts, earlier) else { return false };
+    let Some(l) = block.iter().position(|s| s.id == later).filter(|&l| e < l) else { return false };
+    let mut written = false;
+    walk_stmts(&block[e + 1..l], &mut |s| written |= s.written() == Some(buf));
+    !written
 }
 
 /// Visits every statement of `stmts` and of the blocks nested in them, in pre-order.

@@ -262,19 +262,6 @@ pub fn build(c: &Compiled, errors: &mut Vec<Diagnostic>) -> Vec<BodyItem> {
     l.items
 }
 
-/// The statements after statement `id` in its block, and whether that block is `stmts`
-/// itself (`top`), or `None` if `id` is not in `stmts`.
-fn after(stmts: &[Stmt], id: StmtId, top: bool) -> Option<(&[Stmt], bool)> {
-    if let Some(i) = stmts.iter().position(|s| s.id == id) {
-        return Some((&stmts[i + 1..], top));
-    }
-    stmts.iter().find_map(|s| match &s.kind {
-        StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => after(body, id, false),
-        StmtKind::If { then_body, else_body, .. } => after(then_body, id, false).or_else(|| after(else_body, id, false)),
-        _ => None,
-    })
-}
-
 fn pad(depth: usize) -> String {
     "  ".repeat(depth)
 }
@@ -391,7 +378,8 @@ impl Lower<'_> {
     /// (staged through shared memory behind a barrier) ends the search; anything else, or
     /// the end of a nested block, needs the barrier.
     fn shared_used_after(&self, id: StmtId) -> bool {
-        let Some((rest, top)) = after(&self.c.spec.body, id, true) else { return true };
+        let Some((block, at, top)) = crate::ast::locate(&self.c.spec.body, id) else { return true };
+        let rest = &block[at + 1..];
         for t in rest {
             match &t.kind {
                 StmtKind::Copy { .. } => return self.c.plan.copies.get(&t.id).map(|c| c.kind) != Some(CopyKind::AccumulatorToGlobal),
