@@ -182,11 +182,21 @@ pub struct G2sCtx {
     pub val_shape: String,
 }
 
+/// A store of an accumulator through a shared staging tile: the statement, and the staging
+/// tile and copies it declares (named after the tensor, `key`).
 #[derive(Serialize)]
 pub struct StoreCtx {
     pub key: String,
     pub line: usize,
     pub why: String,
+    #[serde(flatten)]
+    pub staging: StagingCtx,
+}
+
+/// The staging tile of a [`StoreCtx`] and its copy types: two stores into one tensor may share
+/// them only when they are equal.
+#[derive(Serialize, PartialEq)]
+pub struct StagingCtx {
     pub elem: String,
     pub r2s_atom: String,
     pub smem_layout: String,
@@ -198,15 +208,6 @@ pub struct StoreCtx {
     pub thr_shape: String,
     pub thr_stride: String,
     pub val_shape: String,
-}
-
-impl StoreCtx {
-    /// Whether `other` declares the same staging tile and copies (all but its line and reason).
-    fn same_staging(&self, other: &StoreCtx) -> bool {
-        let key = |s: &StoreCtx| (s.elem.clone(), s.r2s_atom.clone(), s.swizzle.clone(), s.atom_shape.clone(), s.atom_stride.clone(), s.tile_shape.clone(),
-                                  s.s2g_atom.clone(), s.thr_shape.clone(), s.thr_stride.clone(), s.val_shape.clone());
-        key(self) == key(other)
-    }
 }
 
 #[derive(Serialize)]
@@ -555,10 +556,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                 let val = if contiguous_first { format!("Int<{}>, _1", cp.vector_elems) } else { format!("_1, Int<{}>", cp.vector_elems) };
                 let pair_bits = 2 * t.dtype.0.bytes() * 8;
                 let layout = format!("SmemLayout{}", upper_first(&key));
-                let store = StoreCtx {
-                    key: key.clone(),
-                    line,
-                    why: cp.why.clone(),
+                let staging = StagingCtx {
                     elem: element_alias(&key),
                     r2s_atom: format!("UniversalCopy<uint{pair_bits}_t>"),
                     smem_layout: layout.clone(),
@@ -571,10 +569,11 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
                     thr_stride: tst,
                     val_shape: val,
                 };
+                let store = StoreCtx { key: key.clone(), line, why: cp.why.clone(), staging };
                 // Stores into one tensor share its staging tile and copy types (named after the
                 // tensor) when they lay it out alike; otherwise the names would clash.
                 if let Some(first) = stores.iter().find(|s: &&StoreCtx| s.key == key) {
-                    if !first.same_staging(&store) {
+                    if first.staging != store.staging {
                         let at = spec.stmt(sid).map_or(spec.kernel.span, |s| s.span);
                         errors.push(Diagnostic::error(at, format!("this store into `{key}` stages its tile unlike the store at spec {}, and the {} backend gives a tensor one staging tile", first.line, plan.target))
                             .hint("store both from accumulators of one shape and element type, or into different tensors"));
