@@ -69,6 +69,10 @@ pub struct HeaderCtx {
     /// at which spec line, for the constants' comment: `` (sm90a's `targets:` entry, spec 28,
     /// sets block_N, block_K, stages)``; empty otherwise.
     pub constants_note: String,
+    /// Whether the launcher reads its launch's error with `<api>GetLastError` (a `<<<...>>>`
+    /// launch), which the header warns also returns an error an earlier call left pending:
+    /// every launcher but one through `cudaLaunchKernelEx`, whose context clears it.
+    pub reads_last_error: bool,
 }
 
 /// The header fields for a compiled spec.
@@ -88,6 +92,7 @@ pub fn header(c: &Compiled) -> HeaderCtx {
         source_ext: c.plan.target.source_extension().into(),
         build: build_lines(c.plan.target, &c.spec.kernel.name),
         constants_note: constants_note(c),
+        reads_last_error: true,
     }
 }
 

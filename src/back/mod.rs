@@ -454,9 +454,6 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
         context.insert("constants", &constants);
         cu = tera.render("kernel.cu", &context).map_err(|e| template_error(c, &e))?;
     }
-    // The header says when the launcher reads its launch's error with cudaGetLastError (which
-    // also hands back an error an earlier call left pending).
-    context.insert("reads_last_error", &uncommented(&cu).contains("GetLastError()"));
     let h = tera.render("launcher.h", &context).map_err(|e| template_error(c, &e))?;
     let kernel = &c.spec.kernel.name;
     Ok(vec![

@@ -63,8 +63,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
     let (_, _, grid_doc) = grid_ctx(c);
     let threads = spec.threads.0;
     let split = p.split_k.is_ok();
-    Context {
-        operands: operands_ctx(c, PlanRefs {
+    let mut operands = operands_ctx(c, PlanRefs {
             tensors: p.tensors,
             buffers: p.buffers,
             stmts: [p.pipeline, p.gemm, p.dequant, p.store],
@@ -73,7 +72,11 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
             group: p.group,
             zero: &p.zero,
             why: &p.why,
-        }),
+        });
+    // A launcher that may split k launches through cudaLaunchKernelEx, which returns its error.
+    operands.header.reads_last_error = !split;
+    Context {
+        operands,
         target_banner: "Target sm90a: the wide-tile 4-bit-weight GEMM (a TMA producer warpgroup filling mbarrier stages, weights unpacked into the warpgroup MMAs' register A operand).".into(),
         helpers: [DEQUANT_INT4X2, CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from).collect(),
         doc_launch: format!("grid ({}){}, {} threads (the spec's {threads} and a TMA producer warpgroup), {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
