@@ -39,9 +39,9 @@ extern "C" {
 // on `stream` (grid and workgroup size chosen by CK).
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or a tensor spans 2^31 bytes or more (B * S * H * D elements), or CK's
-//   IsSupportedArgument rejects the sizes;
+//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
+//   a tensor spans 2^31 bytes or more (B * S * H * D elements), or CK's IsSupportedArgument rejects
+//   the sizes;
 //   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
 //   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.

@@ -38,8 +38,8 @@ extern "C" {
 // over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a
-//   pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a pointer is
+//   null or breaks its alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or
 //   cudaLaunchKernelEx reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.

@@ -31,8 +31,8 @@ extern "C" {
 // partials).
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds HIP's limits;
+//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
+//   the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with hipGetLastError, which also returns (and clears) an

@@ -29,8 +29,8 @@ extern "C" {
 // reductions' partials).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
+//   the grid exceeds CUDA's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

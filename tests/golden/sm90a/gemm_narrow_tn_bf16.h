@@ -33,8 +33,8 @@ extern "C" {
 // allocated and freed on `stream`.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its
-//   alignment, or CUTLASS's can_implement rejects the problem;
+//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
+//   CUTLASS's can_implement rejects the problem;
 //   otherwise the error that cudaGetDevice, the workspace allocation or the launch reported, or
 //   cudaErrorUnknown (999) when CUTLASS's initialize or run fails without a CUDA error.
 // Errors during execution surface at the next synchronisation, as for any kernel.
