@@ -596,14 +596,15 @@ pub(super) fn context(c: &Compiled, plan: &TilePlan) -> Result<Context, Vec<Diag
         return Err(l.errors);
     }
     let body = l.lines;
-    // Constants the code does not use (tile settings of other targets) are kept, for the
-    // reader, and marked so.
+    // Every spec constant is declared, for the reader; those the kernel never reads (tile
+    // settings of other targets) are marked by render_pair's scan (ConstantCtx::unused).
     let mut grid: Vec<String> = spec.grid.iter().map(|g| conv.expr(&g.extent, &crate::back::conv::GridEnv)).collect();
     while grid.len() < 3 {
         grid.push("1".into());
     }
     let lds = lds_declarations(c, plan, &conv);
     let code = |l: &String| l.split("//").next().unwrap_or("").to_string();
+    // Whether the body, the LDS declarations or the grid read `name` (a lane or block index).
     let used = |name: &str| body.iter().chain(&lds).chain(&grid).any(|l| mentions(&code(l), name));
     let constants = crate::back::constants_ctx(c);
     let alias = |n: &str| format!("Element{}", upper_first(n));
