@@ -90,7 +90,7 @@ fn parse_and_check(file: SourceFile, target: Option<target::Target>) -> Result<C
         // Statements that failed to parse are left out; checking the rest still finds
         // real errors (a broken declaration would only cause noise, so stop there).
         let mut errors = parsed.errors;
-        if parsed.errors_only_in_body && let Err(more) = check::check(&spec) {
+        if parsed.errors_only_in_body && let Err(more) = check::check_partial(&spec) {
             errors.extend(more);
         }
         return Err((file, errors));

@@ -332,18 +332,17 @@ fn sm90a_int8_gemm_takes_the_collective_with_an_f32_epilogue_fragment() {
     assert_eq!((m.atom.as_str(), m.tile.2, m.k_blocks), ("SM80_16x8x32_S32S8S8S32_TN", 32, 2));
     let errs = compile_for(mn_major, Target::Sm80).unwrap_err().join("\n");
     assert!(errs.contains("8-bit MMA operands are read K-major (ldmatrix cannot transpose 8-bit elements), but `B_s` is MN-major in shared memory"), "{errs}");
-    // A 16-bit GEMM may compute its epilogue into a second f32 fragment too; reading one the
-    // epilogue has not written is refused.
+    // A 16-bit GEMM may compute its epilogue into a second f32 fragment too.
     let gemm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/specs/gemm_bf16.yaml")).unwrap()
         .replace("  acc: {scope: fragment, dtype: f32,  shape: [block_M, block_N]}", "  acc: {scope: fragment, dtype: f32,  shape: [block_M, block_N]}\n  out: {scope: fragment, dtype: f32,  shape: [block_M, block_N]}");
     let two = gemm.replace("  - copy(acc, C", "  - parallel(i, j):\n      - out[i, j] = acc[i, j] * 2.0\n      - out[i, j] += acc[i, j]\n  - copy(out, C");
     let c = compile_for(two, Target::Sm90a).unwrap();
     let tree = &c.plan.collective.as_ref().expect("collective").epilogue;
     assert_eq!(tilegen::explain::explain(&c).lines().find(|l| l.contains("D = ")).unwrap().trim(), "D = plus(multiplies(acc, 2.0f), acc)", "{tree:?}");
+    // Reading one before anything writes it is an error of the spec, on every target.
     let unwritten = gemm.replace("  - copy(acc, C", "  - parallel(i, j):\n      - acc[i, j] = out[i, j] * 2.0\n  - copy(acc, C");
-    let c = compile_for(unwritten, Target::Sm90a);
-    let why = c.map(|c| c.plan.collective_reason.unwrap_or_default()).unwrap_or_else(|e| e.join("\n"));
-    assert!(why.contains("a read of `out`, which is not the accumulator or computed from it"), "{why}");
+    let errs = compile_for(unwritten, Target::Sm80).unwrap_err().join("\n");
+    assert!(errs.contains("`out` is read here before any statement writes it"), "{errs}");
 }
 
 #[test]
@@ -802,7 +801,7 @@ fn accumulators_copy_into_shared_buffers_and_stores_in_loops_get_their_own_stagi
     let a = compile(attention()).unwrap();
     assert!(a.plan.smem.staging_reuses_buffers && a.plan.smem.total == a.plan.smem.buffers.max(a.plan.smem.staging));
     // A buffer the pipeline stages cannot also be written from registers.
-    let text = linear_attention().replace("  - copy(S_f, S_s)\n  - pipelined", "  - copy(S_f, S_s)\n  - copy(O_f, V_s)\n  - pipelined");
+    let text = linear_attention().replace("  - copy(S_f, S_s)\n  - pipelined", "  - copy(S_f, S_s)\n  - clear(O_f)\n  - copy(O_f, V_s)\n  - pipelined");
     let errs = compile(text).unwrap_err().join("\n");
     assert!(errs.contains("filled by a pipelined copy"), "{errs}");
 }
@@ -1991,4 +1990,32 @@ fn stores_into_one_tensor_share_its_staging_tile_or_say_why_not() {
     let errs = compile(other.clone()).map(|c| tilegen::back::render(&c).map(|_| ()).map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("\n"))).unwrap();
     let errs = errs.unwrap_err();
     assert!(errs.contains("this store into `O` stages its tile unlike the store at spec"), "{errs}");
+}
+
+#[test]
+fn reads_of_buffers_before_any_write_are_errors_unless_a_branch_may_skip_them() {
+    let read_early = "`m_prev` is read here before any statement writes it";
+    // The running max's previous value, saved only after its use: the first iteration reads
+    // undefined registers, and the error points at the write that comes too late.
+    let late = attention().replace("      - parallel(i):\n          - m_prev[i] = m[i]\n", "").replace("      - parallel(i, j):\n          - O_f[i, j] *= alpha[i]", "      - parallel(i):\n          - m_prev[i] = m[i]\n      - parallel(i, j):\n          - O_f[i, j] *= alpha[i]");
+    assert!(late != attention());
+    let errs = compile(late.clone()).unwrap_err().join("\n");
+    assert!(errs.contains(read_early) && errs.contains("written here, later in the loop"), "{errs}");
+    // Under `if t > 0` the read may be what the branch keeps out of the first iteration.
+    let guarded = late.replace("      - parallel(i):\n          - alpha[i] = exp2((m_prev[i] - m[i]) * scale_log2)", "      - if t > 0:\n          - parallel(i):\n              - alpha[i] = exp2((m_prev[i] - m[i]) * scale_log2)");
+    assert!(guarded != late);
+    let errs = compile(guarded).err().unwrap_or_default().join("\n");
+    assert!(!errs.contains("before any statement writes it"), "{errs}");
+    // So may an `if` around an inner loop.
+    let nested = late.replace("      - parallel(i):\n          - alpha[i] = exp2((m_prev[i] - m[i]) * scale_log2)", "      - if t > 0:\n          - serial(u, 1):\n              - parallel(i):\n                  - alpha[i] = exp2((m_prev[i] - m[i]) * scale_log2)");
+    assert!(nested != late);
+    let errs = compile(nested).err().unwrap_or_default().join("\n");
+    assert!(!errs.contains("before any statement writes it"), "{errs}");
+    // A write under an `if` before the loop may have happened: no error.
+    let maybe = attention().replace("  - clear(l)\n", "  - clear(l)\n  - if bx > 0:\n      - parallel(i):\n          - m_prev[i] = m[i]\n");
+    assert!(maybe != attention());
+    compile(maybe).unwrap();
+    // A gemm into an accumulator nobody cleared.
+    let errs = compile(attention().replace("  - clear(O_f)\n", "")).unwrap_err().join("\n");
+    assert!(errs.contains("`O_f` is read here before any statement writes it"), "{errs}");
 }

@@ -8,6 +8,7 @@
 
 pub mod consts;
 mod expr;
+mod init;
 mod stmt;
 
 use crate::ast::*;
@@ -142,6 +143,16 @@ pub(crate) struct Checker<'a> {
 
 /// Checks a spec, reporting every error found.
 pub fn check(spec: &Spec) -> Result<Info, Vec<Diagnostic>> {
+    check_body(spec, true)
+}
+
+/// As [`check`], for a spec whose body lost statements that failed to parse: reads before
+/// writes are not looked for, since a missing statement may be the write.
+pub fn check_partial(spec: &Spec) -> Result<Info, Vec<Diagnostic>> {
+    check_body(spec, false)
+}
+
+fn check_body(spec: &Spec, whole: bool) -> Result<Info, Vec<Diagnostic>> {
     let mut c = Checker {
         spec,
         info: Info {
@@ -158,6 +169,9 @@ pub fn check(spec: &Spec) -> Result<Info, Vec<Diagnostic>> {
     };
     c.declarations();
     c.block(&spec.body);
+    if whole && c.errors.is_empty() {
+        c.reads_before_writes();
+    }
     if c.errors.is_empty() { Ok(c.info) } else { Err(c.errors) }
 }
 

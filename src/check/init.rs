@@ -1,0 +1,176 @@
+//! Reads of buffers before anything writes them. Registers and shared memory start undefined,
+//! so a fragment read before any statement writes it (a `gemm` into an accumulator nobody
+//! cleared, a running maximum first assigned after its loop) computes on garbage, silently.
+//!
+//! The analysis follows the body in order and keeps the buffers some statement so far may have
+//! written (a write under an `if`, or in a loop that might not run, counts: it only reports reads
+//! that no path can have prepared). Inside a loop, a write later in the body reaches a read from
+//! the second iteration on; the first iteration still reads undefined values, so that read is
+//! reported too, unless it sits under an `if` inside the loop, which may be what keeps it out of
+//! the first iteration (`if t > 0:`).
+
+use super::Checker;
+use crate::ast::*;
+use crate::diag::{Diagnostic, Span};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The walk's state.
+struct Init<'a> {
+    /// The spec's buffers, by name.
+    buffers: BTreeSet<&'a str>,
+    /// Buffers some statement before the current one may have written.
+    written: BTreeSet<&'a str>,
+    /// Buffers the enclosing loops' bodies write (they reach a read from the loop's second
+    /// iteration on): the `if`s around the outermost such loop, and the statements that write.
+    carried: BTreeMap<&'a str, (usize, Vec<Span>)>,
+    /// Loops and `if`s enclosing the statement.
+    loops: usize,
+    ifs: usize,
+    /// The statement being walked.
+    at: Span,
+    /// One report per buffer.
+    reported: BTreeSet<&'a str>,
+    errors: Vec<Diagnostic>,
+}
+
+impl Checker<'_> {
+    /// Reports reads of buffers that no earlier statement writes (see the module's doc).
+    pub(super) fn reads_before_writes(&mut self) {
+        let spec = self.spec;
+        let mut init = Init {
+            buffers: spec.buffers.iter().map(|b| b.name.name.as_str()).collect(),
+            written: BTreeSet::new(),
+            carried: BTreeMap::new(),
+            loops: 0,
+            ifs: 0,
+            at: spec.kernel.span,
+            reported: BTreeSet::new(),
+            errors: Vec::new(),
+        };
+        init.block(&spec.body);
+        self.errors.extend(init.errors);
+    }
+}
+
+impl<'a> Init<'a> {
+    fn block(&mut self, stmts: &'a [Stmt]) {
+        for s in stmts {
+            self.stmt(s);
+        }
+    }
+
+    fn stmt(&mut self, s: &'a Stmt) {
+        self.at = s.span;
+        match &s.kind {
+            StmtKind::Loop { count, body, .. } => {
+                self.expr(count, None);
+                let outer = self.carried.clone();
+                let mut writes = Vec::new();
+                walk_stmts(body, &mut |t| writes.extend(t.written().map(|w| (w, t.span))));
+                for (w, at) in writes {
+                    self.carried.entry(w).or_insert((self.ifs, Vec::new())).1.push(at);
+                }
+                self.loops += 1;
+                self.block(body);
+                self.loops -= 1;
+                self.carried = outer;
+            }
+            StmtKind::If { cond, then_body, else_body } => {
+                self.expr(cond, None);
+                self.ifs += 1;
+                self.block(then_body);
+                self.block(else_body);
+                self.ifs -= 1;
+            }
+            StmtKind::Parallel { body, .. } => self.block(body),
+            StmtKind::Copy { src, dst } => {
+                for origin in [src, dst].into_iter().filter_map(|o| o.origin.as_ref()) {
+                    origin.iter().for_each(|e| self.expr(e, None));
+                }
+                self.read(&src.name, None);
+                self.write(&dst.name.name);
+            }
+            StmtKind::Dequant { src, dst, scales, zero } => {
+                for r in [src, scales].into_iter().chain(zero.tile()) {
+                    self.read(r, None);
+                }
+                self.write(&dst.name);
+            }
+            StmtKind::Reduce { src, dst, clear, .. } => {
+                self.read(src, None);
+                if !clear {
+                    self.read(dst, Some(format!("`clear=false` combines the reduction with `{}`'s values: fill it first (`fill({0}, -inf)` for a running maximum, `clear({0})` for a sum)", dst.name)));
+                }
+                self.write(&dst.name);
+            }
+            StmtKind::Gemm { a, b, c, .. } => {
+                self.read(a, None);
+                self.read(b, None);
+                let before = if self.loops > 0 { "before the loop" } else { "before the gemm" };
+                self.read(c, Some(format!("gemm adds its product to `{}`: `clear({0})` {before}", c.name)));
+                self.write(&c.name);
+            }
+            StmtKind::Clear { buf } => self.write(&buf.name),
+            StmtKind::Fill { buf, value } => {
+                self.expr(value, None);
+                self.write(&buf.name);
+            }
+            StmtKind::Assign { target, indices, op, value } => {
+                indices.iter().for_each(|e| self.expr(e, None));
+                self.expr(value, None);
+                if *op != AssignOp::Set {
+                    self.read(target, Some(format!("`{}` updates `{}`'s values: write it first", op.symbol(), target.name)));
+                }
+                self.write(&target.name);
+            }
+        }
+    }
+
+    fn write(&mut self, name: &'a str) {
+        if self.buffers.contains(name) {
+            self.written.insert(name);
+        }
+    }
+
+    /// The buffers `e` reads.
+    fn expr(&mut self, e: &'a Expr, hint: Option<String>) {
+        let mut reads = Vec::new();
+        e.visit(&mut |x| {
+            match &x.kind {
+                ExprKind::Index(name, _) => reads.push((name.name.as_str(), name.span)),
+                ExprKind::Name(name) => reads.push((name.as_str(), x.span)),
+                _ => {}
+            }
+            true
+        });
+        for (name, span) in reads {
+            self.check(name, span, hint.clone());
+        }
+    }
+
+    fn read(&mut self, buf: &'a Ident, hint: Option<String>) {
+        self.check(&buf.name, buf.span, hint);
+    }
+
+    fn check(&mut self, name: &'a str, at: Span, hint: Option<String>) {
+        if !self.buffers.contains(name) || self.written.contains(name) || self.reported.contains(name) {
+            return;
+        }
+        let carried = self.carried.get(name);
+        // Under an `if` inside a loop that writes it, the branch may keep the read out of the
+        // first iteration.
+        if carried.is_some_and(|&(ifs, _)| self.ifs > ifs) {
+            return;
+        }
+        // A write by another statement of the loop, to point at (the reading statement's own
+        // write, as a gemm's, goes without saying).
+        let later = carried.and_then(|(_, spans)| spans.iter().copied().find(|&w| w != self.at));
+        self.reported.insert(name);
+        let mut d = Diagnostic::error(at, format!("`{name}` is read here before any statement writes it: registers and shared memory start undefined"));
+        if let Some(later) = later {
+            d = d.label(later, "written here, later in the loop: that reaches the read only from the second iteration on");
+        }
+        let hint = hint.unwrap_or_else(|| format!("write `{name}` before this read (clear, fill, copy or an assignment in `parallel`)"));
+        self.errors.push(d.hint(hint));
+    }
+}
