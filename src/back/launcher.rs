@@ -69,9 +69,10 @@ pub struct HeaderCtx {
     /// at which spec line, for the constants' comment: `` (sm90a's `targets:` entry, spec 28,
     /// sets block_N, block_K, stages)``; empty otherwise.
     pub constants_note: String,
-    /// Whether the launcher reads its launch's error with `<api>GetLastError` (a `<<<...>>>`
-    /// launch), which the header warns also returns an error an earlier call left pending:
-    /// every launcher but one through `cudaLaunchKernelEx`, whose context clears it.
+    /// Whether the launcher reads its launch's error with `<api>GetLastError`, which the header
+    /// warns also returns an error an earlier call left pending: set by [`header`] for the
+    /// `<<<...>>>` launches, cleared by a context whose launcher uses `cudaLaunchKernelEx`
+    /// (the sm90a wide-tile 4-bit GEMM's when it may split k), which returns the error itself.
     pub reads_last_error: bool,
 }
 
