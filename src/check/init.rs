@@ -63,7 +63,7 @@ impl<'a> Init<'a> {
         self.at = s.span;
         match &s.kind {
             StmtKind::Loop { count, body, .. } => {
-                self.expr(count, None);
+                self.expr(count);
                 let outer = self.carried.clone();
                 let mut writes = Vec::new();
                 walk_stmts(body, &mut |t| writes.extend(t.written().map(|w| (w, t.span))));
@@ -76,7 +76,7 @@ impl<'a> Init<'a> {
                 self.carried = outer;
             }
             StmtKind::If { cond, then_body, else_body } => {
-                self.expr(cond, None);
+                self.expr(cond);
                 self.ifs += 1;
                 self.block(then_body);
                 self.block(else_body);
@@ -85,7 +85,7 @@ impl<'a> Init<'a> {
             StmtKind::Parallel { body, .. } => self.block(body),
             StmtKind::Copy { src, dst } => {
                 for origin in [src, dst].into_iter().filter_map(|o| o.origin.as_ref()) {
-                    origin.iter().for_each(|e| self.expr(e, None));
+                    origin.iter().for_each(|e| self.expr(e));
                 }
                 self.read(&src.name, None);
                 self.write(&dst.name.name);
@@ -112,12 +112,12 @@ impl<'a> Init<'a> {
             }
             StmtKind::Clear { buf } => self.write(&buf.name),
             StmtKind::Fill { buf, value } => {
-                self.expr(value, None);
+                self.expr(value);
                 self.write(&buf.name);
             }
             StmtKind::Assign { target, indices, op, value } => {
-                indices.iter().for_each(|e| self.expr(e, None));
-                self.expr(value, None);
+                indices.iter().for_each(|e| self.expr(e));
+                self.expr(value);
                 if *op != AssignOp::Set {
                     self.read(target, Some(format!("`{}` updates `{}`'s values: write it first", op.symbol(), target.name)));
                 }
@@ -132,8 +132,8 @@ impl<'a> Init<'a> {
         }
     }
 
-    /// The buffers `e` reads.
-    fn expr(&mut self, e: &'a Expr, hint: Option<String>) {
+    /// Checks the buffers `e` reads (elements, or a whole buffer by name).
+    fn expr(&mut self, e: &'a Expr) {
         let mut reads = Vec::new();
         e.visit(&mut |x| {
             match &x.kind {
@@ -144,7 +144,7 @@ impl<'a> Init<'a> {
             true
         });
         for (name, span) in reads {
-            self.check(name, span, hint.clone());
+            self.check(name, span, None);
         }
     }
 
