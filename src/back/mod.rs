@@ -344,6 +344,9 @@ pub(crate) const HEADER_TEMPLATE: &str = include_str!("../../templates/launcher.
 /// Tera components the sm80 kernel template calls (a tile's TMA view, stages and issue).
 const TMA_COMPONENTS: &str = include_str!("../../templates/sm80/tma.cu.tera");
 
+/// The declaration of a spec constant ([`ConstantCtx`]), for every template that declares them.
+const CONSTANT_COMPONENT: &str = include_str!("../../templates/constants.tera");
+
 /// The device helpers generated code calls by name, in key order: each defines the functions
 /// listed, written for CuTe (`CUTE_DEVICE`).
 const CALLED_HELPERS: [(&[&str], &str); 6] = [
@@ -400,14 +403,12 @@ fn named_elements(code: &str, context: &tera::Context) -> Option<Vec<tera::Value
     (named.len() != all.len()).then_some(named)
 }
 
-/// The context's `constants` ([`ConstantCtx`], as [`constants_ctx`] makes them) with `unused`
-/// set on those that `code` (without comments) names only in their own declaration. `None`
-/// when every one is read, or the context lists no `ConstantCtx`.
+/// [`constants_ctx`] with `unused` set on the constants that `code` (without comments) names
+/// only in their own declaration, for a context that lists them as [`ConstantCtx`] (each with
+/// its `unused` flag). `None` when every one is read, or the context lists none.
 fn constants_marked_unused(c: &Compiled, code: &str, context: &tera::Context) -> Option<Vec<ConstantCtx>> {
-    let listed = context.get("constants")?.as_array()?;
-    let name = |k: &tera::Value| k.get_from_path("name").and_then(|n| n.as_str()).map(str::to_string);
-    let names: std::collections::BTreeSet<String> = listed.iter().filter(|k| k.get_from_path("unused").is_some()).filter_map(name).collect();
-    let mut constants: Vec<ConstantCtx> = constants_ctx(c).into_iter().filter(|k| names.contains(&k.name)).collect();
+    context.get("constants")?.as_array()?.first()?.get_from_path("unused")?;
+    let mut constants = constants_ctx(c);
     for k in &mut constants {
         k.unused = conv::mention_count(code, &k.name) == 1;
     }
@@ -426,6 +427,7 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     let mut tera = tera::Tera::new();
     tera.autoescape_on(Vec::<&str>::new());
     tera.add_raw_template("tma.cu", TMA_COMPONENTS).map_err(|e| template_error(c, &e))?;
+    tera.add_raw_template("constants", CONSTANT_COMPONENT).map_err(|e| template_error(c, &e))?;
     for (name, source) in parents {
         tera.add_raw_template(name, source).map_err(|e| template_error(c, &e))?;
     }
