@@ -19,5 +19,5 @@ else
   echo "test.sh: cargo clippy is not installed: lints NOT checked" >&2
 fi
 # The regeneration check users run in CI, on the bundled specs.
-./target/release/tilegen gen --check
+./target/release/tilegen gen --check --deny-warnings
 cargo test --locked --release -- --test-threads 2

@@ -98,9 +98,32 @@ pub struct Label {
     pub message: String,
 }
 
+/// How serious a diagnostic is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Severity {
+    /// The spec cannot be compiled.
+    #[default]
+    Error,
+    /// The spec compiles, but part of it does nothing (an unused buffer, a result never read);
+    /// `--deny-warnings` makes these fail `check` and `gen`.
+    Warning,
+}
+
+impl Severity {
+    /// The word reports use: `error` or `warning`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
 /// One problem found in a spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
+    /// An error, or a warning that lets the spec compile.
+    pub severity: Severity,
     /// The primary location: the offending text.
     pub span: Span,
     /// What is wrong.
@@ -120,7 +143,12 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// An error at `span`.
     pub fn error(span: Span, message: impl Into<String>) -> Diagnostic {
-        Diagnostic { span, message: message.into(), hint: None, labels: Vec::new(), unsupported: false, cause: None }
+        Diagnostic { severity: Severity::Error, span, message: message.into(), hint: None, labels: Vec::new(), unsupported: false, cause: None }
+    }
+
+    /// A warning at `span`: the spec compiles, but this part of it does nothing.
+    pub fn warning(span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(span, message) }
     }
 
     /// Records the cause alone (see [`Diagnostic::cause`]).
@@ -161,11 +189,12 @@ impl Diagnostic {
         self
     }
 
-    /// Renders the report: `path:line:col: error: message`, the line, a caret, labels, hint.
+    /// Renders the report: `path:line:col: error: message` (or `warning:`), the line, a caret,
+    /// labels, hint.
     pub fn render(&self, file: &SourceFile) -> String {
         let mut out = String::new();
         let (line, col) = file.line_col(self.span.start);
-        let _ = writeln!(out, "{}:{}:{}: error: {}", file.path, line, col, self.message);
+        let _ = writeln!(out, "{}:{}:{}: {}: {}", file.path, line, col, self.severity.name(), self.message);
         // One gutter width for every excerpt of the diagnostic, as wide as its longest line number.
         let gutter = std::iter::once(line).chain(self.labels.iter().map(|l| file.line_col(l.span.start).0)).max().unwrap_or(line).to_string().len();
         render_excerpt(&mut out, file, self.span, None, gutter);
@@ -211,7 +240,7 @@ fn render_excerpt(out: &mut String, file: &SourceFile, span: Span, note: Option<
     out.push('\n');
 }
 
-/// Renders all diagnostics, sorted by position, followed by a count.
+/// Renders all diagnostics, sorted by position, followed by a count of errors and warnings.
 pub fn render_all(diags: &[Diagnostic], file: &SourceFile) -> String {
     let mut sorted: Vec<&Diagnostic> = diags.iter().collect();
     sorted.sort_by_key(|d| (d.span.start, d.message.clone()));
@@ -220,8 +249,12 @@ pub fn render_all(diags: &[Diagnostic], file: &SourceFile) -> String {
         out.push_str(&d.render(file));
         out.push('\n');
     }
-    let n = sorted.len();
-    let _ = writeln!(out, "{}: {} error{} found", file.path, n, if n == 1 { "" } else { "s" });
+    let count = |severity: Severity| {
+        let n = sorted.iter().filter(|d| d.severity == severity).count();
+        (n > 0).then(|| format!("{n} {}{}", severity.name(), if n == 1 { "" } else { "s" }))
+    };
+    let counts: Vec<String> = [Severity::Error, Severity::Warning].into_iter().filter_map(count).collect();
+    let _ = writeln!(out, "{}: {} found", file.path, if counts.is_empty() { "0 errors".to_string() } else { counts.join(" and ") });
     out
 }
 

@@ -20,7 +20,7 @@ mod exit {
 
 #[derive(Parser)]
 #[command(name = "tilegen", version, about = "Translate tile-model kernel specs (YAML) into readable CUTLASS/CuTe C++.",
-    after_help = "Exit codes: 0 success; 1 a spec has errors, `gen --check` found drift, or a build or validation failed; 2 bad command line; 3 a file could not be read or written.")]
+    after_help = "Exit codes: 0 success; 1 a spec has errors (or warnings, under --deny-warnings), `gen --check` found drift, or a build or validation failed; 2 bad command line; 3 a file could not be read or written.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,6 +44,9 @@ enum Command {
         /// specs named, `gen` removes those).
         #[arg(long)]
         check: bool,
+        /// Fail (exit 1, writing nothing) if a spec has warnings.
+        #[arg(long)]
+        deny_warnings: bool,
     },
     /// Parse, check and infer layouts; write nothing.
     #[command(after_help = "Without --target, every target is checked as `tilegen gen` renders them: a target with no\nlowering for a spec is a note (gen skips that pair), anything else an error. A target named\nwith --target must lower the spec: every reason it cannot is an error. Without --target, the\nspec's own constants (no target's overrides: what `tilegen run` executes) are checked too.\n\nExample:\n  tilegen check specs/*.yaml\n  tilegen check --target gfx942 specs/w4a16_gemm_bf16.yaml\n")]
@@ -54,6 +57,9 @@ enum Command {
         /// Targets whose limits to check against (default: all, as `gen`).
         #[arg(long, value_delimiter = ',', value_parser = parse_target)]
         target: Vec<Target>,
+        /// Exit 1 if a spec has warnings.
+        #[arg(long)]
+        deny_warnings: bool,
     },
     /// Run a spec on the CPU reference interpreter (small shapes).
     #[command(after_help = "Reads <tensor>.npy from --inputs for every input tensor and every output the spec also\nreads (updated in place) (bf16 as uint16 bits, f8e4m3 as uint8 bits, arrays in logical C\norder), infers the runtime sizes from their shapes, and writes <tensor>.npy for every\noutput to --out.\n\nExample:\n  tilegen run specs/gemm_bf16.yaml --inputs tests/golden/gemm_bf16/ragged_77x136x264 --out /tmp/out")]
@@ -151,8 +157,8 @@ fn parse_target(s: &str) -> Result<Target, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Gen { specs, out, target, check } => generate(specs, &out, target, check),
-        Command::Check { specs, target } => check(&specs, target),
+        Command::Gen { specs, out, target, check, deny_warnings } => generate(specs, &out, target, check, deny_warnings),
+        Command::Check { specs, target, deny_warnings } => check(&specs, target, deny_warnings),
         Command::Explain { spec, target } => explain(&spec, target),
         Command::Run { spec, inputs, out, sizes } => run(&spec, &inputs, &out, sizes),
         Command::Build { opts } => build(opts, None, None),
@@ -174,7 +180,25 @@ fn fail(e: GenError) -> u8 {
     }
 }
 
-fn generate(specs: Vec<PathBuf>, out: &Path, targets: Vec<Target>, check: bool) -> u8 {
+/// Prints each spec's warnings to stderr; returns how many specs have some.
+fn print_warnings(specs: &[PathBuf]) -> Result<usize, GenError> {
+    let mut warned = 0;
+    for path in specs {
+        if let Some(report) = output::spec_warnings(path)? {
+            eprint!("{report}");
+            warned += 1;
+        }
+    }
+    Ok(warned)
+}
+
+/// The error that ends a run under `--deny-warnings`.
+fn denied(warned: usize) -> u8 {
+    eprintln!("tilegen: error: {warned} spec(s) with warnings, and --deny-warnings makes them errors");
+    exit::FAILED
+}
+
+fn generate(specs: Vec<PathBuf>, out: &Path, targets: Vec<Target>, check: bool, deny_warnings: bool) -> u8 {
     // Over every target, a spec one of them has no lowering for is skipped with a note (as
     // `check` does); a target asked for by name must render every spec.
     let lenient = targets.is_empty();
@@ -192,6 +216,13 @@ fn generate(specs: Vec<PathBuf>, out: &Path, targets: Vec<Target>, check: bool) 
     } else {
         specs
     };
+    let warned = match print_warnings(&specs) {
+        Ok(w) => w,
+        Err(e) => return fail(e),
+    };
+    if deny_warnings && warned > 0 {
+        return denied(warned);
+    }
     let mut files = std::collections::BTreeMap::new();
     for target in targets {
         let generated = if lenient { output::generate_with_notes(&specs, target, out) } else { output::generate(&specs, target, out).map(|f| (f, Vec::new())) };
@@ -243,7 +274,7 @@ fn generate(specs: Vec<PathBuf>, out: &Path, targets: Vec<Target>, check: bool) 
 
 /// `tilegen check`: each spec against each target. With no targets named, every target, and a
 /// pair with no lowering (every diagnostic marked unsupported) is a note, as `gen` skips it.
-fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
+fn check(specs: &[PathBuf], targets: Vec<Target>, deny_warnings: bool) -> u8 {
     let lenient = targets.is_empty();
     let targets = if lenient { Target::ALL.to_vec() } else { targets };
     let mut code = exit::OK;
@@ -298,6 +329,16 @@ fn check(specs: &[PathBuf], targets: Vec<Target>) -> u8 {
             }
             eprint!("{report}");
         }
+        match output::spec_warnings(path) {
+            Ok(Some(report)) => {
+                eprint!("{report}");
+                if deny_warnings {
+                    code = code.max(denied(1));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => code = code.max(fail(e)),
+        }
         if !ok.is_empty() {
             println!("{}: ok for {}", path.display(), ok.join(", "));
         }
@@ -310,6 +351,9 @@ fn explain(spec: &Path, target: Option<Target>) -> u8 {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
+    if let Err(e) = print_warnings(&[spec.to_path_buf()]) {
+        return fail(e);
+    }
     let first = target.unwrap_or(Target::Sm80);
     let mut result = tilegen::compile(file.clone(), first);
     // Not asked for a target, and sm80 has no lowering (an sm90a-only FP8 GEMM, say): the
@@ -344,6 +388,9 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
             return exit::FAILED;
         }
     };
+    if !c.info.warnings.is_empty() {
+        eprint!("{}", render_all(&c.info.warnings, &c.file));
+    }
     // Sizes named on the command line: each once, and each one of the spec's runtime sizes.
     let mut explicit = std::collections::BTreeMap::new();
     for (name, value) in sizes {
@@ -431,6 +478,9 @@ fn build(opts: BuildOpts, validate: Option<Vec<String>>, cases: Option<String>) 
     } else {
         opts.specs
     };
+    if let Err(e) = print_warnings(&specs) {
+        return fail(e);
+    }
     let tc = match tilegen::build::find_toolchain(opts.nvcc.as_deref(), opts.cutlass.as_deref()) {
         Ok(tc) => tc,
         Err(e) => {

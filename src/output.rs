@@ -138,6 +138,18 @@ pub fn skip_note(path: &str, target: Target, diags: &[crate::diag::Diagnostic]) 
     format!("{path}: skipped for {target}: {message} (`--target {target}` gives every reason)")
 }
 
+/// The checker's warnings for a spec (an unused buffer, a result never read), rendered with
+/// their count, or `None` when it has none. They depend only on the body, so the spec's own
+/// constants are checked once for every target; a spec that does not check has its errors
+/// reported by the command that compiles it, and no warnings here.
+pub fn spec_warnings(path: &Path) -> Result<Option<String>, GenError> {
+    let file = read_spec(path)?;
+    Ok(match crate::check_spec(file) {
+        Ok(c) if !c.info.warnings.is_empty() => Some(render_all(&c.info.warnings, &c.file)),
+        _ => None,
+    })
+}
+
 /// The bundled specs: `specs/*.yaml`, sorted by name.
 pub fn default_specs(root: &Path) -> Result<Vec<PathBuf>, GenError> {
     let dir = root.join("specs");

@@ -2,7 +2,8 @@
 //!
 //! `tests/golden/specs/*.yaml` render to `tests/golden/<target>/<kernel>.{cu,h}` for every
 //! target (or, where a target cannot lower the spec, to `<spec>.stderr` there);
-//! `tests/golden/bad/*.yaml` must fail with exactly `tests/golden/bad/*.stderr`.
+//! `tests/golden/bad/*.yaml` must fail with exactly `tests/golden/bad/*.stderr`;
+//! `tests/golden/warnings/*.yaml` must compile with exactly the warnings of their `.stderr`.
 //! A mismatch fails with a unified diff; `BLESS=1 cargo test --test golden` rewrites.
 
 use std::path::{Path, PathBuf};
@@ -124,4 +125,30 @@ fn golden_diagnostics() {
         }
     }
     assert!(failures.is_empty(), "golden diagnostics drifted (BLESS=1 to accept):\n{}", failures.join("\n"));
+}
+
+#[test]
+fn golden_warnings() {
+    std::env::set_current_dir(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let specs = yaml_files("tests/golden/warnings");
+    assert!(!specs.is_empty(), "golden warning specs are missing");
+    let mut failures = Vec::new();
+    for spec in specs {
+        // A warning never stops a spec: every target that lowers the spec still renders it.
+        let file = tilegen::output::read_spec(&rel(&spec)).unwrap();
+        let compiled = tilegen::compile(file, Target::Sm80).unwrap_or_else(|(f, d)| panic!("{}", render_all(&d, &f)));
+        assert!(tilegen::back::render(&compiled).is_ok(), "{}: warnings stopped rendering", spec.display());
+        let report = tilegen::output::spec_warnings(&rel(&spec)).unwrap().unwrap_or_default();
+        assert!(report.contains(": warning: ") && !report.contains(": error: ") && report.contains('^'), "{}: {report}", spec.display());
+        if let Some(diff) = compare(&spec.with_extension("stderr"), &report) {
+            failures.push(diff);
+        }
+    }
+    // The bundled specs and the golden C++ specs do nothing needlessly.
+    for spec in yaml_files("specs").into_iter().chain(yaml_files("tests/golden/specs")) {
+        if let Some(report) = tilegen::output::spec_warnings(&rel(&spec)).unwrap() {
+            failures.push(format!("{}: unexpected warnings:\n{report}", spec.display()));
+        }
+    }
+    assert!(failures.is_empty(), "golden warnings drifted (BLESS=1 to accept):\n{}", failures.join("\n"));
 }

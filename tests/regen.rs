@@ -267,3 +267,30 @@ fn targets_without_a_lowering_are_skipped_with_a_note() {
     let (code, text) = tilegen(dir.path(), &["gen", "--check"]);
     assert_eq!(code, 0, "{text}");
 }
+
+#[test]
+fn warnings_print_once_and_fail_only_under_deny_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/warnings/does_nothing.yaml"), specs.join("does_nothing.yaml")).unwrap();
+    let spec = "specs/does_nothing.yaml";
+    // Every target checks the spec; its warnings print once, and it passes.
+    let (code, text) = tilegen(dir.path(), &["check", spec]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(text.matches("warning: buffer `C_s` is never used").count(), 1, "{text}");
+    assert!(text.contains("does_nothing.yaml: 4 warnings found") && text.contains("ok for sm80"), "{text}");
+    expect(dir.path(), &["check", "--deny-warnings", spec], 1, "--deny-warnings makes them errors");
+    // `gen` warns and writes; with --deny-warnings it writes nothing.
+    expect(dir.path(), &["gen", "--deny-warnings"], 1, "--deny-warnings makes them errors");
+    assert!(!dir.path().join("generated").exists(), "gen --deny-warnings wrote files");
+    let (code, text) = tilegen(dir.path(), &["gen"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(text.matches("warning: output `C` is never written").count(), 1, "{text}");
+    assert!(dir.path().join("generated/sm80/does_nothing.cu").exists(), "{text}");
+    // A spec without warnings passes under --deny-warnings.
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/gemm_bf16.yaml"), specs.join("gemm_bf16.yaml")).unwrap();
+    let (code, text) = tilegen(dir.path(), &["check", "--deny-warnings", "specs/gemm_bf16.yaml"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("warning"), "{text}");
+}

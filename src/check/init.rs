@@ -8,6 +8,10 @@
 //! the second iteration on; the first iteration still reads undefined values, so that read is
 //! reported too, unless it sits under an `if` inside the loop, which may be what keeps it out of
 //! the first iteration (`if t > 0:`).
+//!
+//! The same walk finds what does nothing, as warnings: buffers no statement uses, buffers whose
+//! values no other statement reads (a gemm accumulating into a fragment that is never stored),
+//! inputs never read and outputs never written.
 
 use super::Checker;
 use crate::ast::*;
@@ -31,10 +35,20 @@ struct Init<'a> {
     /// One report per buffer.
     reported: BTreeSet<&'a str>,
     errors: Vec<Diagnostic>,
+    /// What the statement being walked writes: its reads of that name update it in place
+    /// (a gemm's accumulator, `x += ...`) and do not count as uses of its values.
+    writing: Option<&'a str>,
+    /// Buffers and tensors some statement reads, other than to update them in place.
+    read: BTreeSet<&'a str>,
+    /// Buffers some statement updates in place (reads only to write back).
+    updated: BTreeSet<&'a str>,
+    /// The first statement that writes each buffer or tensor.
+    first_write: BTreeMap<&'a str, Span>,
 }
 
 impl Checker<'_> {
-    /// Reports reads of buffers that no earlier statement writes (see the module's doc).
+    /// Reports reads of buffers that no earlier statement writes, and warns of buffers and
+    /// tensors that do nothing (see the module's doc).
     pub(super) fn reads_before_writes(&mut self) {
         let spec = self.spec;
         let mut init = Init {
@@ -46,9 +60,39 @@ impl Checker<'_> {
             at: spec.kernel.span,
             reported: BTreeSet::new(),
             errors: Vec::new(),
+            writing: None,
+            read: BTreeSet::new(),
+            updated: BTreeSet::new(),
+            first_write: BTreeMap::new(),
         };
         init.block(&spec.body);
         self.errors.extend(init.errors);
+        for b in &spec.buffers {
+            let name = b.name.name.as_str();
+            match init.first_write.get(name) {
+                None if !init.read.contains(name) => {
+                    let allocated = if b.scope.0 == Scope::Shared { ": every block still allocates its shared memory" } else { "" };
+                    self.info.warnings.push(Diagnostic::warning(b.name.span, format!("buffer `{name}` is never used{allocated}"))
+                        .hint("remove its declaration, or use it in the body"));
+                }
+                Some(&at) if !init.read.contains(name) => {
+                    let updated = if init.updated.contains(name) { " other than to update it" } else { "" };
+                    self.info.warnings.push(Diagnostic::warning(at, format!("`{name}` is written here, but no statement reads its values{updated}"))
+                        .hint(format!("copy `{name}` to an output or use it in a later statement; otherwise the statements writing it do nothing")));
+                }
+                _ => {}
+            }
+        }
+        for t in &spec.tensors {
+            let name = t.name.name.as_str();
+            if t.output && !init.first_write.contains_key(name) {
+                self.info.warnings.push(Diagnostic::warning(t.name.span, format!("output `{name}` is never written: the kernel leaves it as it was"))
+                    .hint(format!("copy a result to `{name}`, or drop `output: true` if it is an input")));
+            } else if !t.output && !init.read.contains(name) {
+                self.info.warnings.push(Diagnostic::warning(t.name.span, format!("input `{name}` is never read: the launcher takes its pointer and ignores it"))
+                    .hint(format!("read `{name}` in the body, or remove it from `tensors`")));
+            }
+        }
     }
 }
 
@@ -61,6 +105,7 @@ impl<'a> Init<'a> {
 
     fn stmt(&mut self, s: &'a Stmt) {
         self.at = s.span;
+        self.writing = s.written();
         match &s.kind {
             StmtKind::Loop { count, body, .. } => {
                 self.expr(count);
@@ -127,6 +172,7 @@ impl<'a> Init<'a> {
     }
 
     fn write(&mut self, name: &'a str) {
+        self.first_write.entry(name).or_insert(self.at);
         if self.buffers.contains(name) {
             self.written.insert(name);
         }
@@ -153,6 +199,11 @@ impl<'a> Init<'a> {
     }
 
     fn check(&mut self, name: &'a str, at: Span, hint: Option<String>) {
+        if self.writing == Some(name) {
+            self.updated.insert(name);
+        } else {
+            self.read.insert(name);
+        }
         if !self.buffers.contains(name) || self.written.contains(name) || self.reported.contains(name) {
             return;
         }

@@ -70,6 +70,9 @@ pub struct Info {
     pub parallel_domains: BTreeMap<StmtId, usize>,
     /// For each `pipelined` statement, its stage count.
     pub stages: BTreeMap<StmtId, i64>,
+    /// Parts of the spec that do nothing (an unused buffer, a result never read): the spec
+    /// compiles, and the command line prints these as warnings.
+    pub warnings: Vec<Diagnostic>,
 }
 
 impl Info {
@@ -161,6 +164,7 @@ fn check_body(spec: &Spec, whole: bool) -> Result<Info, Vec<Diagnostic>> {
             buffer_shapes: Vec::new(),
             parallel_domains: BTreeMap::new(),
             stages: BTreeMap::new(),
+            warnings: Vec::new(),
         },
         errors: Vec::new(),
         declared: BTreeMap::new(),
