@@ -455,3 +455,45 @@ body:
         }
     }
 }
+
+/// Launchers refuse runtime sizes over 2^30 (the kernels' int tile coordinates reach a tile
+/// past an edge) before touching memory, and run sizes within the limit.
+#[test]
+fn launchers_refuse_sizes_over_two_to_the_thirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "tests/golden/specs/softmax_bf16.yaml";
+    let c = tilegen::compile(SourceFile::new(spec, std::fs::read_to_string(root().join(spec)).unwrap()), Target::Gfx942).unwrap();
+    for f in tilegen::back::render(&c).unwrap() {
+        let contents = if f.name.ends_with(".hip") { emulated_source(&f.contents) } else { f.contents };
+        std::fs::write(dir.path().join(&f.name), contents).unwrap();
+    }
+    std::fs::write(dir.path().join("main.cpp"), r#"#include <cstdint>
+#include <cstdio>
+#include <vector>
+#include "softmax_bf16.h"
+int main() {
+  std::vector<uint16_t> x(8 * 64, 0x3f80), y(8 * 64, 0);
+  int const big = (1 << 30) + 1;
+  int const ok = tilegen_softmax_bf16(x.data(), y.data(), 8, 64, nullptr);
+  int const rows = tilegen_softmax_bf16(x.data(), y.data(), big, 64, nullptr);
+  int const cols = tilegen_softmax_bf16(x.data(), y.data(), 8, big, nullptr);
+  int const none = tilegen_softmax_bf16(x.data(), y.data(), 0, 64, nullptr);
+  std::printf("%d %d %d %d %d\n", ok, rows, cols, none, int(y[0]));
+}
+"#).unwrap();
+    let exe = dir.path().join("limits");
+    let out = Command::new("g++")
+        .args(["-std=c++20", "-O2", "-pthread", "-w", "-x", "c++"])
+        .arg("-I").arg(root().join("tests/amd_emu"))
+        .arg("-I").arg(dir.path())
+        .arg(dir.path().join("softmax_bf16.hip"))
+        .arg(dir.path().join("main.cpp"))
+        .arg("-o").arg(&exe)
+        .output().expect("running g++");
+    assert!(out.status.success(), "g++ failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let run = Command::new(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    // hipSuccess for the small rows (each of 64 equal values: 1/64 = 0x3c80 in bf16), then
+    // hipErrorInvalidValue for M and N over the limit and for M = 0.
+    assert_eq!(text.trim(), format!("0 1 1 1 {}", 0x3c80), "{text}");
+}

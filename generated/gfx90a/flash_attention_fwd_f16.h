@@ -22,7 +22,7 @@ extern "C" {
 //   K      [B, S, H, D] f16, row-major (the last index fastest) (input)
 //   V      [B, S, H, D] f16, row-major (the last index fastest) (input)
 //   O      [B, S, H, D] f16, row-major (the last index fastest) (output)
-// Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
+// Sizes: B, S, H from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): D = 128, scale_log2 = 0.12751743082459868;
 // block_M = 128, block_N = 64, stages = 2 size the spec's tiles, which this CK instance replaces
 // with its own, so they do not change this kernel.
@@ -39,9 +39,9 @@ extern "C" {
 // on `stream` (grid and workgroup size chosen by CK).
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   a tensor spans 2^31 bytes or more (B * S * H * D elements), or CK's IsSupportedArgument rejects
-//   the sizes;
+//   hipErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or a tensor spans 2^31 bytes or more (B * S * H * D elements), or CK's
+//   IsSupportedArgument rejects the sizes;
 //   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
 //   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.

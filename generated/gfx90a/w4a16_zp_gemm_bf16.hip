@@ -260,6 +260,11 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
   if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize || K > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (A == nullptr || Wq == nullptr || scales == nullptr || zeros == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

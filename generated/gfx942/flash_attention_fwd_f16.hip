@@ -96,6 +96,11 @@ extern "C" int tilegen_flash_attention_fwd_f16(const void* Q, const void* K, con
   if (B < 1 || S < 1 || H < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (B > kMaxSize || S > kMaxSize || H > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (Q == nullptr || K == nullptr || V == nullptr || O == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

@@ -20,7 +20,7 @@ extern "C" {
 //   A      [M, K] f16, row-major (input)
 //   B      [K, N] f16, row-major (input)
 //   C      [M, N] f16, row-major (output)
-// Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N, K from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 32,
 // stages = 3.
 // Alignment:
@@ -31,8 +31,8 @@ extern "C" {
 // shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

@@ -23,7 +23,7 @@ extern "C" {
 //   K      [B, S, H, D] bf16, row-major (the last index fastest) (input)
 //   V      [B, S, H, D] bf16, row-major (the last index fastest) (input)
 //   O      [B, S, H, D] bf16, row-major (the last index fastest) (output)
-// Sizes: B, S, H >= 1; tiles at ragged edges are predicated.
+// Sizes: B, S, H from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): D = 128, block_M = 128, block_N = 128, stages =
 // 3, scale_log2 = 0.12751743082459868.
 // Alignment:
@@ -35,8 +35,8 @@ extern "C" {
 // threads, 229504 bytes of dynamic shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

@@ -19,8 +19,12 @@ pub struct CheckCtx {
 pub struct LauncherCtx {
     /// The C parameters (without the stream).
     pub c_params: Vec<String>,
-    /// Conditions rejecting sizes.
+    /// Conditions rejecting sizes: below 1, not the multiple the spec needs, over a target's
+    /// limit.
     pub size_checks: Vec<String>,
+    /// Conditions rejecting runtime sizes over kMaxSize (2^30), so that the kernel's int
+    /// coordinates of a tile past an edge cannot overflow.
+    pub size_limits: Vec<String>,
     /// Conditions rejecting null pointers.
     pub null_checks: Vec<String>,
     /// Alignment checks.
@@ -156,6 +160,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         c_params.push(format!("int {d}"));
     }
     let mut size_checks: Vec<String> = c.info.runtime_dims.iter().map(|d| format!("{d} < 1")).collect();
+    let size_limits: Vec<String> = c.info.runtime_dims.iter().map(|d| format!("{d} > kMaxSize")).collect();
     // Divided extents (`K/8`) must divide exactly.
     let divisors = c.info.size_divisors(spec);
     size_checks.extend(divisors.iter().map(|(n, div)| format!("{n} % {div} != 0")));
@@ -185,9 +190,9 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
     } else {
         let multiples: Vec<String> = divisors.iter().map(|(n, div)| format!("{n} a multiple of {div}")).collect();
         if multiples.is_empty() {
-            format!("{} >= 1; tiles at ragged edges are predicated", c.info.runtime_dims.join(", "))
+            format!("{} from 1 to 2^30; tiles at ragged edges are predicated", c.info.runtime_dims.join(", "))
         } else {
-            format!("{} >= 1, {} (packed or grouped tensors divide it); tiles at ragged edges are predicated", c.info.runtime_dims.join(", "), multiples.join(", "))
+            format!("{} from 1 to 2^30, {} (packed or grouped tensors divide it); tiles at ragged edges are predicated", c.info.runtime_dims.join(", "), multiples.join(", "))
         }
     };
     let constant = |k: &crate::ast::Constant| {
@@ -207,7 +212,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
             doc_constants, if doc_constants.is_empty() { "" } else { "; " }, tiling.iter().map(|k| constant(k)).collect::<Vec<_>>().join(", "));
     }
     let size_multiples = !divisors.is_empty();
-    LauncherCtx { c_params, size_checks, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants, size_multiples }
+    LauncherCtx { c_params, size_checks, size_limits, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants, size_multiples }
 }
 
 fn dim_text(d: &Dim) -> String {

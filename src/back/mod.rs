@@ -347,6 +347,9 @@ const TMA_COMPONENTS: &str = include_str!("../../templates/sm80/tma.cu.tera");
 /// The declaration of a spec constant ([`ConstantCtx`]), for every template that declares them.
 const CONSTANT_COMPONENT: &str = include_str!("../../templates/constants.tera");
 
+/// The launcher's size checks ([`launcher::LauncherCtx`]), for every template.
+const LAUNCHER_COMPONENT: &str = include_str!("../../templates/launcher.tera");
+
 /// The device helpers generated code calls by name, in key order: each defines the functions
 /// listed, written for CuTe (`CUTE_DEVICE`).
 const CALLED_HELPERS: [(&[&str], &str); 6] = [
@@ -428,6 +431,7 @@ pub(crate) fn render_pair_extending(c: &Compiled, parents: &[(&str, &str)], kern
     tera.autoescape_on(Vec::<&str>::new());
     tera.add_raw_template("tma.cu", TMA_COMPONENTS).map_err(|e| template_error(c, &e))?;
     tera.add_raw_template("constants", CONSTANT_COMPONENT).map_err(|e| template_error(c, &e))?;
+    tera.add_raw_template("launcher", LAUNCHER_COMPONENT).map_err(|e| template_error(c, &e))?;
     for (name, source) in parents {
         tera.add_raw_template(name, source).map_err(|e| template_error(c, &e))?;
     }

@@ -180,6 +180,11 @@ extern "C" int tilegen_gemm_nt_f16(const void* A, const void* B, void* C, int M,
   if (M < 1 || N < 1 || K < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize || K > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (A == nullptr || B == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

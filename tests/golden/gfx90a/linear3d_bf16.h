@@ -20,15 +20,15 @@ extern "C" {
 //   A      [batch, M, K] bf16, row-major (the last index fastest) (input)
 //   B      [K, N] bf16, row-major (input)
 //   C      [batch, M, N] bf16, row-major (the last index fastest) (output)
-// Sizes: batch, M, N, K >= 1; tiles at ragged edges are predicated.
+// Sizes: batch, M, N, K from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 32,
 // stages = 4.
 // Launch: a grid of ceildiv(N, block_N) x ceildiv(M, block_M) x batch workgroups of 128 threads (2
 // waves of 64), 17664 bytes of LDS each.
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds HIP's limits;
+//   hipErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with hipGetLastError, which also returns (and clears) an

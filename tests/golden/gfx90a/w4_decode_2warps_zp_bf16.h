@@ -25,8 +25,8 @@ extern "C" {
 //   scales [N, (K / 128)] bf16, row-major (input)
 //   zeros  [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N, K >= 1, K a multiple of 128 (packed or grouped tensors divide it); tiles at ragged
-// edges are predicated.
+// Sizes: M, N, K from 1 to 2^30, K a multiple of 128 (packed or grouped tensors divide it); tiles
+// at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 16, block_N = 32, block_K = 512, stages
 // = 4.
 // Alignment:
@@ -36,8 +36,8 @@ extern "C" {
 // 64), 58240 bytes of LDS each.
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a pointer is
-//   null or breaks its alignment, or the grid exceeds HIP's limits;
+//   hipErrorInvalidValue (1) when a size is below 1 or above 2^30 or not the multiple Sizes names,
+//   a pointer is null or breaks its alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with hipGetLastError, which also returns (and clears) an

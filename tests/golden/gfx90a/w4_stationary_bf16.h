@@ -23,7 +23,7 @@ extern "C" {
 //   Wq     [N, 4] i32, row-major (input)
 //   scales [N, 2] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 64, block_N = 16, block_K = 32.
 // Alignment:
 //   Wq must be 16-byte aligned (copies of `Wq` move 16 bytes per access).
@@ -33,8 +33,8 @@ extern "C" {
 // LDS each.
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds HIP's limits;
+//   hipErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with hipGetLastError, which also returns (and clears) an

@@ -70,6 +70,11 @@ extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C
   if (M < 1 || N < 1 || K < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize || K > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (int64_t(M) * K * int64_t(sizeof(ElementA)) > INT32_MAX ||
       int64_t(N) * K * int64_t(sizeof(ElementB)) > INT32_MAX ||
       int64_t(M) * N * int64_t(sizeof(ElementC)) > INT32_MAX) {  // CK addresses buffers with 32-bit byte offsets

@@ -20,15 +20,15 @@ extern "C" {
 //   A      [M, K] f16, row-major (input)
 //   B      [K, N] f16, row-major (input)
 //   C      [M, N] f16, row-major (output)
-// Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N, K from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 32, stages
 // = 2.
 // Launch: a grid of ceildiv(M, block_M) workgroups of 128 threads (2 waves of 64), 8960 bytes of
 // LDS each.
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds HIP's limits;
+//   hipErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with hipGetLastError, which also returns (and clears) an

@@ -21,7 +21,7 @@ extern "C" {
 //   B      [N, K] bf16, row-major (input)
 //   bias   [N] bf16 (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N, K from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 32,
 // stages = 3 size the spec's tiles, which this CK instance replaces with its own, so they do not
 // change this kernel.
@@ -35,9 +35,9 @@ extern "C" {
 // Launch: one CK device GEMM on `stream` (grid and workgroup size chosen by CK).
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   a tensor spans 2^31 bytes or more (M * K, N * K, M * N elements), or CK's IsSupportedArgument
-//   rejects the sizes or strides;
+//   hipErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or a tensor spans 2^31 bytes or more (M * K, N * K, M * N elements), or CK's
+//   IsSupportedArgument rejects the sizes or strides;
 //   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
 //   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.

@@ -251,6 +251,11 @@ extern "C" int tilegen_layer_norm_bf16(const void* X, const void* gamma, const v
   if (M < 1 || N < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (X == nullptr || gamma == nullptr || beta == nullptr || Y == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

@@ -23,7 +23,7 @@ extern "C" {
 //   W      [N] bf16 (input)
 //   Q      [M, N] i8, row-major (output)
 //   Scale  [M] f32 (output)
-// Sizes: M, N >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 1, block_N = 8192, eps = 1e-6, qmax =
 // 127.0.
 // Alignment:
@@ -35,8 +35,8 @@ extern "C" {
 // partials).
 //
 // Returns hipSuccess (0) once the kernel is launched, or without launching anything:
-//   hipErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds HIP's limits;
+//   hipErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with hipGetLastError, which also returns (and clears) an

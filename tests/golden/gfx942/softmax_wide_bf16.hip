@@ -284,6 +284,11 @@ extern "C" int tilegen_softmax_wide_bf16(const void* X, void* Y, int M, int N, h
   if (M < 1 || N < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (X == nullptr || Y == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

@@ -206,6 +206,11 @@ extern "C" int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const v
   if (M < 1 || N < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (A == nullptr || Wq == nullptr || scales == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

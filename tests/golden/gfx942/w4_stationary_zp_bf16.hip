@@ -219,6 +219,11 @@ extern "C" int tilegen_w4_stationary_zp_bf16(const void* A, const void* Wq, cons
   if (M < 1 || N < 1) {
     return static_cast<int>(hipErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize) {
+    return static_cast<int>(hipErrorInvalidValue);
+  }
   if (A == nullptr || Wq == nullptr || scales == nullptr || zeros == nullptr || C == nullptr) {
     return static_cast<int>(hipErrorInvalidValue);
   }

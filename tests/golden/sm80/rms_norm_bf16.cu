@@ -213,6 +213,11 @@ extern "C" int tilegen_rms_norm_bf16(const void* X, const void* W, void* Y, int 
   if (M < 1 || N < 1) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (X == nullptr || W == nullptr || Y == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -20,7 +20,7 @@ extern "C" {
 //   X      [M, N] bf16, row-major (input)
 //   W      [N] bf16 (input)
 //   Y      [M, N] bf16, row-major (output)
-// Sizes: M, N >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 1, block_N = 8192, eps = 1e-6.
 // Alignment:
 //   X must be 16-byte aligned and N a multiple of 8 (the row tile moves 16-byte vectors of `X`).
@@ -31,8 +31,8 @@ extern "C" {
 // reductions' partials).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

@@ -280,6 +280,11 @@ extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, 
   if (M < 1 || N < 1) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (X == nullptr || W == nullptr || Q == nullptr || Scale == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -19,7 +19,7 @@ extern "C" {
 // Tensors (device pointers to packed arrays: no padding between rows):
 //   X      [M, N] bf16, row-major (input)
 //   Y      [M, N] bf16, row-major (output)
-// Sizes: M, N >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 1, block_N = 16384, log2e =
 // 1.4426950408889634.
 // Alignment:
@@ -29,8 +29,8 @@ extern "C" {
 // reductions' partials).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

@@ -331,6 +331,11 @@ extern "C" int tilegen_stacked_linear_bf16(const void* A, const void* B, const v
   if (batch < 1 || M < 1 || N < 1 || K < 1) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (batch > kMaxSize || M > kMaxSize || N > kMaxSize || K > kMaxSize) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (A == nullptr || B == nullptr || bias == nullptr || C == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

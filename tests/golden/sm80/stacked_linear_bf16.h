@@ -22,7 +22,7 @@ extern "C" {
 //   B      [batch, K, N] bf16, row-major (the last index fastest) (input)
 //   bias   [batch, N] bf16, row-major (input)
 //   C      [batch, M, N] bf16, row-major (the last index fastest) (output)
-// Sizes: batch, M, N, K >= 1; tiles at ragged edges are predicated.
+// Sizes: batch, M, N, K from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 32,
 // stages = 4.
 // Alignment:
@@ -33,8 +33,8 @@ extern "C" {
 // dynamic shared memory (the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

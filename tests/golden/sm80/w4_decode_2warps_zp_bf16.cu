@@ -551,6 +551,11 @@ extern "C" int tilegen_w4_decode_2warps_zp_bf16(const void* A, const void* Wq, c
   if (M < 1 || N < 1 || K < 1 || K % 128 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize || K > kMaxSize) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (A == nullptr || Wq == nullptr || scales == nullptr || zeros == nullptr || C == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

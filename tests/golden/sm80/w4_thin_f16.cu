@@ -515,6 +515,11 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
   if (tokens < 1 || features < 1 || hidden < 1 || hidden % 256 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (tokens > kMaxSize || features > kMaxSize || hidden > kMaxSize) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (X == nullptr || Wp == nullptr || Sc == nullptr || Y == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -20,7 +20,7 @@ extern "C" {
 //   A      [M, K] f16, column-major (input)
 //   B      [N, K] f16, row-major (input)
 //   C      [M, N] f32, row-major (output)
-// Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N, K from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 64,
 // stages = 4.
 // Alignment:
@@ -33,8 +33,8 @@ extern "C" {
 // allocated and freed on `stream`.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   CUTLASS's can_implement rejects the problem;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or CUTLASS's can_implement rejects the problem;
 //   otherwise the error that cudaGetDevice, the workspace allocation or the launch reported, or
 //   cudaErrorUnknown (999) when CUTLASS's initialize or run fails without a CUDA error.
 // Errors during execution surface at the next synchronisation, as for any kernel.

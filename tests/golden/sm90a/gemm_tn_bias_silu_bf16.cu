@@ -134,6 +134,11 @@ extern "C" int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, cons
   if (M < 1 || N < 1 || K < 1) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize || K > kMaxSize) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (A == nullptr || B == nullptr || bias == nullptr || C == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

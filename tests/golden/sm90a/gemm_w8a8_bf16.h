@@ -23,7 +23,7 @@ extern "C" {
 //   a_scale [M] f32 (input)
 //   b_scale [N] f32 (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N, K >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N, K from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 256, block_K = 128,
 // stages = 4.
 // Alignment:
@@ -38,8 +38,8 @@ extern "C" {
 // allocated and freed on `stream`.
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   CUTLASS's can_implement rejects the problem;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or CUTLASS's can_implement rejects the problem;
 //   otherwise the error that cudaGetDevice, the workspace allocation or the launch reported, or
 //   cudaErrorUnknown (999) when CUTLASS's initialize or run fails without a CUDA error.
 // Errors during execution surface at the next synchronisation, as for any kernel.

@@ -220,6 +220,11 @@ extern "C" int tilegen_quant_fp8_per_token(const void* X, void* Q, void* Scale, 
   if (M < 1 || N < 1) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Larger sizes could overflow the kernel's int tile coordinates, which reach a tile past an edge.
+  constexpr int kMaxSize = 1 << 30;
+  if (M > kMaxSize || N > kMaxSize) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (X == nullptr || Q == nullptr || Scale == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

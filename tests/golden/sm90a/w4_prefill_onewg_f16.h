@@ -23,8 +23,8 @@ extern "C" {
 //   Wq     [N, (K / 8)] i32, row-major (input)
 //   scales [N, (K / 128)] f16, row-major (input)
 //   C      [M, N] f16, row-major (output)
-// Sizes: M, N, K >= 1, K a multiple of 128 (packed or grouped tensors divide it); tiles at ragged
-// edges are predicated.
+// Sizes: M, N, K from 1 to 2^30, K a multiple of 128 (packed or grouped tensors divide it); tiles
+// at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 128, block_N = 128, block_K = 256,
 // stages = 2.
 // Alignment:
@@ -38,8 +38,8 @@ extern "C" {
 // over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a pointer is
-//   null or breaks its alignment, or the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30 or not the multiple Sizes names,
+//   a pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

@@ -24,7 +24,7 @@ extern "C" {
 //   scales [N, 2] bf16, row-major (input)
 //   zeros  [N, 2] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
-// Sizes: M, N >= 1; tiles at ragged edges are predicated.
+// Sizes: M, N from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 64, block_N = 16, block_K = 32.
 // Alignment:
 //   A must be 16-byte aligned (cp.async moves 16-byte vectors of `A`).
@@ -36,8 +36,8 @@ extern "C" {
 // is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1, a pointer is null or breaks its alignment, or
-//   the grid exceeds CUDA's limits;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
+//   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an

@@ -22,8 +22,8 @@ extern "C" {
 //   Wp     [features, (hidden / 8)] i32, row-major (input)
 //   Sc     [features, (hidden / 256)] f16, row-major (input)
 //   Y      [tokens, features] f16, row-major (output)
-// Sizes: tokens, features, hidden >= 1, hidden a multiple of 256 (packed or grouped tensors divide
-// it); tiles at ragged edges are predicated.
+// Sizes: tokens, features, hidden from 1 to 2^30, hidden a multiple of 256 (packed or grouped
+// tensors divide it); tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): rows = 8, cols = 64, depth = 512, stages = 3.
 // Alignment:
 //   X must be 16-byte aligned (TMA reads 16-byte aligned rows of `X`).
@@ -35,9 +35,9 @@ extern "C" {
 // scales per row; the limit is raised when over 48 KB).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
-//   cudaErrorInvalidValue (1) when a size is below 1 or not the multiple Sizes names, a pointer is
-//   null or breaks its alignment, or the grid exceeds CUDA's limits, or a tensor map cannot
-//   describe the tensors;
+//   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30 or not the multiple Sizes names,
+//   a pointer is null or breaks its alignment, or the grid exceeds CUDA's limits, or a tensor map
+//   cannot describe the tensors;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 // The launch's own error is read with cudaGetLastError, which also returns (and clears) an
