@@ -122,3 +122,55 @@ fn integer_expressions_render_to_cpp_that_computes_their_value() {
     }
     assert_eq!(got.len(), CASES.len() + float_cases().len(), "{program}");
 }
+
+/// Loop counts' lower bounds over every launch (`check::lower_bound`: sizes at least 1, block
+/// indices from 0), against the minimum the rendered C++ reaches over sizes 1..=300 and block
+/// indices 0..8 (each bound is reached); the cases given no bound do reach below 1.
+#[test]
+fn lower_bounds_of_loop_counts_hold_for_every_launch() {
+    const BOUNDS: [(&str, Option<i64>); 11] = [
+        ("ceildiv(K, block_K)", Some(1)),
+        ("min(ceildiv(N, block_N), ceildiv((bx + 1) * block_M, block_N))", Some(1)),
+        ("ceildiv(K, block_K) - 1", Some(0)),
+        ("(bx + 1) * block_M + block_N - 1", Some(127)),
+        ("max(K / block_K, 1)", Some(1)),
+        ("K / block_K", Some(0)),
+        ("ceildiv(K, two) * by", Some(0)),
+        ("min(K, 3) + bx", Some(1)),
+        ("ceildiv(K - block_K, block_K)", None),
+        ("N - K", None),
+        ("K / N", None),
+    ];
+    let c = tilegen::compile(SourceFile::new("t.yaml", SPEC.to_string()), Target::Sm80)
+        .unwrap_or_else(|(f, d)| panic!("{}", d.iter().map(|d| d.render(&f)).collect::<Vec<_>>().join("\n")));
+    let conv = Conv { spec: &c.spec, info: &c.info, hip: false, fp8_in_software: false };
+    let mut program = String::from("#include <algorithm>\n#include <cstdint>\n#include <cstdio>\n");
+    for k in c.spec.constants.iter().filter(|k| !conv.is_float(&k.value)) {
+        program.push_str(&format!("constexpr int64_t {} = {};\n", k.name.name, conv.expr(&k.value, &NoBuffers)));
+    }
+    program.push_str("int main() {\n");
+    let mut claimed = Vec::new();
+    for (case, want) in BOUNDS {
+        let e = ExprParser::new(case, None, Span { start: 0, end: 0 }).and_then(ExprParser::whole_expr).unwrap_or_else(|d| panic!("{case}: {}", d.message));
+        claimed.push(tilegen::check::lower_bound(&e, &c.info.symbols));
+        assert_eq!(claimed.last().copied().flatten(), want, "`{case}`: lower bound");
+        program.push_str(&format!(
+            "  {{\n    long long low = 1LL << 40;\n    for (int K = 1; K <= 300; ++K)\n      for (int N = 1; N <= 300; N += 7)\n        for (int bx = 0; bx < 8; ++bx)\n          for (int by = 0; by < 8; by += 3)\n            low = std::min(low, static_cast<long long>({}));\n    std::printf(\"%lld\\n\", low);\n  }}\n",
+            conv.expr(&e, &NoBuffers)));
+    }
+    program.push_str("  return 0;\n}\n");
+    let dir = tempfile::tempdir().unwrap();
+    let (src, exe) = (dir.path().join("bounds.cpp"), dir.path().join("bounds"));
+    std::fs::write(&src, &program).unwrap();
+    let built = Command::new("g++").args(["-std=c++17", "-O1", "-Wall", "-Werror", "-Wno-unused-variable", "-o"]).arg(&exe).arg(&src).output().expect("running g++");
+    assert!(built.status.success(), "g++ failed:\n{}\n{program}", String::from_utf8_lossy(&built.stderr));
+    let run = Command::new(&exe).output().unwrap();
+    let lows: Vec<i64> = String::from_utf8_lossy(&run.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(lows.len(), BOUNDS.len(), "{program}");
+    for (((case, _), bound), low) in BOUNDS.iter().zip(&claimed).zip(&lows) {
+        match bound {
+            Some(b) => assert_eq!(low, b, "`{case}`: the C++ reaches {low}, the claimed bound is {b}"),
+            None => assert!(*low < 1, "`{case}`: no bound claimed, yet the C++ never goes below 1 (minimum {low})"),
+        }
+    }
+}

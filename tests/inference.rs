@@ -1182,6 +1182,14 @@ fn sm90a_overlaps_each_tiles_second_gemm_with_the_next_tiles_softmax_or_says_why
     assert!(after.contains("P_f(e) = static_cast<ElementP_f>(S_f(e));") && after.contains("O_f_rc(r, c) *= alpha(r);"));
     // No `clear(S_f)` call: the first MMAs zero the accumulator.
     assert!(!cu.contains("clear(S_f);"));
+    // ceildiv(S, block_N) >= 1 for every S the launcher takes: the first and last tiles'
+    // code needs no guard. A count that may be 0 keeps one around each.
+    assert!(!cu.contains("if (num_tiles > 0)") && cu.contains("// Tile 0 (every size the launcher takes makes num_tiles >= 1)"));
+    let c = compile_for(attention().replace("pipelined(t, ceildiv(S, block_N), stages)", "pipelined(t, ceildiv(S, block_N) - 1, stages)"), Target::Sm90a).unwrap();
+    assert!(c.plan.overlap.is_some());
+    let files = tilegen::back::sm80::render(&c).unwrap();
+    let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
+    assert_eq!(cu.matches("if (num_tiles > 0)").count(), 2, "{cu}");
 
     let refused = |text: String| {
         let c = compile_for(text, Target::Sm90a).unwrap();

@@ -508,19 +508,17 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
 
     };
 
-    // Tile 0: nothing is in flight yet.
-    if (num_tiles > 0) {
-      wait_barrier(smem.full_t[read_stage], phase);  // tile 0 has landed
-      issue_S_f(read_stage);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(S_f);
-      during_mma(0);
-      after_mma();
-      prev_stage = read_stage;
-      if (++read_stage == stages) {
-        read_stage = 0;
-        phase ^= 1;
-      }
+    // Tile 0 (every size the launcher takes makes num_tiles >= 1): nothing is in flight yet.
+    wait_barrier(smem.full_t[read_stage], phase);  // tile 0 has landed
+    issue_S_f(read_stage);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(S_f);
+    during_mma(0);
+    after_mma();
+    prev_stage = read_stage;
+    if (++read_stage == stages) {
+      read_stage = 0;
+      phase ^= 1;
     }
     // Tile t's first gemm (spec 45) and tile t - 1's second (spec 61) are issued
     // together; this tile's work runs while the second is in flight.
@@ -542,12 +540,11 @@ flash_attention_fwd_causal_bf16_kernel(ElementQ const* __restrict__ Q,
         phase ^= 1;
       }
     }
-    if (num_tiles > 0) {  // the last tile's second gemm
-      issue_O_f(prev_stage);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(O_f);
-      arrive_barrier(smem.empty_t[prev_stage]);
-    }
+    // The last tile's second gemm.
+    issue_O_f(prev_stage);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(O_f);
+    arrive_barrier(smem.empty_t[prev_stage]);
   }
 
   // spec 62: parallel(i)

@@ -49,6 +49,48 @@ pub fn non_negative(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> bool {
     }
 }
 
+/// A lower bound of an integer expression over every launch the launcher takes: runtime sizes
+/// are at least 1, block indices and loop or parallel variables at least 0, constants their
+/// values; `+`, `-` of a constant, `*` and `/` of non-negative bounds, `ceildiv` and `/` by a
+/// positive constant, `min` and `max` combine them. `None` where no bound follows (a size
+/// subtracted, say). Loop counts with a bound of at least 1 need no guard for an empty loop.
+pub fn lower_bound(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> Option<i64> {
+    if let Some(v) = eval_int(e, symbols) {
+        return Some(v);
+    }
+    let both = |a: &Expr, b: &Expr| Some((lower_bound(a, symbols)?, lower_bound(b, symbols)?));
+    match &e.kind {
+        ExprKind::Name(n) => match symbols.get(n) {
+            Some(Symbol::RuntimeDim) => Some(1),
+            Some(Symbol::BlockIndex(_) | Symbol::Var) => Some(0),
+            _ => None,
+        },
+        ExprKind::Binary(BinOp::Add, a, b) => both(a, b).and_then(|(a, b)| a.checked_add(b)),
+        ExprKind::Binary(BinOp::Sub, a, b) => lower_bound(a, symbols)?.checked_sub(eval_int(b, symbols)?),
+        ExprKind::Binary(BinOp::Mul, a, b) => both(a, b).filter(|&(a, b)| a >= 0 && b >= 0).and_then(|(a, b)| a.checked_mul(b)),
+        // Integer division rounds toward zero, which for a positive divisor keeps the order.
+        ExprKind::Binary(BinOp::Div, a, b) => {
+            let (a, b) = (lower_bound(a, symbols)?, eval_int(b, symbols).filter(|&b| b > 0)?);
+            Some(a / b)
+        }
+        ExprKind::Call(f, args) if args.len() == 2 && args.iter().all(|a| a.key.is_none()) => {
+            let (a, b) = (&args[0].value, &args[1].value);
+            match f.name.as_str() {
+                "min" => both(a, b).map(|(a, b)| a.min(b)),
+                "max" => both(a, b).map(|(a, b)| a.max(b)),
+                // For a non-negative numerator the generated `(a + b - 1) / b` is the ceiling.
+                "ceildiv" => {
+                    let a = lower_bound(a, symbols).filter(|&a| a >= 0)?;
+                    let b = eval_int(b, symbols).filter(|&b| b > 0)?;
+                    Some(a.checked_add(b - 1)? / b)
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 /// Evaluates an integer expression made of literals and integer constants.
 pub fn eval_int(e: &Expr, symbols: &BTreeMap<String, Symbol>) -> Option<i64> {
     match &e.kind {

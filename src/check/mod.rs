@@ -15,7 +15,7 @@ use crate::ast::*;
 use crate::diag::{did_you_mean, Diagnostic, Span};
 use std::collections::BTreeMap;
 
-pub use expr::{eval_int, non_negative, Ty};
+pub use expr::{eval_int, lower_bound, non_negative, Ty};
 
 /// What a name refers to. Names are unique in a spec, except that loop and parallel
 /// variables may be reused by blocks that do not nest.

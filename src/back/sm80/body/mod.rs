@@ -113,6 +113,11 @@ pub struct OverlapCtx {
     /// The first gemm's accumulator and the second's.
     pub s_acc: String,
     pub o_acc: String,
+    /// The loop may run no tiles (its count has no lower bound of 1, [`crate::check::lower_bound`]):
+    /// the first tile's and the last gemm's code sit under `if (num_tiles > 0)`.
+    pub may_be_empty: bool,
+    /// The indentation of that code: one level deeper when it is guarded.
+    pub edge_pad: String,
 }
 
 #[derive(Serialize)]

@@ -237,7 +237,8 @@ impl Lower<'_> {
     /// gemm runs, and after it), then the loop that calls them.
     pub(super) fn overlapped(&mut self, s: &Stmt, o: &crate::layout::MmaOverlap, depth: usize) {
         let c = self.c;
-        let StmtKind::Loop { var, body, stages, .. } = &s.kind else { return };
+        let StmtKind::Loop { var, body, stages, count, .. } = &s.kind else { return };
+        let may_be_empty = crate::check::lower_bound(count, &c.info.symbols).is_none_or(|n| n < 1);
         let line = |id: StmtId| c.spec.stmt(id).map_or(0, |s| c.line(s.span));
         let text = |id: StmtId| c.spec.stmt(id).map_or(String::new(), |s| c.file.snippet(s.span).to_string());
         let acc = |id: StmtId| c.plan.mmas.get(&id).map_or(String::new(), |m| c.spec.buffers[m.c].name.name.clone());
@@ -311,6 +312,8 @@ impl Lower<'_> {
             deferred_line: line(o.deferred),
             s_acc,
             o_acc,
+            may_be_empty,
+            edge_pad: pad(depth) + if may_be_empty { "  " } else { "" },
         })));
     }
 }
