@@ -152,3 +152,29 @@ fn golden_warnings() {
     }
     assert!(failures.is_empty(), "golden warnings drifted (BLESS=1 to accept):\n{}", failures.join("\n"));
 }
+
+/// Every CUDA launcher returns its launch's own error: the CuTe-level kernels launch with
+/// cudaLaunchKernelEx; only CUTLASS's device adapter (sm90a collectives) leaves the launcher to
+/// read cudaGetLastError, and exactly those headers warn that it returns an earlier pending error.
+#[test]
+fn cuda_launchers_return_their_own_launch_error_or_say_they_do_not() {
+    std::env::set_current_dir(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let mut checked = 0;
+    for dir in ["generated/sm80", "generated/sm90a", "tests/golden/sm80", "tests/golden/sm90a"] {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let cu = entry.unwrap().path();
+            if cu.extension().is_none_or(|x| x != "cu") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&cu).unwrap();
+            let header = std::fs::read_to_string(cu.with_extension("h")).unwrap();
+            let adapter = source.contains("gemm.run(stream)");
+            assert!(!source.contains("<<<"), "{}: a <<<...>>> launch", cu.display());
+            assert_eq!(source.contains("cudaLaunchKernelEx("), !adapter, "{}: launched by neither cudaLaunchKernelEx nor the adapter", cu.display());
+            assert_eq!(source.contains("cudaGetLastError()"), adapter, "{}", cu.display());
+            assert_eq!(header.contains("read with cudaGetLastError"), adapter, "{}: the header's contract", cu.with_extension("h").display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "only {checked} CUDA sources");
+}

@@ -359,8 +359,12 @@ extern "C" int tilegen_gemm_bias_gelu_bf16(const void* A, const void* B, const v
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  gemm_bias_gelu_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, gemm_bias_gelu_bf16_kernel,
       static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementBias const*>(bias),
-      static_cast<ElementC*>(C), M, N, K);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementC*>(C), M, N, K));
 }

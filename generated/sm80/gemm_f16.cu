@@ -338,7 +338,11 @@ extern "C" int tilegen_gemm_f16(const void* A, const void* B, void* C, int M, in
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  gemm_f16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), M, N, K);
-  return static_cast<int>(cudaGetLastError());
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, gemm_f16_kernel,
+      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), M, N, K));
 }

@@ -35,8 +35,6 @@ extern "C" {
 //   alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with cudaGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_gemm_f16(const void* A, const void* B, void* C, int M, int N, int K, cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -578,8 +578,12 @@ extern "C" int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const v
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
-      static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N, K);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N, K));
 }

@@ -649,8 +649,12 @@ extern "C" int tilegen_flash_attention_fwd_d64_bf16(const void* Q, const void* K
   TmaK_s const tma_K_s = make_tma_K_s(static_cast<ElementK const*>(K), B, S, H);  // spec 39's tensor map
   TmaV_s const tma_V_s = make_tma_V_s(static_cast<ElementV const*>(V), B, S, H);  // spec 40's tensor map
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  flash_attention_fwd_d64_bf16_kernel<<<grid, kThreads + kProducerThreads, kSmemBytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads + kProducerThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, flash_attention_fwd_d64_bf16_kernel,
       static_cast<ElementQ const*>(Q), static_cast<ElementK const*>(K), static_cast<ElementV const*>(V),
-      static_cast<ElementO*>(O), B, S, H, tma_Q_s, tma_K_s, tma_V_s);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementO*>(O), B, S, H, tma_Q_s, tma_K_s, tma_V_s));
 }

@@ -607,8 +607,12 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
       tma_map_Wq(&tma_Wq, static_cast<ElementWq const*>(Wq), N, K, odd_rows) != CUDA_SUCCESS) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads + kProducerThreads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
-      static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq, tma_rows);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq, tma_rows));
 }

@@ -44,8 +44,6 @@ extern "C" {
 //   cannot describe the tensors;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with cudaGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M,
                                int N, int K, cudaStream_t stream);
 

@@ -74,9 +74,9 @@ pub struct HeaderCtx {
     /// sets block_N, block_K, stages)``; empty otherwise.
     pub constants_note: String,
     /// Whether the launcher reads its launch's error with `<api>GetLastError`, which the header
-    /// warns also returns an error an earlier call left pending: set by [`header`] for the
-    /// `<<<...>>>` launches, cleared by a context whose launcher uses `cudaLaunchKernelEx`
-    /// (the sm90a wide-tile 4-bit GEMM's when it may split k), which returns the error itself.
+    /// warns also returns an error an earlier call left pending: the HIP launchers' `<<<...>>>`
+    /// launches (set by [`header`]) and CUTLASS's device adapter on sm90a (set by its context).
+    /// The other CUDA launchers launch with `cudaLaunchKernelEx`, which returns the error itself.
     pub reads_last_error: bool,
 }
 
@@ -97,7 +97,7 @@ pub fn header(c: &Compiled) -> HeaderCtx {
         source_ext: c.plan.target.source_extension().into(),
         build: build_lines(c.plan.target, &c.spec.kernel.name),
         constants_note: constants_note(c),
-        reads_last_error: true,
+        reads_last_error: amd,
     }
 }
 

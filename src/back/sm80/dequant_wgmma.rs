@@ -63,7 +63,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
     let (_, _, grid_doc) = grid_ctx(c);
     let threads = spec.threads.0;
     let split = p.split_k.is_ok();
-    let mut operands = operands_ctx(c, PlanRefs {
+    let operands = operands_ctx(c, PlanRefs {
             tensors: p.tensors,
             buffers: p.buffers,
             stmts: [p.pipeline, p.gemm, p.dequant, p.store],
@@ -73,8 +73,6 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
             zero: &p.zero,
             why: &p.why,
         });
-    // A launcher that may split k launches through cudaLaunchKernelEx, which returns its error.
-    operands.header.reads_last_error = !split;
     Context {
         operands,
         target_banner: "Target sm90a: the wide-tile 4-bit-weight GEMM (a TMA producer warpgroup filling mbarrier stages, weights unpacked into the warpgroup MMAs' register A operand).".into(),
@@ -89,10 +87,10 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
             },
             threads + WGMMA_PRODUCER_THREADS, c.plan.smem.total),
         doc_invalid: "the grid exceeds CUDA's limits".into(),
-        doc_errors: match (p.half_op.is_some(), split) {
-            (_, true) => "cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or cudaLaunchKernelEx",
-            (true, false) => "cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or the launch",
-            (false, false) => "cudaFuncSetAttribute or the launch",
+        doc_errors: if p.half_op.is_some() || split {
+            "cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute or the launch"
+        } else {
+            "cudaFuncSetAttribute or the launch"
         }.into(),
         warpgroups: p.warpgroups,
         producer_threads: WGMMA_PRODUCER_THREADS,

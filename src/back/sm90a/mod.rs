@@ -277,7 +277,9 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         "persistent grid of at most one CTA per SM, in {}x{} clusters, {} threads (one producer and two consumer warpgroups), about {} bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`",
         p.cluster.0, p.cluster.1, crate::layout::COLLECTIVE_THREADS, p.smem_bytes);
     Context {
-        header: header(c),
+        // GemmUniversalAdapter launches the kernel itself and reads the launch's error with
+        // cudaGetLastError.
+        header: HeaderCtx { reads_last_error: true, ..header(c) },
         why: p.why.clone(),
         gemm_line,
         epilogue_lines: epilogue_lines.join(", "),

@@ -360,8 +360,12 @@ extern "C" int tilegen_gemm_w8a8_bf16(const void* A, const void* B, const void* 
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  gemm_w8a8_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, gemm_w8a8_bf16_kernel,
       static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementA_scale const*>(a_scale),
-      static_cast<ElementB_scale const*>(b_scale), static_cast<ElementC*>(C), M, N, K);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementB_scale const*>(b_scale), static_cast<ElementC*>(C), M, N, K));
 }

@@ -552,8 +552,12 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
       static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc),
-      static_cast<ElementY*>(Y), tokens, features, hidden);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementY*>(Y), tokens, features, hidden));
 }

@@ -39,8 +39,6 @@ extern "C" {
 //   a pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with cudaGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden,
                         cudaStream_t stream);
 

@@ -243,7 +243,11 @@ extern "C" int tilegen_quant_fp8_per_token(const void* X, void* Q, void* Scale, 
     return static_cast<int>(cudaErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  quant_fp8_per_token_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementX const*>(X), static_cast<ElementQ*>(Q), static_cast<ElementScale*>(Scale), M, N);
-  return static_cast<int>(cudaGetLastError());
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, quant_fp8_per_token_kernel,
+      static_cast<ElementX const*>(X), static_cast<ElementQ*>(Q), static_cast<ElementScale*>(Scale), M, N));
 }

@@ -46,8 +46,6 @@ extern "C" {
 //   a pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
 //   otherwise the error that cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with cudaGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_w4_decode_2warps_zp_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C,
                                      int M, int N, int K, cudaStream_t stream);
 

@@ -468,8 +468,12 @@ extern "C" int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const v
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  w4_stationary_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, w4_stationary_bf16_kernel,
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
-      static_cast<ElementC*>(C), M, N);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementC*>(C), M, N));
 }

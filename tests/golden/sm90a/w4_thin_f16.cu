@@ -601,8 +601,12 @@ extern "C" int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc
       tma_map_Wp(&tma_Wp, static_cast<ElementWp const*>(Wp), features, hidden, odd_rows) != CUDA_SUCCESS) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>(
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads + kProducerThreads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
       static_cast<ElementX const*>(X), static_cast<ElementWp const*>(Wp), static_cast<ElementSc const*>(Sc),
-      static_cast<ElementY*>(Y), tokens, features, hidden, tma_X, tma_Wp, tma_rows);
-  return static_cast<int>(cudaGetLastError());
+      static_cast<ElementY*>(Y), tokens, features, hidden, tma_X, tma_Wp, tma_rows));
 }
