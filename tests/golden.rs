@@ -144,9 +144,14 @@ fn golden_warnings() {
             failures.push(diff);
         }
     }
-    // The bundled specs and the golden C++ specs do nothing needlessly.
+    // The bundled specs and the golden C++ specs do nothing needlessly, except for the one
+    // golden spec that keeps an unused constant to show its [[maybe_unused]] declaration.
     for spec in yaml_files("specs").into_iter().chain(yaml_files("tests/golden/specs")) {
-        if let Some(report) = tilegen::output::spec_warnings(&rel(&spec)).unwrap() {
+        let report = tilegen::output::spec_warnings(&rel(&spec)).unwrap();
+        if spec.ends_with("gemm_serial_masked.yaml") {
+            let report = report.unwrap_or_default();
+            assert!(report.contains("warning: constant `stages` is never used") && report.contains(": 1 warning found"), "{report}");
+        } else if let Some(report) = report {
             failures.push(format!("{}: unexpected warnings:\n{report}", spec.display()));
         }
     }

@@ -279,7 +279,7 @@ fn warnings_print_once_and_fail_only_under_deny_warnings() {
     let (code, text) = tilegen(dir.path(), &["check", spec]);
     assert_eq!(code, 0, "{text}");
     assert_eq!(text.matches("warning: buffer `C_s` is never used").count(), 1, "{text}");
-    assert!(text.contains("does_nothing.yaml: 4 warnings found") && text.contains("ok for sm80"), "{text}");
+    assert!(text.contains("does_nothing.yaml: 5 warnings found") && text.contains("ok for sm80"), "{text}");
     expect(dir.path(), &["check", "--deny-warnings", spec], 1, "--deny-warnings makes them errors");
     // `gen` warns and writes; with --deny-warnings it writes nothing.
     expect(dir.path(), &["gen", "--deny-warnings"], 1, "--deny-warnings makes them errors");

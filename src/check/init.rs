@@ -11,7 +11,7 @@
 //!
 //! The same walk finds what does nothing, as warnings: buffers no statement uses, buffers whose
 //! values no other statement reads (a gemm accumulating into a fragment that is never stored),
-//! inputs never read and outputs never written.
+//! constants nothing names, inputs never read and outputs never written.
 
 use super::Checker;
 use crate::ast::*;
@@ -81,6 +81,19 @@ impl Checker<'_> {
                         .hint(format!("copy `{name}` to an output or use it in a later statement; otherwise the statements writing it do nothing")));
                 }
                 _ => {}
+            }
+        }
+        for k in &spec.constants {
+            let name = k.name.name.as_str();
+            let named = |d: &Dim| matches!(d, Dim::Named(i) | Dim::Div(i, ..) if i.name == name);
+            let used = spec.tensors.iter().any(|t| t.shape.iter().any(named))
+                || spec.buffers.iter().any(|b| b.shape.iter().any(|e| e.mentions(name)))
+                || spec.grid.iter().any(|g| g.extent.mentions(name))
+                || spec.constants.iter().chain(spec.targets.iter().flat_map(|o| &o.constants)).any(|c| c.name.name != name && c.value.mentions(name))
+                || spec.body_mentions(name);
+            if !used {
+                self.info.warnings.push(Diagnostic::warning(k.name.span, format!("constant `{name}` is never used"))
+                    .hint("remove it, or use it in a shape, the grid or the body"));
             }
         }
         for t in &spec.tensors {

@@ -26,12 +26,12 @@
 namespace tilegen::gemm_serial_masked {
 
 // Spec constants.
-constexpr int block_M = 64;  // spec 8
-constexpr int block_N = 64;  // spec 8
-constexpr int block_K = 32;  // spec 8
-[[maybe_unused]] constexpr int stages = 3;  // spec 8, not used on this target
+constexpr int block_M = 64;  // spec 9
+constexpr int block_N = 64;  // spec 9
+constexpr int block_K = 32;  // spec 9
+[[maybe_unused]] constexpr int stages = 3;  // spec 9, not used on this target
 
-constexpr int kThreads = 128;  // spec 12: 2 waves of 64 lanes
+constexpr int kThreads = 128;  // spec 13: 2 waves of 64 lanes
 
 // Element types (CK's bf16 is a bit pattern: values go through ck::type_convert).
 using ElementA = ck::bhalf_t;  // tensor `A`
@@ -91,20 +91,20 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
   int const lane_col = 4 * (lane / 16);  // and its first column
 
   // LDS: 8960 of 65536 bytes.
-  // spec 14: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // spec 15: 4608 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
   // different banks
   __shared__ ElementA_s A_s[block_M][block_K + 4];
-  // spec 15: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
+  // spec 16: 4352 bytes; 8 bytes of padding per row: the 16 rows of one MFMA operand read start in
   // different banks
   __shared__ ElementB_s B_s[block_K][block_N + 4];
 
   // Fragments, in registers.
-  // `acc` (spec 16): [64, 64] f32, waves 2x1 (rows x columns); each holds 2x4 blocks.
+  // `acc` (spec 17): [64, 64] f32, waves 2x1 (rows x columns); each holds 2x4 blocks.
   ck::float4_t acc[2][4];
   int const acc_row = wave % 2 * 32;  // the wave's first row
   int const acc_col = 0;  // and column
 
-  // spec 18: clear(acc)
+  // spec 19: clear(acc)
   #pragma unroll
   for (int bi = 0; bi < 2; ++bi) {
     #pragma unroll
@@ -115,9 +115,9 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       }
     }
   }
-  // spec 19: serial(k, ceildiv(K, block_K))
+  // spec 20: serial(k, ceildiv(K, block_K))
   for (int k = 0; k < ((K + block_K - 1) / block_K); ++k) {
-    // spec 20: copy(A[by*block_M, k*block_K], A_s): every thread a strided share of the tile;
+    // spec 21: copy(A[by*block_M, k*block_K], A_s): every thread a strided share of the tile;
     // elements past the tensor's edges read as zero
     __syncthreads();  // `A_s` is overwritten after other threads read it
     for (int e = threadIdx.x; e < block_M * block_K; e += kThreads) {
@@ -125,14 +125,14 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       A_s[r][c] = (by * block_M + r < M && k * block_K + c < K) ? A[int64_t(by * block_M + r) * K + k * block_K + c]
                       : ck::type_convert<ck::bhalf_t>(0.f);
     }
-    // spec 21: copy(B[k*block_K, bx*block_N], B_s): every thread a strided share of the tile;
+    // spec 22: copy(B[k*block_K, bx*block_N], B_s): every thread a strided share of the tile;
     // elements past the tensor's edges read as zero
     for (int e = threadIdx.x; e < block_K * block_N; e += kThreads) {
       int const r = e / block_N, c = e % block_N;
       B_s[r][c] = (k * block_K + r < K && bx * block_N + c < N) ? B[int64_t(k * block_K + r) * N + bx * block_N + c]
                       : ck::type_convert<ck::bhalf_t>(0.f);
     }
-    // spec 22: gemm(A_s, B_s, acc): 64x64x32 in 2 k-steps of 16; each MFMA takes the B operand as
+    // spec 23: gemm(A_s, B_s, acc): 64x64x32 in 2 k-steps of 16; each MFMA takes the B operand as
     // its rows and A's as its columns, so the result lands row-of-lane
     __syncthreads();  // `A_s` is read after other threads wrote it
     #pragma unroll
@@ -154,9 +154,9 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       }
     }
   }
-  // spec 23: if bx <= by
+  // spec 24: if bx <= by
   if (bx <= by) {
-    // spec 24: parallel(i, j): each lane on its own registers
+    // spec 25: parallel(i, j): each lane on its own registers
     #pragma unroll
     for (int bi = 0; bi < 2; ++bi) {
       #pragma unroll
@@ -165,13 +165,13 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
         for (int r = 0; r < 4; ++r) {
           int const i = acc_row + bi * 16 + lane_row;
           int const j = acc_col + bj * 16 + lane_col + r;
-          // spec 25: acc[i, j] = select(bx*block_N + j > by*block_M + i, 0.0, acc[i, j])
+          // spec 26: acc[i, j] = select(bx*block_N + j > by*block_M + i, 0.0, acc[i, j])
           acc[bi][bj][r] = (bx * block_N + j > by * block_M + i ? 0.0f : acc[bi][bj][r]);
         }
       }
     }
   }
-  // spec 26: copy(acc, C[by*block_M, bx*block_N]): each lane stores its own registers; elements
+  // spec 27: copy(acc, C[by*block_M, bx*block_N]): each lane stores its own registers; elements
   // past the tensor's edges are not stored
   #pragma unroll
   for (int bi = 0; bi < 2; ++bi) {

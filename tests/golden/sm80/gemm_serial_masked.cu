@@ -35,7 +35,7 @@ using ElementC = cute::bfloat16_t;  // tensor `C`
 using ElementA_s = cute::bfloat16_t;  // shared buffer `A_s`
 using ElementB_s = cute::bfloat16_t;  // shared buffer `B_s`
 
-// Shared buffer `A_s` (spec 14): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
+// Shared buffer `A_s` (spec 15): gemm operand A, viewed as (M, K); `block_K` (dim 1) contiguous to
 // match `A` so cp.async moves 16-byte vectors; Swizzle<2,3,3> on a 8x32 atom spreads each 128-byte
 // line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutA_sAtom = decltype(composition(
@@ -44,7 +44,7 @@ using SmemLayoutA_sAtom = decltype(composition(
 using SmemLayoutA_s = decltype(tile_to_shape(
     SmemLayoutA_sAtom{}, make_shape(Int<block_M>{}, Int<block_K>{})));  // (block_M, block_K)
 
-// Shared buffer `B_s` (spec 15): gemm operand B, viewed as (N, K); `block_N` (dim 1) contiguous to
+// Shared buffer `B_s` (spec 16): gemm operand B, viewed as (N, K); `block_N` (dim 1) contiguous to
 // match `B` so cp.async moves 16-byte vectors; Swizzle<3,3,3> on a 64x8 atom spreads each 128-byte
 // line's 16-byte chunks over all banks for both the cp.async writes and the ldmatrix reads.
 using SmemLayoutB_sAtom = decltype(composition(
@@ -53,7 +53,7 @@ using SmemLayoutB_sAtom = decltype(composition(
 using SmemLayoutB_s = decltype(tile_to_shape(
     SmemLayoutB_sAtom{}, make_shape(Int<block_N>{}, Int<block_K>{})));  // (block_N, block_K)
 
-// gemm (spec 22): 4 warps as 2x2: each warp owns a 32x32 accumulator tile, the squarest split of
+// gemm (spec 23): 4 warps as 2x2: each warp owns a 32x32 accumulator tile, the squarest split of
 // 64x64 (best operand reuse).
 using TiledMma = TiledMMA<
     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>,
@@ -66,21 +66,21 @@ using S2RCopyAtomA_s = Copy_Atom<SM75_U32x4_LDSM_N, ElementA_s>;
 // registers.
 using S2RCopyAtomB_s = Copy_Atom<SM75_U16x8_LDSM_T, ElementB_s>;
 
-// copy (spec 20): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// copy (spec 21): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 32x4 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyA_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementA_s>{},
     Layout<Shape<Int<32>, Int<4>>, Stride<Int<4>, _1>>{},  // thread layout
     Layout<Shape<_1, Int<8>>>{}));                         // values per thread
 
-// copy (spec 21): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
+// copy (spec 22): 16-byte cp.async (L2-only) vectors of 8 elements along the contiguous dimension;
 // 8x16 threads, numbered along it first so that neighbours read neighbouring bytes.
 using G2SCopyB_s = decltype(make_tiled_copy(
     Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, ElementB_s>{},
     Layout<Shape<Int<8>, Int<16>>, Stride<_1, Int<8>>>{},  // thread layout
     Layout<Shape<Int<8>, _1>>{}));                         // values per thread
 
-// copy (spec 26): accumulators are converted to bf16 and staged through a swizzled shared tile
+// copy (spec 27): accumulators are converted to bf16 and staged through a swizzled shared tile
 // (Swizzle<3,3,3>), then stored as 16-byte vectors by 16x8 threads: whole 128-byte lines per warp
 // instead of scattered 4-byte writes.
 using SmemLayoutCAtom = decltype(composition(
@@ -129,13 +129,13 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
   Tensor sA_s = make_tensor(make_smem_ptr(smem.mainloop.A_s.data()), SmemLayoutA_s{});  // (block_M, block_K)
   Tensor sB_s = make_tensor(make_smem_ptr(smem.mainloop.B_s.data()), SmemLayoutB_s{});  // (block_N, block_K)
 
-  // MMA (spec 22) and its accumulator.
+  // MMA (spec 23) and its accumulator.
   TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
-  // fragment `acc` (spec 16): (MMA, MMA_M, MMA_N), float registers
+  // fragment `acc` (spec 17): (MMA, MMA_M, MMA_N), float registers
   Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<block_M>{}, Int<block_N>{}));
 
-  // Operand partitions of the MMA at spec 22.
+  // Operand partitions of the MMA at spec 23.
   Tensor tCrA_s = thr_mma.partition_fragment_A(sA_s);  // (MMA, MMA_M, MMA_K)
   Tensor tCrB_s = thr_mma.partition_fragment_B(sB_s);  // (MMA, MMA_N, MMA_K)
   auto s2r_copy_A_s = make_tiled_copy_A(S2RCopyAtomA_s{}, tiled_mma);
@@ -147,13 +147,13 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
   Tensor tXsB_s = s2r_thr_B_s.partition_S(sB_s);
   Tensor tXrB_s = s2r_thr_B_s.retile_D(tCrB_s);
 
-  // spec 18: clear(acc)
+  // spec 19: clear(acc)
   clear(acc);
 
-  // spec 19: serial(k, ceildiv(K, block_K))
+  // spec 20: serial(k, ceildiv(K, block_K))
   for (int k = 0; k < ((K + block_K - 1) / block_K); ++k) {
 
-    // spec 20: copy(A[by*block_M, k*block_K], A_s)
+    // spec 21: copy(A[by*block_M, k*block_K], A_s)
     {
       __syncthreads();  // earlier readers of sA_s are done
       G2SCopyA_s g2s_copy_A;
@@ -180,7 +180,7 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       __syncthreads();
     }
 
-    // spec 21: copy(B[k*block_K, bx*block_N], B_s)
+    // spec 22: copy(B[k*block_K, bx*block_N], B_s)
     {
       __syncthreads();  // earlier readers of sB_s are done
       // `B` with its dims swapped: CuTe's (N, K) operand order
@@ -209,7 +209,7 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       __syncthreads();
     }
 
-    // spec 22: gemm(A_s, B_s, acc)
+    // spec 23: gemm(A_s, B_s, acc)
     // 2 k-blocks (the tile's K over the MMA atom's); registers double-buffer the ldmatrix loads:
     // k-block b+1 loads while b multiplies.
     copy(s2r_copy_A_s, tXsA_s(_, _, 0), tXrA_s(_, _, 0));
@@ -225,10 +225,10 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
 
   }
 
-  // spec 23: if bx <= by
+  // spec 24: if bx <= by
   if (bx <= by) {
 
-    // spec 24: parallel(i, j)
+    // spec 25: parallel(i, j)
     // Element-wise over `acc` in registers: each thread visits the elements it owns.
     {
       // -> (row, col)
@@ -237,13 +237,13 @@ gemm_serial_masked_kernel(ElementA const* __restrict__ A,
       for (int e = 0; e < size(acc); ++e) {
         int const i = get<0>(tCcacc(e));
         int const j = get<1>(tCcacc(e));
-        acc(e) = (bx * block_N + j > by * block_M + i ? 0.0f : acc(e));  // spec 25
+        acc(e) = (bx * block_N + j > by * block_M + i ? 0.0f : acc(e));  // spec 26
       }
     }
 
   }
 
-  // spec 26: copy(acc, C[by*block_M, bx*block_N])
+  // spec 27: copy(acc, C[by*block_M, bx*block_N])
   // accumulators are converted to bf16 and staged through a swizzled shared tile (Swizzle<3,3,3>),
   // then stored as 16-byte vectors by 16x8 threads: whole 128-byte lines per warp instead of
   // scattered 4-byte writes.
