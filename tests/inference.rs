@@ -589,7 +589,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
                    "cuuint64_t const line_dims[3] = {kLineA, cuuint64_t(K / kLineA), cuuint64_t(M)};", "cuuint64_t const word_dims[2] = {cuuint64_t(K / 8), cuuint64_t(N)};",
                    "set_barrier_transaction_bytes(smem.full[stage], tma_bytes);", "wait_barrier(smem.empty[stage], (j / stages - 1) % 2);",
                    "make_coord(64 * t + 32 * h + 8 * i, span)", "CU_TENSOR_MAP_SWIZZLE_128B", "int const tma_rows = M < tile_rows ? M : tile_rows;",
-                   "kernel<<<grid, kThreads + kProducerThreads, smem_bytes, stream>>>", "size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;"] {
+                   "config.blockDim = dim3(kThreads + kProducerThreads);", "config.dynamicSmemBytes = smem_bytes;", "size_t const smem_bytes = odd_rows ? kSmemBytes<true> : kSmemBytes<false>;"] {
         assert!(cu.contains(needle), "the sm90a kernel lacks {needle}");
     }
     assert!(!cu.contains("K % 256") && cu.contains("if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {"), "the sm90a launcher takes any multiple of 128");
@@ -736,7 +736,7 @@ fn grid_variables_the_body_never_names_get_no_local() {
         let text = with_bz(read(file));
         assert!(text.contains("  bz: 1\n"), "{file}");
         let c = compile_for(text, target).unwrap();
-        let files = tilegen::back::render(&c).unwrap_or_else(|_| panic!("{file} renders"));
+        let files = tilegen::back::render(&c).unwrap_or_else(|d| panic!("{file} renders: {}", d[0].message));
         let cu = &files.iter().find(|f| f.name.ends_with(".cu")).unwrap().contents;
         // The launch keeps the spec's z extent; the kernel declares no `bz` it would never read.
         assert!(!cu.contains("int const bz") && cu.contains("int const by") && cu.contains(" grid_z = 1;"), "{file}: {cu}");
@@ -1132,7 +1132,7 @@ fn sm90a_adds_a_producer_warpgroup_to_two_consumer_warpgroups() {
     let files = tilegen::back::sm80::render(&c).unwrap();
     let text = |ext: &str| files.iter().find(|f| f.name.ends_with(ext)).unwrap().contents.replace("\n// ", " ");
     let cu = text(".cu");
-    for needle in ["<<<grid, kThreads + kProducerThreads,", "__launch_bounds__(kThreads + kProducerThreads, 1)",
+    for needle in ["config.blockDim = dim3(kThreads + kProducerThreads);", "__launch_bounds__(kThreads + kProducerThreads, 1)",
                    "warpgroup_reg_dealloc<40>()", "warpgroup_reg_alloc<232>()", "arrive_barrier(smem.empty_t[prev_stage])",
                    "wait_barrier(smem.empty_t[stage], (t / stages - 1) % 2)", "consumer_sync();  // the shared buffers are free"] {
         assert!(cu.contains(needle), "the kernel lacks {needle}");

@@ -47,9 +47,9 @@ struct Init<'a> {
 }
 
 impl Checker<'_> {
-    /// Reports reads of buffers that no earlier statement writes, and warns of buffers and
-    /// tensors that do nothing (see the module's doc).
-    pub(super) fn reads_before_writes(&mut self) {
+    /// Reports reads of buffers that no earlier statement writes, and warns of what does
+    /// nothing (see the module's doc).
+    pub(super) fn flow(&mut self) {
         let spec = self.spec;
         let mut init = Init {
             buffers: spec.buffers.iter().map(|b| b.name.name.as_str()).collect(),
@@ -66,7 +66,13 @@ impl Checker<'_> {
             first_write: BTreeMap::new(),
         };
         init.block(&spec.body);
-        self.errors.extend(init.errors);
+        self.errors.extend(std::mem::take(&mut init.errors));
+        self.unused(&init);
+    }
+
+    /// Warns of buffers, constants and tensors that do nothing, from what the walk saw.
+    fn unused(&mut self, init: &Init) {
+        let spec = self.spec;
         for b in &spec.buffers {
             let name = b.name.name.as_str();
             match init.first_write.get(name) {

@@ -174,7 +174,7 @@ fn check_body(spec: &Spec, whole: bool) -> Result<Info, Vec<Diagnostic>> {
     c.declarations();
     c.block(&spec.body);
     if whole && c.errors.is_empty() {
-        c.reads_before_writes();
+        c.flow();
     }
     if c.errors.is_empty() { Ok(c.info) } else { Err(c.errors) }
 }

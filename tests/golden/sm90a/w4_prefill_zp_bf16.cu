@@ -469,11 +469,9 @@ int launch(const void* A, const void* Wq, const void* scales, const void* zeros,
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&config, kernel, static_cast<ElementA const*>(A),
-                                             static_cast<ElementWq const*>(Wq),
-                                             static_cast<ElementScales const*>(scales),
-                                             static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N,
-                                             K, tma_A, tma_Wq));
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
+      static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
+      static_cast<ElementZeros const*>(zeros), static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq));
 }
 
 }  // namespace tilegen::w4_prefill_zp_bf16
