@@ -84,11 +84,12 @@ pub struct OutputFile {
 /// The version of CUTLASS generated code is written against (the pinned wheel).
 pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
 
-/// Names every backend's generated code declares itself (locals of the launcher, helpers).
-/// C++ keywords and types are the checker's ([`crate::check::refused_name`]).
-const RESERVED_ALL: [&str; 13] = [
+/// Names every backend's generated code declares itself (locals of the launcher, helpers;
+/// `config` is the CUDA launchers' cudaLaunchKernelEx configuration). C++ keywords and types
+/// are the checker's ([`crate::check::refused_name`]).
+const RESERVED_ALL: [&str; 14] = [
     "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a", "err", "grid", "grid_x", "grid_y",
-    "grid_z",
+    "grid_z", "config",
 ];
 /// Names the CuTe code (sm80, and sm90a's fused programs) declares or calls.
 const RESERVED_CUTE: [&str; 65] = [
