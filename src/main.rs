@@ -314,11 +314,14 @@ fn check(specs: &[PathBuf], targets: Vec<Target>, deny_warnings: bool) -> u8 {
         }
         // The spec's own constants, no target's overrides: what `tilegen run` executes. An
         // error there that every target's overrides hide would otherwise pass until `run`.
+        // The same check gives the spec's warnings, with or without --target. (A file that
+        // cannot be read was reported above.)
+        let own = output::read_spec(path).ok().map(tilegen::check_spec);
         let mut checked = targets.len();
-        if lenient && let Ok(file) = output::read_spec(path) {
+        if lenient && let Some(result) = &own {
             checked += 1;
-            if let Err((file, d)) = tilegen::check_spec(file) {
-                add_report(render_all(&d, &file), "`tilegen run` (no target's overrides)");
+            if let Err((file, d)) = result {
+                add_report(render_all(d, file), "`tilegen run` (no target's overrides)");
                 code = code.max(exit::FAILED);
             }
         }
@@ -329,15 +332,11 @@ fn check(specs: &[PathBuf], targets: Vec<Target>, deny_warnings: bool) -> u8 {
             }
             eprint!("{report}");
         }
-        match output::spec_warnings(path) {
-            Ok(Some(report)) => {
-                eprint!("{report}");
-                if deny_warnings {
-                    code = code.max(denied(1));
-                }
+        if let Some(Ok(c)) = &own && let Some(report) = output::render_warnings(c) {
+            eprint!("{report}");
+            if deny_warnings {
+                code = code.max(denied(1));
             }
-            Ok(None) => {}
-            Err(e) => code = code.max(fail(e)),
         }
         if !ok.is_empty() {
             println!("{}: ok for {}", path.display(), ok.join(", "));
@@ -388,8 +387,8 @@ fn run(spec: &Path, inputs: &Path, out: &Path, sizes: Vec<(String, i64)>) -> u8 
             return exit::FAILED;
         }
     };
-    if !c.info.warnings.is_empty() {
-        eprint!("{}", render_all(&c.info.warnings, &c.file));
+    if let Some(report) = output::render_warnings(&c) {
+        eprint!("{report}");
     }
     // Sizes named on the command line: each once, and each one of the spec's runtime sizes.
     let mut explicit = std::collections::BTreeMap::new();

@@ -143,11 +143,12 @@ pub fn skip_note(path: &str, target: Target, diags: &[crate::diag::Diagnostic]) 
 /// constants are checked once for every target; a spec that does not check has its errors
 /// reported by the command that compiles it, and no warnings here.
 pub fn spec_warnings(path: &Path) -> Result<Option<String>, GenError> {
-    let file = read_spec(path)?;
-    Ok(match crate::check_spec(file) {
-        Ok(c) if !c.info.warnings.is_empty() => Some(render_all(&c.info.warnings, &c.file)),
-        _ => None,
-    })
+    Ok(crate::check_spec(read_spec(path)?).ok().and_then(|c| render_warnings(&c)))
+}
+
+/// A checked spec's warnings, rendered with their count, or `None` when it has none.
+pub fn render_warnings(c: &crate::Checked) -> Option<String> {
+    (!c.info.warnings.is_empty()).then(|| render_all(&c.info.warnings, &c.file))
 }
 
 /// The bundled specs: `specs/*.yaml`, sorted by name.
