@@ -148,11 +148,11 @@ const RESERVED_DEQUANT: [&str; 20] = [
 /// and [`RESERVED_SM90A_BARRIERS`].
 const RESERVED_SM90A_FUSED: [&str; 5] = ["phase", "prev_stage", "after_mma", "during_mma", "prefetch_tma_descriptor"];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
-const RESERVED_SM90A: [&str; 28] = [
-    "cute", "cutlass", "args", "gemm", "err", "status", "device", "workspace", "workspace_bytes", "Acc",
-    "ClusterShape", "Epilogue", "EpilogueSchedule", "EpilogueTile", "Gemm", "GemmKernel", "KernelSchedule",
-    "LayoutA", "LayoutB", "LayoutC", "LayoutD", "RoundStyle", "TileScheduler", "TileShape", "sm_count", "Int",
-    "Shape", "Stride",
+const RESERVED_SM90A: [&str; 29] = [
+    "cute", "cutlass", "args", "params", "kernel", "cluster", "err", "device", "workspace", "workspace_bytes", "Acc",
+    "ClusterShape", "Epilogue", "EpilogueSchedule", "EpilogueTile", "GemmKernel", "KernelSchedule", "LayoutA",
+    "LayoutB", "LayoutC", "LayoutD", "RoundStyle", "TileScheduler", "TileShape", "sm_count", "size", "Int", "Shape",
+    "Stride",
 ];
 /// Names the composable_kernel code declares.
 const RESERVED_CK: [&str; 14] = [

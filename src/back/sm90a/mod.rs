@@ -277,9 +277,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         "persistent grid of at most one CTA per SM, in {}x{} clusters, {} threads (one producer and two consumer warpgroups), about {} bytes of shared memory; any workspace CUTLASS asks for is allocated and freed on `stream`",
         p.cluster.0, p.cluster.1, crate::layout::COLLECTIVE_THREADS, p.smem_bytes);
     Context {
-        // GemmUniversalAdapter launches the kernel itself and reads the launch's error with
-        // cudaGetLastError.
-        header: HeaderCtx { reads_last_error: true, ..header(c) },
+        header: header(c),
         why: p.why.clone(),
         gemm_line,
         epilogue_lines: epilogue_lines.join(", "),
@@ -328,7 +326,7 @@ fn context(c: &Compiled, p: &CollectivePlan) -> Context {
         },
         doc_launch,
         doc_invalid: "CUTLASS's can_implement rejects the problem".into(),
-        doc_errors: "cudaGetDevice, the workspace allocation or the launch".into(),
-        doc_unknown: "CUTLASS's initialize or run fails without a CUDA error".into(),
+        doc_errors: "cudaGetDevice, the workspace allocation, cudaFuncSetAttribute or the launch".into(),
+        doc_unknown: "CUTLASS fails to initialise its workspace".into(),
     }
 }

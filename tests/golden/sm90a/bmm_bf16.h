@@ -35,11 +35,9 @@ extern "C" {
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30, a pointer is null or breaks its
 //   alignment, or CUTLASS's can_implement rejects the problem;
-//   otherwise the error that cudaGetDevice, the workspace allocation or the launch reported, or
-//   cudaErrorUnknown (999) when CUTLASS's initialize or run fails without a CUDA error.
+//   otherwise the error that cudaGetDevice, the workspace allocation, cudaFuncSetAttribute or the
+//   launch reported, or cudaErrorUnknown (999) when CUTLASS fails to initialise its workspace.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with cudaGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_bmm_bf16(const void* A, const void* B, void* C, int batch, int M, int N, int K, cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -22,12 +22,12 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
+#include <cutlass/device_kernel.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/epilogue/thread/activation.h>
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/functional.h>
 #include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
@@ -109,7 +109,6 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>,  // (M, N, K, batch)
     CollectiveMainloop, CollectiveEpilogue, TileScheduler>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 static_assert(GemmKernel::SharedStorageSize <= 232448,
               "mainloop stages and epilogue storage exceed the sm_90 shared-memory limit");
@@ -155,7 +154,7 @@ extern "C" int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, cons
     return static_cast<int>(cudaErrorInvalidValue);
   }
 
-  Gemm::Arguments args{};
+  GemmKernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {M, N, K, 1};
   args.mainloop.ptr_A = static_cast<ElementA const*>(A);
@@ -185,10 +184,10 @@ extern "C" int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, cons
   args.scheduler.max_swizzle_size = 1;  // rasterization: CTAs per swizzle band (none)
   args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;
 
-  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) {
+  if (!GemmKernel::can_implement(args)) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  size_t const workspace_bytes = Gemm::get_workspace_size(args);
+  size_t const workspace_bytes = GemmKernel::get_workspace_size(args);
   void* workspace = nullptr;
   if (workspace_bytes > 0) {
     err = cudaMallocAsync(&workspace, workspace_bytes, stream);
@@ -196,17 +195,31 @@ extern "C" int tilegen_gemm_tn_bias_silu_bf16(const void* A, const void* B, cons
       return static_cast<int>(err);
     }
   }
-  Gemm gemm;
-  cutlass::Status status = gemm.initialize(args, workspace, stream);
-  if (status == cutlass::Status::kSuccess) {
-    status = gemm.run(stream);
+  // GemmUniversalAdapter's initialize and run, step by step, so that the kernel is launched here
+  // through cudaLaunchKernelEx and its result is this launch's own error.
+  err = cudaErrorUnknown;  // unless CUTLASS initialises the workspace
+  if (GemmKernel::initialize_workspace(args, workspace, stream) == cutlass::Status::kSuccess) {
+    GemmKernel::Params const params = GemmKernel::to_underlying_arguments(args, workspace);
+    auto const kernel = cutlass::device_kernel<GemmKernel>;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, GemmKernel::SharedStorageSize);
+    if (err == cudaSuccess) {
+      cudaLaunchAttribute cluster = {};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = size<0>(ClusterShape{});
+      cluster.val.clusterDim.y = size<1>(ClusterShape{});
+      cluster.val.clusterDim.z = size<2>(ClusterShape{});
+      cudaLaunchConfig_t config = {};
+      config.gridDim = GemmKernel::get_grid_shape(params);  // whole clusters
+      config.blockDim = GemmKernel::get_block_shape();
+      config.dynamicSmemBytes = GemmKernel::SharedStorageSize;
+      config.stream = stream;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      err = cudaLaunchKernelEx(&config, kernel, params);
+    }
   }
   if (workspace != nullptr) {
     cudaFreeAsync(workspace, stream);
   }
-  err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    return static_cast<int>(err);
-  }
-  return static_cast<int>(status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorUnknown);
+  return static_cast<int>(err);
 }
