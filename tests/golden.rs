@@ -158,6 +158,45 @@ fn golden_warnings() {
     assert!(failures.is_empty(), "golden warnings drifted (BLESS=1 to accept):\n{}", failures.join("\n"));
 }
 
+/// A whole-buffer write warns when a later statement of the same block overwrites the buffer
+/// whole before anything reads it, and not when something reads it in between, a later write
+/// is partial, conditional or in a loop, or the first write is the one inside a block.
+#[test]
+fn overwritten_writes_warn_only_when_nothing_can_read_them() {
+    let spec = |body: &str| format!("kernel: k
+tensors:
+  A: {{dtype: f16, shape: [M, K]}}
+  C: {{dtype: f32, shape: [M, K], output: true}}
+constants: {{block_M: 64, block_K: 64}}
+grid:
+  bx: ceildiv(M, block_M)
+threads: 128
+buffers:
+  A_s: {{scope: shared, dtype: f16, shape: [block_M, block_K]}}
+  acc: {{scope: fragment, dtype: f32, shape: [block_M, block_K]}}
+body:
+{body}  - copy(acc, C[bx*block_M, 0])
+");
+    let warnings = |body: &str| {
+        let checked = tilegen::check_spec(tilegen::diag::SourceFile::new("k.yaml", spec(body))).unwrap_or_else(|(f, d)| panic!("{}", render_all(&d, &f)));
+        checked.info.warnings.iter().map(|w| w.message.clone()).filter(|m| m.contains("overwritten")).collect::<Vec<_>>()
+    };
+    let add = "  - parallel(i, j):\n      - acc[i, j] += A_s[i, j]\n";
+    let copy = "  - copy(A[bx*block_M, 0], A_s)\n";
+    // Overwritten whole: a clear by a fill, a copy by the same copy.
+    assert_eq!(warnings(&format!("  - clear(acc)\n  - fill(acc, 1.0)\n{copy}{add}")).len(), 1);
+    assert_eq!(warnings(&format!("  - clear(acc)\n{copy}{copy}{add}")), ["the values this writes to `A_s` are overwritten before any statement reads them"]);
+    // Read in between, or the later write is partial: nothing to say.
+    assert!(warnings(&format!("  - clear(acc)\n{copy}{add}{copy}{add}")).is_empty());
+    assert!(warnings(&format!("  - clear(acc)\n  - parallel(i, j):\n      - acc[i, j] = 2.0\n{copy}{add}")).is_empty());
+    // The later write conditional, or in a loop (which might not run): nothing either.
+    assert!(warnings(&format!("  - clear(acc)\n  - if M > 64:\n      - fill(acc, 1.0)\n{copy}{add}")).is_empty());
+    assert!(warnings(&format!("  - clear(acc)\n  - serial(t, ceildiv(K, 64)):\n      - fill(acc, 1.0)\n{copy}{add}")).is_empty());
+    // Inside a loop, the next statement of the same body counts.
+    assert_eq!(warnings(&format!("  - clear(acc)\n  - serial(t, 2):\n{}{}      - parallel(i, j):\n          - acc[i, j] += A_s[i, j]\n",
+        copy.replacen("  -", "      -", 1), copy.replacen("  -", "      -", 1))).len(), 1);
+}
+
 /// Every CUDA launcher returns its launch's own error: every kernel, CUTLASS's sm90a collectives
 /// included, is launched with cudaLaunchKernelEx, and no launcher reads cudaGetLastError, which
 /// would return an error an earlier call left pending. (Rendered here rather than read from

@@ -11,7 +11,10 @@
 //!
 //! The same walk finds what does nothing, as warnings: buffers no statement uses, buffers whose
 //! values no other statement reads (a gemm accumulating into a fragment that is never stored),
-//! constants nothing names, inputs never read and outputs never written.
+//! constants nothing names, inputs never read and outputs never written. A second walk warns of
+//! a statement whose whole-buffer write (`clear`, `fill`, a copy or dequant into the buffer, a
+//! reduction that starts afresh) a later statement of the same block overwrites whole before
+//! anything reads it.
 
 use super::Checker;
 use crate::ast::*;
@@ -68,6 +71,9 @@ impl Checker<'_> {
         init.block(&spec.body);
         self.errors.extend(std::mem::take(&mut init.errors));
         self.unused(&init);
+        // A buffer nothing reads has its warning already.
+        let live: BTreeSet<&str> = spec.buffers.iter().map(|b| b.name.name.as_str()).filter(|b| init.read.contains(b)).collect();
+        overwritten(&spec.body, &live, &mut self.info.warnings);
     }
 
     /// Warns of buffers, constants and tensors that do nothing, from what the walk saw.
@@ -242,5 +248,111 @@ impl<'a> Init<'a> {
         }
         let hint = hint.unwrap_or_else(|| format!("write `{name}` before this read (clear, fill, copy or an assignment in `parallel`)"));
         self.errors.push(d.hint(hint));
+    }
+}
+
+/// The buffer a statement overwrites whole, without reading it: whatever it held before is lost.
+fn overwrites(s: &Stmt) -> Option<&str> {
+    match &s.kind {
+        StmtKind::Copy { dst, .. } if dst.origin.is_none() => Some(&dst.name.name),
+        StmtKind::Dequant { dst, .. } | StmtKind::Reduce { dst, clear: true, .. } => Some(&dst.name),
+        StmtKind::Clear { buf } | StmtKind::Fill { buf, .. } => Some(&buf.name),
+        _ => None,
+    }
+}
+
+/// The names a statement, or any statement nested in it, reads (elements, whole buffers and
+/// tensors, and the values an update combines with).
+fn reads<'a>(s: &'a Stmt, out: &mut BTreeSet<&'a str>) {
+    let expr = |e: &'a Expr, out: &mut BTreeSet<&'a str>| {
+        e.visit(&mut |x| {
+            match &x.kind {
+                ExprKind::Index(name, _) => {
+                    out.insert(name.name.as_str());
+                }
+                ExprKind::Name(name) => {
+                    out.insert(name.as_str());
+                }
+                _ => {}
+            }
+            true
+        })
+    };
+    match &s.kind {
+        StmtKind::Copy { src, dst } => {
+            out.insert(&src.name.name);
+            for origin in [src, dst].into_iter().filter_map(|o| o.origin.as_ref()) {
+                origin.iter().for_each(|e| expr(e, out));
+            }
+        }
+        StmtKind::Dequant { src, scales, zero, .. } => {
+            out.extend([src, scales].into_iter().chain(zero.tile()).map(|i| i.name.as_str()));
+        }
+        StmtKind::Reduce { src, dst, clear, .. } => {
+            out.insert(&src.name);
+            if !clear {
+                out.insert(&dst.name);
+            }
+        }
+        StmtKind::Gemm { a, b, c, .. } => out.extend([a, b, c].map(|i| i.name.as_str())),
+        StmtKind::Clear { .. } => {}
+        StmtKind::Fill { value, .. } => expr(value, out),
+        StmtKind::Assign { target, indices, op, value } => {
+            indices.iter().for_each(|e| expr(e, out));
+            expr(value, out);
+            if *op != AssignOp::Set {
+                out.insert(&target.name);
+            }
+        }
+        StmtKind::Loop { count, body, .. } => {
+            expr(count, out);
+            body.iter().for_each(|t| reads(t, out));
+        }
+        StmtKind::If { cond, then_body, else_body } => {
+            expr(cond, out);
+            then_body.iter().chain(else_body).for_each(|t| reads(t, out));
+        }
+        StmtKind::Parallel { body, .. } => body.iter().for_each(|t| reads(t, out)),
+    }
+}
+
+/// Warns of whole-buffer writes of `live` buffers that a later statement of the same block
+/// overwrites whole before any statement reads them. Nested blocks are walked on their own;
+/// a write in one that nothing in it reads may still be read after it, or in the next
+/// iteration, so only straight-line successors count.
+fn overwritten(stmts: &[Stmt], live: &BTreeSet<&str>, warnings: &mut Vec<Diagnostic>) {
+    // Buffers written whole by an earlier statement of this block and not read since.
+    let mut pending: BTreeMap<&str, Span> = BTreeMap::new();
+    for s in stmts {
+        let mut read = BTreeSet::new();
+        reads(s, &mut read);
+        pending.retain(|name, _| !read.contains(name));
+        // Writes inside nested blocks may be partial or conditional: they end the search.
+        let mut nested = Vec::new();
+        walk_stmts(std::slice::from_ref(s), &mut |t| nested.extend(t.written().filter(|_| !std::ptr::eq(t, s))));
+        pending.retain(|name, _| !nested.contains(name));
+        match overwrites(s).filter(|b| live.contains(b)) {
+            Some(name) => {
+                if let Some(at) = pending.insert(name, s.span) {
+                    warnings.push(Diagnostic::warning(at, format!("the values this writes to `{name}` are overwritten before any statement reads them"))
+                        .label(s.span, "overwritten here")
+                        .hint("remove the first write, or read the buffer between the two"));
+                }
+            }
+            None => {
+                if let Some(name) = s.written() {
+                    // A partial write (an element assignment, a gemm's accumulation) keeps the rest.
+                    pending.remove(name);
+                }
+            }
+        }
+        match &s.kind {
+            StmtKind::Loop { body, .. } | StmtKind::Parallel { body, .. } => overwritten(body, live, warnings),
+            StmtKind::If { then_body, else_body, .. } => {
+                overwritten(then_body, live, warnings);
+                overwritten(else_body, live, warnings);
+            }
+            _ => {}
+        }
     }
 }
