@@ -75,8 +75,8 @@ pub struct HeaderCtx {
     pub constants_note: String,
     /// Whether the launcher reads its launch's error with `<api>GetLastError`, which the header
     /// warns also returns an error an earlier call left pending: the HIP launchers' `<<<...>>>`
-    /// launches (set by [`header`]) and CUTLASS's device adapter on sm90a (set by its context).
-    /// The other CUDA launchers launch with `cudaLaunchKernelEx`, which returns the error itself.
+    /// launches (set by [`header`]). The CUDA launchers launch with `cudaLaunchKernelEx`, which
+    /// returns the error itself.
     pub reads_last_error: bool,
 }
 
