@@ -201,6 +201,21 @@ impl Expr {
         }
     }
 
+    /// The names the expression reads, with where: each buffer or tensor it indexes and each
+    /// bare name (a variable, a constant, a size, a whole buffer), in pre-order.
+    pub fn names_read(&self) -> Vec<(&str, Span)> {
+        let mut names = Vec::new();
+        self.visit(&mut |x| {
+            match &x.kind {
+                ExprKind::Index(name, _) => names.push((name.name.as_str(), name.span)),
+                ExprKind::Name(name) => names.push((name.as_str(), x.span)),
+                _ => {}
+            }
+            true
+        });
+        names
+    }
+
     /// Whether the name `name` occurs anywhere in the expression.
     pub fn mentions(&self, name: &str) -> bool {
         let mut found = false;

@@ -205,16 +205,7 @@ impl<'a> Init<'a> {
 
     /// Checks the buffers `e` reads (elements, or a whole buffer by name).
     fn expr(&mut self, e: &'a Expr) {
-        let mut reads = Vec::new();
-        e.visit(&mut |x| {
-            match &x.kind {
-                ExprKind::Index(name, _) => reads.push((name.name.as_str(), name.span)),
-                ExprKind::Name(name) => reads.push((name.as_str(), x.span)),
-                _ => {}
-            }
-            true
-        });
-        for (name, span) in reads {
+        for (name, span) in e.names_read() {
             self.check(name, span, None);
         }
     }
@@ -264,20 +255,7 @@ fn overwrites(s: &Stmt) -> Option<&str> {
 /// The names a statement, or any statement nested in it, reads (elements, whole buffers and
 /// tensors, and the values an update combines with).
 fn reads<'a>(s: &'a Stmt, out: &mut BTreeSet<&'a str>) {
-    let expr = |e: &'a Expr, out: &mut BTreeSet<&'a str>| {
-        e.visit(&mut |x| {
-            match &x.kind {
-                ExprKind::Index(name, _) => {
-                    out.insert(name.name.as_str());
-                }
-                ExprKind::Name(name) => {
-                    out.insert(name.as_str());
-                }
-                _ => {}
-            }
-            true
-        })
-    };
+    let expr = |e: &'a Expr, out: &mut BTreeSet<&'a str>| out.extend(e.names_read().into_iter().map(|(name, _)| name));
     match &s.kind {
         StmtKind::Copy { src, dst } => {
             out.insert(&src.name.name);

@@ -50,18 +50,7 @@ struct Effects {
 }
 
 fn expr_reads(e: &Expr, out: &mut BTreeSet<String>) {
-    e.visit(&mut |x| {
-        match &x.kind {
-            ExprKind::Index(b, _) => {
-                out.insert(b.name.clone());
-            }
-            ExprKind::Name(n) => {
-                out.insert(n.clone());
-            }
-            _ => {}
-        }
-        true
-    });
+    out.extend(e.names_read().into_iter().map(|(name, _)| name.to_string()));
 }
 
 fn effects(s: &Stmt, fx: &mut Effects) {
