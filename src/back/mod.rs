@@ -148,8 +148,9 @@ const RESERVED_DEQUANT: [&str; 20] = [
 /// and [`RESERVED_SM90A_BARRIERS`].
 const RESERVED_SM90A_FUSED: [&str; 5] = ["phase", "prev_stage", "after_mma", "during_mma", "prefetch_tma_descriptor"];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
-const RESERVED_SM90A: [&str; 29] = [
+const RESERVED_SM90A: [&str; 33] = [
     "cute", "cutlass", "args", "params", "kernel", "cluster", "err", "device", "workspace", "workspace_bytes", "Acc",
+    "launch", "grid", "config", "result",
     "ClusterShape", "Epilogue", "EpilogueSchedule", "EpilogueTile", "GemmKernel", "KernelSchedule", "LayoutA",
     "LayoutB", "LayoutC", "LayoutD", "RoundStyle", "TileScheduler", "TileShape", "sm_count", "size", "Int", "Shape",
     "Stride",

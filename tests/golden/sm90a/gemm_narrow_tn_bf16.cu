@@ -117,6 +117,33 @@ inline int sm_count(int device) {
   return n;
 }
 
+// Launches GemmKernel on `params` through cudaLaunchKernelEx, as GemmUniversalAdapter's run
+// would, and returns the launch's own error: the kernel's shared memory allowed, a grid of whole
+// clusters, the cluster shape as a launch attribute.
+inline int launch(GemmKernel::Params const& params, cudaStream_t stream) {
+  auto const kernel = cutlass::device_kernel<GemmKernel>;
+  cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               GemmKernel::SharedStorageSize);
+  if (err != cudaSuccess) {
+    return static_cast<int>(err);
+  }
+  dim3 const grid = GemmKernel::get_grid_shape(params);  // whole clusters
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = size<0>(ClusterShape{});
+  cluster.val.clusterDim.y = size<1>(ClusterShape{});
+  cluster.val.clusterDim.z = size<2>(ClusterShape{});
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(GemmKernel::get_block_shape());
+  config.dynamicSmemBytes = GemmKernel::SharedStorageSize;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
+      params));
+}
+
 }  // namespace tilegen::gemm_narrow_tn_bf16
 
 extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C, int M, int N, int K,
@@ -182,30 +209,13 @@ extern "C" int tilegen_gemm_narrow_tn_bf16(const void* A, const void* B, void* C
     }
   }
   // GemmUniversalAdapter's initialize and run, step by step, so that the kernel is launched here
-  // through cudaLaunchKernelEx and its result is this launch's own error.
-  err = cudaErrorUnknown;  // unless CUTLASS initialises the workspace
+  // (`launch`) and the result is this launch's own error.
+  int result = static_cast<int>(cudaErrorUnknown);  // unless CUTLASS initialises the workspace
   if (GemmKernel::initialize_workspace(args, workspace, stream) == cutlass::Status::kSuccess) {
-    GemmKernel::Params const params = GemmKernel::to_underlying_arguments(args, workspace);
-    auto const kernel = cutlass::device_kernel<GemmKernel>;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, GemmKernel::SharedStorageSize);
-    if (err == cudaSuccess) {
-      cudaLaunchAttribute cluster = {};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = size<0>(ClusterShape{});
-      cluster.val.clusterDim.y = size<1>(ClusterShape{});
-      cluster.val.clusterDim.z = size<2>(ClusterShape{});
-      cudaLaunchConfig_t config = {};
-      config.gridDim = GemmKernel::get_grid_shape(params);  // whole clusters
-      config.blockDim = GemmKernel::get_block_shape();
-      config.dynamicSmemBytes = GemmKernel::SharedStorageSize;
-      config.stream = stream;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
-      err = cudaLaunchKernelEx(&config, kernel, params);
-    }
+    result = launch(GemmKernel::to_underlying_arguments(args, workspace), stream);
   }
   if (workspace != nullptr) {
     cudaFreeAsync(workspace, stream);
   }
-  return static_cast<int>(err);
+  return result;
 }
