@@ -3,8 +3,8 @@
 //! There is no AMD GPU here. `tests/amd_emu/` emulates the part of HIP and composable_kernel
 //! that the tile lowering emits: one OS thread per GPU thread, LDS as function statics, and
 //! each MFMA as a wave-wide exchange of operands computed from the instruction's lane layout.
-//! The generated `.hip` is built with the host's g++ against that shim (the `<<<...>>>`
-//! launch rewritten into a call), linked with `tilegen validate`'s harness, and every golden
+//! The generated `.hip` is built with the host's g++ against that shim (its hipLaunchKernelEx
+//! runs the grid), linked with `tilegen validate`'s harness, and every golden
 //! case is compared under its tolerance. This checks the generated code's indexing, barriers,
 //! k-split sums, ragged edges, conversions and operand layouts; it does not check the timing
 //! or the memory model of real hardware.
@@ -16,23 +16,6 @@ use tilegen::target::Target;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The generated `.hip` with its launch rewritten for the emulation: `k<<<g, t, 0, s>>>(`
-/// becomes `tilegen_emu::launch(k, g, t, `.
-fn emulated_source(hip: &str) -> String {
-    let mut out = String::new();
-    let mut rest = hip;
-    while let Some(at) = rest.find("<<<") {
-        let name_start = rest[..at].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
-        let close = rest[at..].find(">>>(").expect("a complete launch") + at;
-        let config: Vec<&str> = rest[at + 3..close].split(',').map(str::trim).collect();
-        out.push_str(&rest[..name_start]);
-        out.push_str(&format!("tilegen_emu::launch({}, {}, {}, ", &rest[name_start..at], config[0], config[1]));
-        rest = &rest[close + 4..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Builds the emulated kernel and the validation harness for a spec; returns the compiled
@@ -48,7 +31,7 @@ fn build_text(spec: &str, text: String, target: Target, dir: &Path, mutate: impl
     let files = tilegen::back::render(&c).unwrap();
     let kernel = c.spec.kernel.name.clone();
     for f in &files {
-        let contents = if f.name.ends_with(".hip") { mutate(emulated_source(&f.contents)) } else { f.contents.clone() };
+        let contents = if f.name.ends_with(".hip") { mutate(f.contents.clone()) } else { f.contents.clone() };
         std::fs::write(dir.join(&f.name), contents).unwrap();
     }
     std::fs::write(dir.join("harness.cpp"), tilegen::validate::harness_source(&c).unwrap()).unwrap();
@@ -464,8 +447,7 @@ fn launchers_refuse_sizes_over_two_to_the_thirty() {
     let spec = "tests/golden/specs/softmax_bf16.yaml";
     let c = tilegen::compile(SourceFile::new(spec, std::fs::read_to_string(root().join(spec)).unwrap()), Target::Gfx942).unwrap();
     for f in tilegen::back::render(&c).unwrap() {
-        let contents = if f.name.ends_with(".hip") { emulated_source(&f.contents) } else { f.contents };
-        std::fs::write(dir.path().join(&f.name), contents).unwrap();
+        std::fs::write(dir.path().join(&f.name), f.contents).unwrap();
     }
     std::fs::write(dir.path().join("main.cpp"), r#"#include <cstdint>
 #include <cstdio>

@@ -197,26 +197,34 @@ body:
         copy.replacen("  -", "      -", 1), copy.replacen("  -", "      -", 1))).len(), 1);
 }
 
-/// Every CUDA launcher returns its launch's own error: every kernel, CUTLASS's sm90a collectives
-/// included, is launched with cudaLaunchKernelEx, and no launcher reads cudaGetLastError, which
-/// would return an error an earlier call left pending. (Rendered here rather than read from
-/// disk, which `BLESS=1` rewrites while tests run.)
+/// Every launcher of a kernel tilegen writes returns its launch's own error: every CUDA kernel,
+/// CUTLASS's sm90a collectives included, is launched with cudaLaunchKernelEx and every HIP kernel
+/// of tilegen's own with hipLaunchKernelEx, and none reads <api>GetLastError, which would return an
+/// error an earlier call left pending. composable_kernel's invokers launch and read
+/// hipGetLastError themselves; those headers say so. (Rendered here rather than read from disk,
+/// which `BLESS=1` rewrites while tests run.)
 #[test]
-fn cuda_launchers_return_their_own_launch_error() {
+fn launchers_return_their_own_launch_error() {
     std::env::set_current_dir(env!("CARGO_MANIFEST_DIR")).unwrap();
     let specs: Vec<PathBuf> = yaml_files("specs").into_iter().chain(yaml_files("tests/golden/specs")).map(|p| rel(&p)).collect();
-    let mut checked = 0;
-    for target in [Target::Sm80, Target::Sm90a] {
+    let (mut cuda, mut hip, mut ck) = (0, 0, 0);
+    for target in [Target::Sm80, Target::Sm90a, Target::Gfx942, Target::Gfx90a] {
         let (files, _) = tilegen::output::generate_with_notes(&specs, target, Path::new("out")).unwrap_or_else(|e| panic!("{e}"));
-        for (cu, source) in files.iter().filter(|(p, _)| p.extension().is_some_and(|x| x == "cu")) {
-            let header = &files[&cu.with_extension("h")];
-            assert!(!source.contains("<<<"), "{}: a <<<...>>> launch", cu.display());
-            assert!(!source.contains("GemmUniversalAdapter<"), "{}: CUTLASS's adapter launches for itself", cu.display());
-            assert!(source.contains("cudaLaunchKernelEx("), "{}: launched otherwise", cu.display());
-            assert!(!source.contains("cudaGetLastError()"), "{}", cu.display());
-            assert!(!header.contains("GetLastError"), "{}: the header's contract", cu.with_extension("h").display());
-            checked += 1;
+        let api = if target.is_amd() { "hip" } else { "cuda" };
+        for (src, source) in files.iter().filter(|(p, _)| p.extension().is_some_and(|x| x == "cu" || x == "hip")) {
+            let header = &files[&src.with_extension("h")];
+            assert!(!source.contains("<<<"), "{}: a <<<...>>> launch", src.display());
+            assert!(!source.contains("GemmUniversalAdapter<"), "{}: CUTLASS's adapter launches for itself", src.display());
+            if source.contains("MakeInvoker()") {
+                assert!(header.contains("composable_kernel reads its launch's error with hipGetLastError"), "{}: the header's caveat", src.display());
+                ck += 1;
+                continue;
+            }
+            assert!(source.contains(&format!("{api}LaunchKernelEx(")), "{}: launched otherwise", src.display());
+            assert!(!source.contains("GetLastError()"), "{}", src.display());
+            assert!(!header.contains("GetLastError"), "{}: the header's contract", src.with_extension("h").display());
+            if target.is_amd() { hip += 1 } else { cuda += 1 }
         }
     }
-    assert!(checked >= 40, "only {checked} CUDA sources");
+    assert!(cuda >= 40 && hip >= 20 && ck >= 10, "only {cuda} CUDA, {hip} HIP and {ck} composable_kernel sources");
 }

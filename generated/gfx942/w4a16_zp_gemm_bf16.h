@@ -38,8 +38,6 @@ extern "C" {
 //   a pointer is null or breaks its alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with hipGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_w4a16_zp_gemm_bf16(const void* A, const void* Wq, const void* scales, const void* zeros, void* C, int M,
                                int N, int K, hipStream_t stream);
 

@@ -3,6 +3,7 @@
 
 use crate::ast::{Dim, Order};
 use crate::Compiled;
+use crate::back::ck::Lowering;
 use serde::Serialize;
 
 /// One argument check: a C++ condition that makes the launcher return an error.
@@ -73,10 +74,10 @@ pub struct HeaderCtx {
     /// at which spec line, for the constants' comment: `` (sm90a's `targets:` entry, spec 28,
     /// sets block_N, block_K, stages)``; empty otherwise.
     pub constants_note: String,
-    /// Whether the launcher reads its launch's error with `<api>GetLastError`, which the header
-    /// warns also returns an error an earlier call left pending: the HIP launchers' `<<<...>>>`
-    /// launches (set by [`header`]). The CUDA launchers launch with `cudaLaunchKernelEx`, which
-    /// returns the error itself.
+    /// Whether the launch's error is read with `hipGetLastError`, which the header warns also
+    /// returns an error an earlier call left pending: the composable_kernel launchers, whose
+    /// invokers launch and check for themselves (set by [`header`]). tilegen's own kernels
+    /// launch with `cudaLaunchKernelEx` / `hipLaunchKernelEx`, which return the error itself.
     pub reads_last_error: bool,
 }
 
@@ -97,7 +98,7 @@ pub fn header(c: &Compiled) -> HeaderCtx {
         source_ext: c.plan.target.source_extension().into(),
         build: build_lines(c.plan.target, &c.spec.kernel.name),
         constants_note: constants_note(c),
-        reads_last_error: amd,
+        reads_last_error: amd && matches!(crate::back::ck::lowering(c), Some(Lowering::Attention(_) | Lowering::DeviceGemm(_))),
     }
 }
 

@@ -85,7 +85,7 @@ pub struct OutputFile {
 pub const CUTLASS_VERSION: &str = "4.2.0 (PyPI nvidia-cutlass==4.2.0.0)";
 
 /// Names every backend's generated code declares itself (locals of the launcher, helpers;
-/// `config` is the CUDA launchers' cudaLaunchKernelEx configuration). C++ keywords and types
+/// `config` is the launchers' cudaLaunchKernelEx / hipLaunchKernelEx configuration). C++ keywords and types
 /// are the checker's ([`crate::check::refused_name`]).
 const RESERVED_ALL: [&str; 14] = [
     "stream", "tid", "e", "c", "r", "v", "acc_rows_cols", "acc_as_operand_a", "err", "grid", "grid_x", "grid_y",
@@ -148,9 +148,9 @@ const RESERVED_DEQUANT: [&str; 20] = [
 /// and [`RESERVED_SM90A_BARRIERS`].
 const RESERVED_SM90A_FUSED: [&str; 5] = ["phase", "prev_stage", "after_mma", "during_mma", "prefetch_tma_descriptor"];
 /// Names the CUTLASS 3.x (sm90a collective) launcher declares.
-const RESERVED_SM90A: [&str; 33] = [
+const RESERVED_SM90A: [&str; 31] = [
     "cute", "cutlass", "args", "params", "kernel", "cluster", "err", "device", "workspace", "workspace_bytes", "Acc",
-    "launch", "grid", "config", "result",
+    "launch", "result",
     "ClusterShape", "Epilogue", "EpilogueSchedule", "EpilogueTile", "GemmKernel", "KernelSchedule", "LayoutA",
     "LayoutB", "LayoutC", "LayoutD", "RoundStyle", "TileScheduler", "TileShape", "sm_count", "size", "Int", "Shape",
     "Stride",

@@ -146,7 +146,8 @@ void launch(void (*kernel)(P...), dim3 grid, int threads, A... args) {
 
 #define threadIdx (tilegen_emu::thread_idx)
 #define blockIdx (tilegen_emu::block_idx)
-#define gridDim (tilegen_emu::grid_dim)
+// gridDim is a variable, as in HIP, not a macro: hipLaunchConfig_t has a member of that name.
+inline dim3 const& gridDim = tilegen_emu::grid_dim;
 #define __builtin_amdgcn_mfma_f32_16x16x16bf16_1k tilegen_emu::mfma_bf16
 #define __builtin_amdgcn_mfma_f32_16x16x16f16 tilegen_emu::mfma_f16
 inline void __syncthreads() { tilegen_emu::block_sync->arrive_and_wait(); }
@@ -154,10 +155,22 @@ inline float __shfl_xor(float v, int mask) { return tilegen_emu::shfl_xor(v, mas
 // HIP's device math beyond the C library's (the row-wise norms' rsqrt).
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
-// The HIP runtime calls the launcher makes.
+// The HIP runtime calls the launcher makes: hipLaunchKernelEx runs the grid to completion.
 typedef void* hipStream_t;
 enum hipError_t { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorUnknown = 999 };
-inline hipError_t hipGetLastError() { return hipSuccess; }
+struct hipLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  hipStream_t stream;
+};
+template <typename... P, typename... A>
+hipError_t hipLaunchKernelEx(hipLaunchConfig_t const* config, void (*kernel)(P...), A... args) {
+  if (config->blockDim.y != 1 || config->blockDim.z != 1 || config->dynamicSmemBytes != 0) {
+    return hipErrorInvalidValue;  // the emulation runs 1-D workgroups with static LDS only
+  }
+  tilegen_emu::launch(kernel, config->gridDim, int(config->blockDim.x), args...);
+  return hipSuccess;
+}
 
 // The CUDA runtime calls of tilegen's validation harness, on host memory.
 typedef int cudaError_t;

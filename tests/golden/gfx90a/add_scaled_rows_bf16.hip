@@ -178,7 +178,11 @@ extern "C" int tilegen_add_scaled_rows_bf16(const void* X, const void* Z, void* 
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  add_scaled_rows_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementX const*>(X), static_cast<ElementZ const*>(Z), static_cast<ElementY*>(Y), M, N);
-  return static_cast<int>(hipGetLastError());
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, add_scaled_rows_bf16_kernel,
+      static_cast<ElementX const*>(X), static_cast<ElementZ const*>(Z), static_cast<ElementY*>(Y), M, N));
 }

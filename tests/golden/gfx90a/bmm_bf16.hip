@@ -200,7 +200,11 @@ extern "C" int tilegen_bmm_bf16(const void* A, const void* B, void* C, int batch
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  bmm_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), batch, M, N, K);
-  return static_cast<int>(hipGetLastError());
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, bmm_bf16_kernel,
+      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), batch, M, N, K));
 }

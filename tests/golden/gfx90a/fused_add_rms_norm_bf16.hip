@@ -290,8 +290,12 @@ extern "C" int tilegen_fused_add_rms_norm_bf16(const void* X, const void* W, voi
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  fused_add_rms_norm_bf16_kernel<<<grid, kThreads, 0, stream>>>(
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, fused_add_rms_norm_bf16_kernel,
       static_cast<ElementX const*>(X), static_cast<ElementW const*>(W), static_cast<ElementR*>(R),
-      static_cast<ElementY*>(Y), M, N);
-  return static_cast<int>(hipGetLastError());
+      static_cast<ElementY*>(Y), M, N));
 }

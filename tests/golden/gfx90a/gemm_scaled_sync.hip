@@ -211,7 +211,11 @@ extern "C" int tilegen_gemm_scaled_sync(const void* A, const void* B, void* C, i
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  gemm_scaled_sync_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), M, N, K);
-  return static_cast<int>(hipGetLastError());
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, gemm_scaled_sync_kernel,
+      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), M, N, K));
 }

@@ -31,8 +31,6 @@ extern "C" {
 //   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with hipGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_gemm_serial_masked(const void* A, const void* B, void* C, int M, int N, int K, hipStream_t stream);
 
 #ifdef __cplusplus

@@ -213,7 +213,11 @@ extern "C" int tilegen_gemm_serial_masked(const void* A, const void* B, void* C,
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  gemm_serial_masked_kernel<<<grid, kThreads, 0, stream>>>(
-      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), M, N, K);
-  return static_cast<int>(hipGetLastError());
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, gemm_serial_masked_kernel,
+      static_cast<ElementA const*>(A), static_cast<ElementB const*>(B), static_cast<ElementC*>(C), M, N, K));
 }

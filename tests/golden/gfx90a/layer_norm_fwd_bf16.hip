@@ -312,8 +312,12 @@ extern "C" int tilegen_layer_norm_fwd_bf16(const void* X, const void* gamma, con
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  layer_norm_fwd_bf16_kernel<<<grid, kThreads, 0, stream>>>(
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, layer_norm_fwd_bf16_kernel,
       static_cast<ElementX const*>(X), static_cast<ElementGamma const*>(gamma), static_cast<ElementBeta const*>(beta),
-      static_cast<ElementY*>(Y), static_cast<ElementMean*>(Mean), static_cast<ElementRstd*>(Rstd), M, N);
-  return static_cast<int>(hipGetLastError());
+      static_cast<ElementY*>(Y), static_cast<ElementMean*>(Mean), static_cast<ElementRstd*>(Rstd), M, N));
 }

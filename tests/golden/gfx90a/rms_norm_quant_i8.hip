@@ -303,8 +303,12 @@ extern "C" int tilegen_rms_norm_quant_i8(const void* X, const void* W, void* Q, 
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  rms_norm_quant_i8_kernel<<<grid, kThreads, 0, stream>>>(
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, rms_norm_quant_i8_kernel,
       static_cast<ElementX const*>(X), static_cast<ElementW const*>(W), static_cast<ElementQ*>(Q),
-      static_cast<ElementScale*>(Scale), M, N);
-  return static_cast<int>(hipGetLastError());
+      static_cast<ElementScale*>(Scale), M, N));
 }

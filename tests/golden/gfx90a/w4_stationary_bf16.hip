@@ -230,8 +230,12 @@ extern "C" int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const v
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  w4_stationary_bf16_kernel<<<grid, kThreads, 0, stream>>>(
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, w4_stationary_bf16_kernel,
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
-      static_cast<ElementC*>(C), M, N);
-  return static_cast<int>(hipGetLastError());
+      static_cast<ElementC*>(C), M, N));
 }

@@ -390,8 +390,12 @@ extern "C" int tilegen_attention_window_bf16(const void* Q, const void* K, const
     return static_cast<int>(hipErrorInvalidValue);
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
-  attention_window_bf16_kernel<<<grid, kThreads, 0, stream>>>(
+  hipLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return static_cast<int>(hipLaunchKernelEx(&config, attention_window_bf16_kernel,
       static_cast<ElementQ const*>(Q), static_cast<ElementK const*>(K), static_cast<ElementV const*>(V),
-      static_cast<ElementO*>(O), B, S, H);
-  return static_cast<int>(hipGetLastError());
+      static_cast<ElementO*>(O), B, S, H));
 }

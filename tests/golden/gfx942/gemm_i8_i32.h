@@ -39,8 +39,9 @@ extern "C" {
 //   otherwise hipErrorUnknown (999) when the launch fails (composable_kernel reports that by
 //   throwing, without the HIP error code).
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with hipGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
+// composable_kernel reads its launch's error with hipGetLastError, which also returns (and
+// clears) an error that an earlier call on this thread left unread, as this launch's failure:
+// check each call's result before this one.
 int tilegen_gemm_i8_i32(const void* A, const void* B, void* C, int M, int N, int K, hipStream_t stream);
 
 #ifdef __cplusplus

@@ -37,8 +37,6 @@ extern "C" {
 //   alignment, or the grid exceeds HIP's limits;
 //   otherwise the error that the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
-// The launch's own error is read with hipGetLastError, which also returns (and clears) an
-// error that an earlier call on this thread left unread: check each call's result before this one.
 int tilegen_w4_stationary_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N,
                                hipStream_t stream);
 
