@@ -1,9 +1,9 @@
-//! The C launcher's contract, shared by every NVIDIA backend: parameters, argument checks
+//! The C launcher's contract, shared by every backend: parameters, argument checks
 //! and the documentation the `.h` carries.
 
 use crate::ast::{Dim, Order};
-use crate::Compiled;
 use crate::back::ck::Lowering;
+use crate::Compiled;
 use serde::Serialize;
 
 /// One argument check: a C++ condition that makes the launcher return an error.
