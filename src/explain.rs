@@ -464,10 +464,14 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         let _ = writeln!(o, "  mma.sync, not warpgroup MMAs: {why}");
     }
     let _ = writeln!(o, "  {}\n  {}", heading(p.dequant), heading(p.gemm));
-    let _ = writeln!(o, "    MMA SM80_16x8x16 (mma.sync), Cᵀ = W · Aᵀ: 16 weight rows x {} rows of A per MMA; `{}` is never stored: each thread unpacks its A registers from whole packed words (one scale per {} values, {})",
-        bm.min(8), name(w_s), p.group, match p.zero {
+    let _ = writeln!(o, "    MMA SM80_16x8x16 (mma.sync), Cᵀ = W · Aᵀ: 16 weight rows x {} rows of A per MMA; `{}` is never stored: each thread unpacks its A registers from whole packed words ({}; one scale per {} values) {}",
+        bm.min(8), name(w_s), match p.zero {
             crate::layout::DequantZero::Constant(z) => format!("zero {z}"),
             crate::layout::DequantZero::PerGroup { buffer, .. } => format!("one zero point per group from `{}`, read beside its scale", name(buffer)),
+        }, p.group, if p.scale_per_step {
+            "as value - zero, exact; the MMAs sum each 128-deep step (one group: a quad's threads own consecutive 32-value chunks of it) in f32, and the weight row's scale multiplies the step's sums into the accumulator"
+        } else {
+            "as (value - zero) * scale, rounded once: a quad's threads own chunks 64 apart across a 256-deep span, so an MMA's k's span two groups"
         });
     let _ = writeln!(o, "    why: {}", p.why);
     let _ = writeln!(o, "  row tiles: {} of 8 rows per block{}", p.m_tiles, if p.small_m { "; the launcher runs a one-tile instantiation when M <= 8" } else { "" });

@@ -553,7 +553,12 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     // The general tables stay empty: nothing else plans this program.
     assert!(c.plan.mmas.is_empty() && c.plan.copies.is_empty() && c.plan.dequants.is_empty());
     let cu = &rendered_cu(&c);
-    for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)",
+    // The cp.async flavour: a quad owns one 128-deep step (one group), so the MMAs sum the exact
+    // (value - zero) * A of a step and the row's scale multiplies the step's sums once.
+    assert!(p.scale_per_step, "a step of the cp.async flavour lies in one group");
+    for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2_exact<ElementS_s>(lo, 0x0400u, neg_bias_lo)",
+                   "float (&d)[4] = step[mt][i % 2];", "accum[mt][chain][2] = fmaf(scale_hi, step[mt][chain][2], accum[mt][chain][2]);",
+                   "float const scale_lo = half_bits_to_float<ElementS_s>(ld_shared_u16(scales_rd[0][s] + stage_scales));",
                    "constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;",
                    "Swizzle<1, 3, 3>{}", "constexpr int kRowA_s = block_K + 16;", "bool const decode = M <= 8;", "decode ? (odd_rows ? w4a16_gemm_bf16_kernel<1, true> : w4a16_gemm_bf16_kernel<1, false>)",
                    "smem.partials[wk][row][w_row]",
@@ -595,6 +600,11 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert!(!cu.contains("K % 256") && cu.contains("if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {"), "the sm90a launcher takes any multiple of 128");
     assert!(!cu.contains("load_tile") && !cu.contains("A_dst"), "the computing threads copy nothing");
     assert!(!cu.contains("zp_offset"), "no zero-point tile without `zeros=`");
+    // The TMA flavour's quads own 32-value chunks 64 apart across a 256-deep span: an MMA's k's
+    // span two groups, so each unpacked pair is scaled before the MMAs.
+    assert!(!p9.scale_per_step);
+    assert!(cu.contains("dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)") && cu.contains("float (&d)[4] = accum[mt][i % 2];"));
+    assert!(!cu.contains("dequant_int4x2_exact<ElementS_s>(lo") && !cu.contains("half_bits_to_float"), "no per-step scaling in the TMA flavour");
 
     // What the lowering does not take runs the general one, with the reason kept for explain.
     let reason = |text: String| {
@@ -1340,7 +1350,8 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
         let copy = if target == Target::Sm80 { "cp_async_4_bytes(scales_dst + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src, bytes);" } else { "cp_async_4_bytes(scales_dst[i] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src[i] + j * (block_K / 128), bytes);" };
         for needle in ["cute::array_aligned<ElementS_s, stages * kStageS_s<kOddRows>, 128> Z_s;", copy,
                        "uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage_scales) * 0x10001u);",
-                       "dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi)", "const void* zeros"] {
+                       if target == Target::Sm80 { "dequant_int4x2_exact<ElementS_s>(hi, 0x0703u, neg_bias_hi)" } else { "dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi)" },
+                       "const void* zeros"] {
             assert!(squashed(cu).contains(&squashed(needle)), "{target}: the kernel lacks {needle}");
         }
     }

@@ -196,7 +196,8 @@ fn check_and_explain_work_on_the_bundled_specs() {
     let (code, text) = tilegen(root, &["explain", "specs/w4a16_gemm_bf16.yaml", "--target", "sm80"]);
     assert_eq!(code, 0, "{text}");
     for needle in ["Thin-tile dequant GEMM", "2 row group(s) of 16 weight rows x 4 k share(s)", "`A_s`: rows of block_K + 16 (padding) elements, Swizzle<1,3,3>", "cp.async multistage on mbarriers",
-                   "the launcher runs a second instantiation whose rows have 2 spare slots"] {
+                   "the launcher runs a second instantiation whose rows have 2 spare slots",
+                   "the weight row's scale multiplies the step's sums into the accumulator"] {
         assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
     }
     let (code, text) = tilegen(root, &["explain", "specs/w4a16_gemm_bf16.yaml", "--target", "sm90a"]);
@@ -204,7 +205,7 @@ fn check_and_explain_work_on_the_bundled_specs() {
     for needle in ["Thin-tile dequant GEMM", "mma.sync, not warpgroup MMAs: its dequant_int4", "2 row group(s) of 16 weight rows x 4 k share(s)",
                    "producer: threads 256..287 (one warp)", "threads: 256 (8 warps), plus a producer warp: 288 launched", "`A_s`: 2 span(s) of 256 k per tile", "TMA multistage, warp-specialised, 4 stages",
                    "2 box(es) of (64, 4, rows, 1) per tile", "K % 256 == 128: the odd-rows instantiation's maps",
-                   "`scales`: base aligned to 2 elements"] {
+                   "`scales`: base aligned to 2 elements", "as (value - zero) * scale, rounded once"] {
         assert!(text.contains(needle), "explain lacks {needle}:\n{text}");
     }
     let (code, _) = tilegen(root, &["gen", "--target", "sm99"]);

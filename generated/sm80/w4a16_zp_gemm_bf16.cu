@@ -31,18 +31,16 @@ constexpr int stages = 4;
 constexpr int kThreads = 256;
 
 // Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - zero) * scale in f16 or bf16, as one
+// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to value - zero in f16 or bf16, exactly, as one
 // 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
 // a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
-// the zero point, negated, in both halves: `dequant_neg_bias`) is exact and only the product with
-// the scale (`scales`: the scale in both halves) rounds, once.
+// the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t sel, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
   uint32_t const one = kOne * 0x10001u;
-  uint32_t const neg_zero = 0x80008000u;
   uint32_t const mask = 0x000F000Fu;
   uint32_t const magic = kMagic * 0x10001u;
   // The byte into the low half and the same byte of the word shifted by a nibble into the
@@ -52,16 +50,29 @@ CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   } else {
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   }
   return v;
 }
 
-// dequant_int4x2's `neg_bias` for a zero point the spec fixes (a stored 4-bit value): -(magic +
-// Zero) in both halves.
+// dequant_int4x2_exact's values times the scale (`scales`: the scale in both halves), (value -
+// zero) * scale in f16 or bf16: only the product rounds, once.
+template <class T>
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+  uint32_t const neg_zero = 0x80008000u;
+  uint32_t const x = dequant_int4x2_exact<T>(word, sel, neg_bias);
+  uint32_t v;
+  if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
+  }
+  return v;
+}
+
+// dequant_int4x2(_exact)'s `neg_bias` for a zero point the spec fixes (a stored 4-bit value):
+// -(magic + Zero) in both halves.
 template <int Zero, class T>
 CUTE_HOST_DEVICE constexpr uint32_t dequant_neg_bias() {
   static_assert(0 <= Zero && Zero < 16, "Zero is a stored 4-bit value");
@@ -69,8 +80,8 @@ CUTE_HOST_DEVICE constexpr uint32_t dequant_neg_bias() {
   return (0x8000u | (kMagic + Zero)) * 0x10001u;
 }
 
-// dequant_int4x2's `neg_bias` for a zero point read at run time (`zeros`: an integer 0..15 as T,
-// in both halves): -1 * zero - magic, exact (the result's ulp is 1).
+// dequant_int4x2(_exact)'s `neg_bias` for a zero point read at run time (`zeros`: an integer
+// 0..15 as T, in both halves): -1 * zero - magic, exact (the result's ulp is 1).
 template <class T>
 CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
@@ -83,6 +94,16 @@ CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(zeros), "r"(minus_one), "r"(minus_magic));
   }
   return v;
+}
+
+// A 16-bit f16 or bf16 (the low half of `bits`) as a float, exactly.
+template <class T>
+CUTE_DEVICE float half_bits_to_float(uint32_t bits) {
+  if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
+    return __uint_as_float(bits << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
 }
 
 // Loads from shared memory at a 32-bit shared-window address (ld.shared): the addresses below
@@ -414,35 +435,50 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
     for (int s = 0; s < kStepsPerWarp; ++s) {
       uint4 const words_lo = ld_shared_v4(Wq_rd[0][s] + stage_Wq);
       uint4 const words_hi = ld_shared_v4(Wq_rd[1][s] + stage_Wq);
-      uint32_t const scale_lo = ld_shared_u16(scales_rd[0][s] + stage_scales) * 0x10001u;  // twice
-      uint32_t const scale_hi = ld_shared_u16(scales_rd[1][s] + stage_scales) * 0x10001u;
-      // The rows' zero points (spec 30: `Z_s`), as dequant_int4x2 takes them.
+      // The rows' scales, applied to the step's sums (below): a step is 128 deep, inside one group.
+      float const scale_lo = half_bits_to_float<ElementS_s>(ld_shared_u16(scales_rd[0][s] + stage_scales));
+      float const scale_hi = half_bits_to_float<ElementS_s>(ld_shared_u16(scales_rd[1][s] + stage_scales));
+      // The rows' zero points (spec 30: `Z_s`), as dequant_int4x2_exact takes them.
       uint32_t const neg_bias_lo =
           dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage_scales) * 0x10001u);
       uint32_t const neg_bias_hi =
           dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[1][s] + zp_offset + stage_scales) * 0x10001u);
+      // The step's sums of (value - zero) * `A`, exact products in f32, two chains as in `accum`.
+      float step[kMTiles][2][4] = {};
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
         // The A registers of two k16 MMAs: rows g, g + 8 at k slots (2t, 2t+1) and (2t+8, 2t+9)
         // are the nibble pairs (0, 1) and (2, 3) of word i for the first MMA, (4, 5) and (6, 7)
         // for the second.
-        uint32_t const w0 = dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo);
-        uint32_t const w1 = dequant_int4x2<ElementS_s>(hi, 0x0400u, scale_hi, neg_bias_hi);
-        uint32_t const w2 = dequant_int4x2<ElementS_s>(lo, 0x0501u, scale_lo, neg_bias_lo);
-        uint32_t const w3 = dequant_int4x2<ElementS_s>(hi, 0x0501u, scale_hi, neg_bias_hi);
-        uint32_t const w4 = dequant_int4x2<ElementS_s>(lo, 0x0602u, scale_lo, neg_bias_lo);
-        uint32_t const w5 = dequant_int4x2<ElementS_s>(hi, 0x0602u, scale_hi, neg_bias_hi);
-        uint32_t const w6 = dequant_int4x2<ElementS_s>(lo, 0x0703u, scale_lo, neg_bias_lo);
-        uint32_t const w7 = dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi);
+        uint32_t const w0 = dequant_int4x2_exact<ElementS_s>(lo, 0x0400u, neg_bias_lo);
+        uint32_t const w1 = dequant_int4x2_exact<ElementS_s>(hi, 0x0400u, neg_bias_hi);
+        uint32_t const w2 = dequant_int4x2_exact<ElementS_s>(lo, 0x0501u, neg_bias_lo);
+        uint32_t const w3 = dequant_int4x2_exact<ElementS_s>(hi, 0x0501u, neg_bias_hi);
+        uint32_t const w4 = dequant_int4x2_exact<ElementS_s>(lo, 0x0602u, neg_bias_lo);
+        uint32_t const w5 = dequant_int4x2_exact<ElementS_s>(hi, 0x0602u, neg_bias_hi);
+        uint32_t const w6 = dequant_int4x2_exact<ElementS_s>(lo, 0x0703u, neg_bias_lo);
+        uint32_t const w7 = dequant_int4x2_exact<ElementS_s>(hi, 0x0703u, neg_bias_hi);
         CUTE_UNROLL
         for (int mt = 0; mt < kMTiles; ++mt) {
           // The B registers: 8 consecutive k's of row 8 mt + g, (k, k+1), (k+2, k+3) for the
           // first MMA and (k+4, k+5), (k+6, k+7) for the second.
           uint4 const x = ld_shared_v4(A_rd[mt][i] + (stage * kStageA_s + 128 * s) * sizeof(ElementA_s));
-          float (&d)[4] = accum[mt][i % 2];
+          float (&d)[4] = step[mt][i % 2];
           Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);
           Mma::fma(d[0], d[1], d[2], d[3], w4, w5, w6, w7, x.z, x.w, d[0], d[1], d[2], d[3]);
+        }
+      }
+      // accum += scale * the step's sums: values 0, 1 of a chain are weight row w_row's, 2, 3 row
+      // w_row + 8's.
+      CUTE_UNROLL
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        CUTE_UNROLL
+        for (int chain = 0; chain < 2; ++chain) {
+          accum[mt][chain][0] = fmaf(scale_lo, step[mt][chain][0], accum[mt][chain][0]);
+          accum[mt][chain][1] = fmaf(scale_lo, step[mt][chain][1], accum[mt][chain][1]);
+          accum[mt][chain][2] = fmaf(scale_hi, step[mt][chain][2], accum[mt][chain][2]);
+          accum[mt][chain][3] = fmaf(scale_hi, step[mt][chain][3], accum[mt][chain][3]);
         }
       }
     }

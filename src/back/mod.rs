@@ -104,7 +104,7 @@ const RESERVED_CUTE: [&str; 65] = [
     "make_tiled_copy_C", "partition_fragment_C", "tile_to_shape", "make_tiled_mma", "cosize_v",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 76] = [
+const RESERVED_THIN: [&str; 81] = [
     "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage", "kernel",
     "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_slot", "scale_copier", "scale_first",
     "scale_shift", "scale_bytes", "bytes", "odd_rows", "smem_bytes", "words_lo",
@@ -112,7 +112,7 @@ const RESERVED_THIN: [&str; 76] = [
     "partials", "SharedStorage", "cp_async_16", "cp_async_4_bytes", "dequant_int4x2", "ld_shared_u16", "ld_shared_v4",
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "cp_async_16_l1", "full", "empty", "next", "next_stage",
     "mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_on_copies", "dequant_neg_bias", "neg_bias_lo",
-    "neg_bias_hi", "zp_offset", "decode",
+    "neg_bias_hi", "zp_offset", "decode", "dequant_int4x2_exact", "half_bits_to_float", "step", "chain", "fmaf",
 ];
 /// Names every sm90a producer/consumer pipeline calls unqualified: CuTe's mbarrier functions
 /// and the consumers' named barrier (sm90a's fused programs and the thin-tile GEMM's flavour).
@@ -127,8 +127,8 @@ const RESERVED_THIN_TMA: [&str; 19] = [
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA
 /// names it calls unqualified.
-const RESERVED_WIDE: [&str; 48] = [
-    "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_neg_bias", "device", "g", "h",
+const RESERVED_WIDE: [&str; 49] = [
+    "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_int4x2_exact", "dequant_neg_bias", "device", "g", "h",
     "half_rows", "k16", "lane", "launch", "load_scales", "n0", "neg_bias", "next_scales", "next_zeros",
     "partition_shape_A", "scale2", "scale_rows", "sms", "t", "w_regs", "w_row", "words_hi", "words_lo", "zero_rows",
     "prefetch_tma_descriptor",
@@ -139,8 +139,8 @@ const RESERVED_WIDE: [&str; 48] = [
 ];
 /// Names the CuTe lowering of a `dequant_int4` statement declares (its helpers and locals,
 /// those of the odd-rows instantiation's scales copy and launcher included).
-const RESERVED_DEQUANT: [&str; 20] = [
-    "dequant_int4x2", "dequant_int4x8", "dequant_neg_bias", "packed", "scale", "zero", "wc", "b0", "b1", "byte_sel", "b_row",
+const RESERVED_DEQUANT: [&str; 21] = [
+    "dequant_int4x2", "dequant_int4x2_exact", "dequant_int4x8", "dequant_neg_bias", "packed", "scale", "zero", "wc", "b0", "b1", "byte_sel", "b_row",
     "b_words", "b_scales", "b_neg_bias", "recast", "cp_async_4_bytes", "cp_async_rows_from_words", "odd_rows", "kernel",
     "smem_bytes",
 ];

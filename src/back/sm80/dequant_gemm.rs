@@ -16,6 +16,8 @@ const LD_SHARED: &str = helper!("ld_shared_cp_async.cuh");
 const MBARRIER: &str = helper!("mbarrier_sm80.cuh");
 /// A barrier over the consumer threads (the producer warp leaves early).
 const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
+/// A scale's 16 bits as a float, for scaling each step's f32 sums (`scale_per_step`).
+const HALF_BITS_TO_FLOAT: &str = helper!("half_bits_to_float.cuh");
 
 /// The spec's names and the plan's choices that both dequant GEMM templates (the thin-tile
 /// flavours and sm90a's wide tiles) read: the kernel's signature and grid, the operands'
@@ -222,6 +224,8 @@ pub struct Context {
     /// sm90a's TMA flavour (see `DequantGemmTma`), read only by its template (which `render`
     /// picks when this is set).
     pub tma: Option<TmaCtx>,
+    /// The plan's `scale_per_step`: the scales multiply each step's f32 sums.
+    pub scale_per_step: bool,
     /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
     pub smem_align: i64,
     /// The copies' spec lines, sorted, for the producer's comment.
@@ -370,7 +374,17 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             crate::target::Target::Sm90a => "Target sm90a: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand), built for sm_90a.".into(),
             _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
-        helpers: if p.tma.is_some() { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into(), CONSUMER_SYNC.into()] } else { vec![DEQUANT_INT4X2.into(), LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()] },
+        helpers: {
+            let mut h: Vec<String> = vec![DEQUANT_INT4X2.into()];
+            if p.scale_per_step {
+                h.push(HALF_BITS_TO_FLOAT.into());
+            }
+            h.extend([LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()]);
+            if p.tma.is_some() {
+                h.push(CONSUMER_SYNC.into());
+            }
+            h
+        },
         // The plan counts the scales' rows as the odd-rows instantiation has them (the larger).
         doc_launch: match &p.tma {
             Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB)",
@@ -403,6 +417,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             a_type: if half == crate::ast::DType::F16 { "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" } else { "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" }.into(),
             tile_rows: if p.small_m { format!("decode ? 8 : {}", 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
         }),
+        scale_per_step: p.scale_per_step,
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
         copy_lines: {
             let mut l: Vec<usize> = p.copies.iter().copied().chain(zeros).map(|id| st.line(id)).collect();

@@ -30,18 +30,16 @@ constexpr int block_K = 32;
 constexpr int kThreads = 128;
 
 // Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to (value - zero) * scale in f16 or bf16, as one
+// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to value - zero in f16 or bf16, exactly, as one
 // 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
 // a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
-// the zero point, negated, in both halves: `dequant_neg_bias`) is exact and only the product with
-// the scale (`scales`: the scale in both halves) rounds, once.
+// the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t sel, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
   uint32_t const one = kOne * 0x10001u;
-  uint32_t const neg_zero = 0x80008000u;
   uint32_t const mask = 0x000F000Fu;
   uint32_t const magic = kMagic * 0x10001u;
   // The byte into the low half and the same byte of the word shifted by a nibble into the
@@ -51,16 +49,29 @@ CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   } else {
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(one), "r"(neg_bias));
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(v), "r"(scales), "r"(neg_zero));
   }
   return v;
 }
 
-// dequant_int4x2's `neg_bias` for a zero point the spec fixes (a stored 4-bit value): -(magic +
-// Zero) in both halves.
+// dequant_int4x2_exact's values times the scale (`scales`: the scale in both halves), (value -
+// zero) * scale in f16 or bf16: only the product rounds, once.
+template <class T>
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+  uint32_t const neg_zero = 0x80008000u;
+  uint32_t const x = dequant_int4x2_exact<T>(word, sel, neg_bias);
+  uint32_t v;
+  if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
+  }
+  return v;
+}
+
+// dequant_int4x2(_exact)'s `neg_bias` for a zero point the spec fixes (a stored 4-bit value):
+// -(magic + Zero) in both halves.
 template <int Zero, class T>
 CUTE_HOST_DEVICE constexpr uint32_t dequant_neg_bias() {
   static_assert(0 <= Zero && Zero < 16, "Zero is a stored 4-bit value");
@@ -68,8 +79,8 @@ CUTE_HOST_DEVICE constexpr uint32_t dequant_neg_bias() {
   return (0x8000u | (kMagic + Zero)) * 0x10001u;
 }
 
-// dequant_int4x2's `neg_bias` for a zero point read at run time (`zeros`: an integer 0..15 as T,
-// in both halves): -1 * zero - magic, exact (the result's ulp is 1).
+// dequant_int4x2(_exact)'s `neg_bias` for a zero point read at run time (`zeros`: an integer
+// 0..15 as T, in both halves): -1 * zero - magic, exact (the result's ulp is 1).
 template <class T>
 CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
