@@ -468,7 +468,7 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         bm.min(8), name(w_s), match p.zero {
             crate::layout::DequantZero::Constant(z) => format!("zero {z}"),
             crate::layout::DequantZero::PerGroup { buffer, .. } => format!("one zero point per group from `{}`, read beside its scale", name(buffer)),
-        }, p.group, if p.scale_per_step {
+        }, p.group, if p.scale_per_step() {
             "as value - zero, exact; the MMAs sum each 128-deep step (one group: a quad's threads own consecutive 32-value chunks of it) in f32, and the weight row's scale multiplies the step's sums into the accumulator"
         } else {
             "as (value - zero) * scale, rounded once: a quad's threads own chunks 64 apart across a 256-deep span, so an MMA's k's span two groups"

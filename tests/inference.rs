@@ -555,7 +555,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     let cu = &rendered_cu(&c);
     // The cp.async flavour: a quad owns one 128-deep step (one group), so the MMAs sum the exact
     // (value - zero) * A of a step and the row's scale multiplies the step's sums once.
-    assert!(p.scale_per_step, "a step of the cp.async flavour lies in one group");
+    assert!(p.scale_per_step(), "a step of the cp.async flavour lies in one group");
     for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2_exact<ElementS_s>(lo, 0x0400u, neg_bias_lo)",
                    "float (&d)[4] = step[mt][i % 2];", "accum[mt][chain][2] = fmaf(scale_hi, step[mt][chain][2], accum[mt][chain][2]);",
                    "float const scale_lo = half_bits_to_float<ElementS_s>(ld_shared_u16(scales_rd[0][s] + stage_scales));",
@@ -602,7 +602,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert!(!cu.contains("zp_offset"), "no zero-point tile without `zeros=`");
     // The TMA flavour's quads own 32-value chunks 64 apart across a 256-deep span: an MMA's k's
     // span two groups, so each unpacked pair is scaled before the MMAs.
-    assert!(!p9.scale_per_step);
+    assert!(!p9.scale_per_step());
     assert!(cu.contains("dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)") && cu.contains("float (&d)[4] = accum[mt][i % 2];"));
     assert!(!cu.contains("dequant_int4x2_exact<ElementS_s>(lo") && !cu.contains("half_bits_to_float"), "no per-step scaling in the TMA flavour");
 

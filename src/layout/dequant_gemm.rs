@@ -78,12 +78,6 @@ pub struct DequantGemmPlan {
     pub group: i64,
     /// dequant_int4's zero point.
     pub zero: DequantZero,
-    /// The scales multiply each 128-deep step's f32 sums once per weight row, after its MMAs,
-    /// rather than every unpacked pair before them: where every MMA's k's lie in one group,
-    /// which holds when a quad's threads own consecutive 32-value chunks of each step (the
-    /// cp.async flavour). The TMA flavour's quads own chunks 64 apart across a 256-deep span,
-    /// so an MMA there spans two groups of 128 and its weights are scaled before it.
-    pub scale_per_step: bool,
     /// A_s's layout: conflict-free for the cp.async writes and the 16-byte reads below.
     pub a_layout: PaddedLayout,
     /// Wq_s's layout, likewise.
@@ -112,6 +106,17 @@ pub struct DequantGemmPlan {
     pub why_a: String,
     /// See `why_a`.
     pub why_w: String,
+}
+
+impl DequantGemmPlan {
+    /// Whether the scales multiply each 128-deep step's f32 sums once per weight row, after its
+    /// MMAs, rather than every unpacked pair before them. That needs every MMA's k's in one
+    /// group, which holds when a quad's threads own consecutive 32-value chunks of each step
+    /// (the cp.async flavour). The TMA flavour's quads own chunks 64 apart across a 256-deep
+    /// span, so an MMA there spans two groups of 128 and its weights are scaled before it.
+    pub fn scale_per_step(&self) -> bool {
+        self.tma.is_none()
+    }
 }
 
 /// Slots each row of the scales' (and zero points') shared tile has beyond the tile's columns
@@ -564,7 +569,6 @@ impl<'a> Infer<'a> {
             k_steps,
             group,
             zero,
-            scale_per_step: tma.is_none(),
             a_layout,
             w_layout,
             a_chunks,

@@ -224,8 +224,15 @@ pub struct Context {
     /// sm90a's TMA flavour (see `DequantGemmTma`), read only by its template (which `render`
     /// picks when this is set).
     pub tma: Option<TmaCtx>,
-    /// The plan's `scale_per_step`: the scales multiply each step's f32 sums.
+    /// The plan's `scale_per_step()`: the scales multiply each step's f32 sums.
     pub scale_per_step: bool,
+    /// The unpacking each pair of weights calls (`dequant_int4x2_exact` when the scales wait for
+    /// the step's sums, else `dequant_int4x2`), its arguments after the word and the byte
+    /// selector for weight rows w_row and w_row + 8, and the sums its MMAs add into (`step`, or
+    /// `accum` directly).
+    pub unpack: String,
+    pub unpack_args: [String; 2],
+    pub mma_sums: String,
     /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
     pub smem_align: i64,
     /// The copies' spec lines, sorted, for the producer's comment.
@@ -376,7 +383,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         },
         helpers: {
             let mut h: Vec<String> = vec![DEQUANT_INT4X2.into()];
-            if p.scale_per_step {
+            if p.scale_per_step() {
                 h.push(HALF_BITS_TO_FLOAT.into());
             }
             h.extend([LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()]);
@@ -417,7 +424,10 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             a_type: if half == crate::ast::DType::F16 { "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" } else { "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" }.into(),
             tile_rows: if p.small_m { format!("decode ? 8 : {}", 8 * p.m_tiles) } else { (8 * p.m_tiles).to_string() },
         }),
-        scale_per_step: p.scale_per_step,
+        scale_per_step: p.scale_per_step(),
+        unpack: if p.scale_per_step() { "dequant_int4x2_exact" } else { "dequant_int4x2" }.into(),
+        unpack_args: ["lo", "hi"].map(|r| if p.scale_per_step() { format!("neg_bias_{r}") } else { format!("scale_{r}, neg_bias_{r}") }),
+        mma_sums: if p.scale_per_step() { "step" } else { "accum" }.into(),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
         copy_lines: {
             let mut l: Vec<usize> = p.copies.iter().copied().chain(zeros).map(|id| st.line(id)).collect();
