@@ -102,8 +102,9 @@ fn used_in(t: &[String]) -> BTreeSet<String> {
 
 /// The names generated C++ declares where a spec name could meet them: at namespace scope
 /// (constants, aliases, helper and type names) and anywhere in the kernel and the launcher
-/// (parameters, locals, lambdas), which use spec names. A helper's parameters and locals
-/// and a struct's members live in scopes no spec name reaches, so only their names count.
+/// (parameters, locals, lambdas), which use spec names, and in any function whose signature
+/// names one. A helper's parameters and locals and a struct's members live in scopes no spec
+/// name reaches, so only their names count.
 fn reachable_names(text: &str) -> BTreeSet<String> {
     let t = tokens(text);
     let mut names = BTreeSet::new();
@@ -177,7 +178,9 @@ fn reachable_names(text: &str) -> BTreeSet<String> {
         let mut found = BTreeSet::new();
         let head_end = body.map_or(item.len(), |b| b - start);
         let head = &item[..head_end.min(item.len())];
-        let scanned = head.iter().any(|x| x == "__global__") || (head.first().is_some_and(|x| x == "extern") && head.get(1).is_some_and(|x| x == "\"\""));
+        // Kernels, launchers, and any function whose signature names a spec name (a tensor map
+        // builder taking the tensor and its extents): spec names reach their bodies.
+        let scanned = head.iter().any(|x| x == "__global__" || x.contains(MARK)) || (head.first().is_some_and(|x| x == "extern") && head.get(1).is_some_and(|x| x == "\"\""));
         let record = head.iter().position(|x| x == "struct" || x == "union" || x == "class").filter(|_| !head.contains(&"(".to_string()));
         if scanned {
             found.extend(declared_in(item));

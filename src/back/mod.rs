@@ -120,15 +120,16 @@ const RESERVED_SM90A_BARRIERS: [&str; 5] = ["consumer_sync", "initialize_barrier
 /// Names the thin-tile GEMM's sm90a flavour (a TMA producer warp) adds to [`RESERVED_THIN`]
 /// and [`RESERVED_SM90A_BARRIERS`]: its locals and the CuTe, CUTLASS and CUDA names it calls
 /// unqualified.
-const RESERVED_THIN_TMA: [&str; 19] = [
+const RESERVED_THIN_TMA: [&str; 23] = [
     "slot", "span", "k_span", "tile_rows", "box_rows", "map", "span_dims", "line_dims", "word_dims", "row_bytes", "strides",
-    "box", "unit", "make_uint4", "sizeof_bits_v", "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
+    "box", "unit", "CUresult", "cuTensorMapEncodeTiled", "cuuint32_t", "cuuint64_t", "make_uint4", "sizeof_bits_v",
+    "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
 ];
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA
 /// names it calls unqualified.
-const RESERVED_WIDE: [&str; 49] = [
-    "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_int4x2_exact", "dequant_neg_bias", "device", "g", "h",
+const RESERVED_WIDE: [&str; 52] = [
+    "kernel", "rows", "cols", "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_int4x2_exact", "dequant_neg_bias", "device", "g", "h",
     "half_rows", "k16", "lane", "launch", "load_scales", "n0", "neg_bias", "next_scales", "next_zeros",
     "partition_shape_A", "scale2", "scale_rows", "sms", "t", "w_regs", "w_row", "words_hi", "words_lo", "zero_rows",
     "prefetch_tma_descriptor",
@@ -173,8 +174,9 @@ const RESERVED_CK_ATTENTION: [&str; 21] = [
 /// digit, `_` or nothing.
 const RESERVED_TYPE_PREFIXES: [&str; 12] = ["Element", "SmemLayout", "Tiled", "Tma", "S2R", "R2S", "G2S", "S2G", "Collective", "Alignment", "cuda", "hip"];
 /// Prefixes of generated locals, functions and macros, followed by anything (`_` covers
-/// CuTe's `_` and `_1`, `_16`, ... as well as names C++ keeps for itself).
-const RESERVED_PREFIXES: [&str; 12] = ["s2r_", "r2s_", "g2s_", "s2g_", "tma_", "make_tma_", "thr_mma", "tiled_mma", "tilegen", "_", "CUTE_", "CUTLASS_"];
+/// CuTe's `_` and `_1`, `_16`, ... as well as names C++ keeps for itself; `CU_` the CUDA
+/// driver API's enumerators, which the tensor maps name).
+const RESERVED_PREFIXES: [&str; 13] = ["s2r_", "r2s_", "g2s_", "s2g_", "tma_", "make_tma_", "thr_mma", "tiled_mma", "tilegen", "_", "CUTE_", "CUTLASS_", "CU_"];
 
 /// Whether `name` follows one of the generated code's naming conventions: a CUTLASS-style
 /// `kName` constant, a CuTe atom (`SM80_...`, `Sm90...`), or a prefix of
