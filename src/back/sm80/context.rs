@@ -226,7 +226,10 @@ pub struct LineCtx {
 /// Unpacks one word of eight 4-bit values into 16-bit floats (dequant_int4), pair by pair.
 const DEQUANT_INT4X8: &str = helper!("dequant_int4x8.cuh");
 
-/// Unpacks one pair of 4-bit values into a pair of 16-bit floats (fused dequant_int4).
+/// Unpacks one pair of 4-bit values into a pair of 16-bit floats, value - zero exactly, and the
+/// unpacking's bias for a zero point (fused dequant_int4).
+pub(super) const DEQUANT_INT4X2_EXACT: &str = helper!("dequant_int4x2_exact.cuh");
+/// The same pair times its scale, rounded once (after [`DEQUANT_INT4X2_EXACT`]).
 pub(super) const DEQUANT_INT4X2: &str = helper!("dequant_int4x2.cuh");
 /// cp.async of the first 0, 2 or 4 bytes of an aligned word: 16-bit rows that start or end
 /// mid-word.
@@ -678,7 +681,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     }
     // dequant_int4x8 is four calls of dequant_int4x2, which comes first.
     if !plan.dequants.is_empty() {
-        helpers.push(DEQUANT_INT4X2.into());
+        helpers.extend([DEQUANT_INT4X2_EXACT.into(), DEQUANT_INT4X2.into()]);
     }
     if plan.dequants.values().any(|d| d.fused_into.is_none()) {
         helpers.push(DEQUANT_INT4X8.into());
