@@ -309,3 +309,17 @@ fn names_of_the_generated_conventions_are_refused_with_the_reason() {
     assert_eq!(errors.len(), 1, "{shown:?}");
     assert!(shown[0].contains("`kThreads` collides with a name in the generated sm80 code") && shown[0].contains("kName"), "{shown:?}");
 }
+
+#[test]
+fn a_tensor_named_like_a_local_of_a_function_taking_tensors_is_refused() {
+    // sm90a's wide-tile GEMM launches through a `launch()` that takes the tensors and declares
+    // `kernel`: an output named so would redeclare it (nvcc: "kernel" has already been
+    // declared); the spec gets the error at the tensor instead.
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/w4a16_prefill_gemm_bf16.yaml")).unwrap();
+    let renamed = text.replace("C:", "kernel:").replace("C[", "kernel[");
+    assert_ne!(renamed, text);
+    let (file, errors) = tilegen::compile(SourceFile::new("p.yaml", renamed), Target::Sm90a).and_then(|c| tilegen::back::render(&c).map_err(|e| (c.file, e))).unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.render(&file)).collect();
+    assert_eq!(errors.len(), 1, "{shown:?}");
+    assert!(shown[0].contains("p.yaml:") && shown[0].contains("`kernel` collides with a name in the generated sm90a code"), "{shown:?}");
+}
