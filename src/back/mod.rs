@@ -129,7 +129,8 @@ const RESERVED_THIN_TMA: [&str; 23] = [
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA
 /// names it calls unqualified.
 const RESERVED_WIDE: [&str; 52] = [
-    "kernel", "rows", "cols", "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2", "dequant_int4x2_exact", "dequant_neg_bias", "device", "g", "h",
+    "kernel", "rows", "cols", "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2",
+    "dequant_int4x2_exact", "dequant_neg_bias", "device", "g", "h",
     "half_rows", "k16", "lane", "launch", "load_scales", "n0", "neg_bias", "next_scales", "next_zeros",
     "partition_shape_A", "scale2", "scale_rows", "sms", "t", "w_regs", "w_row", "words_hi", "words_lo", "zero_rows",
     "prefetch_tma_descriptor",

@@ -228,9 +228,15 @@ const DEQUANT_INT4X8: &str = helper!("dequant_int4x8.cuh");
 
 /// Unpacks one pair of 4-bit values into a pair of 16-bit floats, value - zero exactly, and the
 /// unpacking's bias for a zero point (fused dequant_int4).
-pub(super) const DEQUANT_INT4X2_EXACT: &str = helper!("dequant_int4x2_exact.cuh");
-/// The same pair times its scale, rounded once (after [`DEQUANT_INT4X2_EXACT`]).
-pub(super) const DEQUANT_INT4X2: &str = helper!("dequant_int4x2.cuh");
+const DEQUANT_INT4X2_EXACT: &str = helper!("dequant_int4x2_exact.cuh");
+/// The same pair times its scale, rounded once; it calls the exact one.
+const DEQUANT_INT4X2: &str = helper!("dequant_int4x2.cuh");
+
+/// The pair unpacking's helpers, in the order they must appear: the exact one, then (`scaled`)
+/// the one that scales each pair, which calls it.
+pub(super) fn dequant_int4x2_helpers(scaled: bool) -> impl Iterator<Item = String> {
+    std::iter::once(DEQUANT_INT4X2_EXACT).chain(scaled.then_some(DEQUANT_INT4X2)).map(String::from)
+}
 /// cp.async of the first 0, 2 or 4 bytes of an aligned word: 16-bit rows that start or end
 /// mid-word.
 pub(super) const CP_ASYNC_4_BYTES: &str = helper!("cp_async_4_bytes.cuh");
@@ -681,7 +687,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     }
     // dequant_int4x8 is four calls of dequant_int4x2, which comes first.
     if !plan.dequants.is_empty() {
-        helpers.extend([DEQUANT_INT4X2_EXACT.into(), DEQUANT_INT4X2.into()]);
+        helpers.extend(dequant_int4x2_helpers(true));
     }
     if plan.dequants.values().any(|d| d.fused_into.is_none()) {
         helpers.push(DEQUANT_INT4X8.into());

@@ -2,7 +2,7 @@
 //! names, the plan's numbers and layouts, and the comments tying them to spec lines.
 
 use super::common::{block_indices_ctx, constants_ctx, element_alias, elements_ctx, grid_ctx, kernel_signature, swizzle_text, BlockIndexCtx, ConstantCtx, ElementCtx, PlainEnv};
-use super::context::{DEQUANT_INT4X2, DEQUANT_INT4X2_EXACT};
+use super::context::dequant_int4x2_helpers;
 use crate::back::conv::Conv;
 use crate::back::launcher::{header, launcher, HeaderCtx, LauncherCtx};
 use crate::ast::StmtId;
@@ -382,9 +382,12 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             _ => "Target sm80: the thin-tile 4-bit-weight GEMM (cp.async multistage on mbarriers, weights unpacked into mma.sync's A operand; runs on sm_80 and later).".into(),
         },
         helpers: {
-            // The scaled unpacking only where pairs are scaled before their MMAs (the TMA flavour).
-            let mut h: Vec<String> = vec![DEQUANT_INT4X2_EXACT.into()];
-            h.push(if p.scale_per_step() { HALF_BITS_TO_FLOAT } else { DEQUANT_INT4X2 }.into());
+            // The scaled unpacking only where pairs are scaled before their MMAs (the TMA flavour);
+            // per-step scaling reads each scale as a float instead.
+            let mut h: Vec<String> = dequant_int4x2_helpers(!p.scale_per_step()).collect();
+            if p.scale_per_step() {
+                h.push(HALF_BITS_TO_FLOAT.into());
+            }
             h.extend([LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()]);
             if p.tma.is_some() {
                 h.push(CONSUMER_SYNC.into());

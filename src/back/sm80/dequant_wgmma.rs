@@ -2,7 +2,7 @@
 //! spec's names, the plan's atoms and budgets, and the comments tying them to spec lines.
 
 use super::common::{element_alias, grid_ctx};
-use super::context::{DEQUANT_INT4X2, DEQUANT_INT4X2_EXACT};
+use super::context::dequant_int4x2_helpers;
 use super::dequant_gemm::{operands_ctx, OperandsCtx, PlanRefs};
 use crate::layout::{DequantWgmmaPlan, WGMMA_PRODUCER_THREADS};
 use crate::Compiled;
@@ -76,7 +76,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
     Context {
         operands,
         target_banner: "Target sm90a: the wide-tile 4-bit-weight GEMM (a TMA producer warpgroup filling mbarrier stages, weights unpacked into the warpgroup MMAs' register A operand).".into(),
-        helpers: [DEQUANT_INT4X2_EXACT, DEQUANT_INT4X2, CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from).collect(),
+        helpers: dequant_int4x2_helpers(true).chain([CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from)).collect(),
         doc_launch: format!("grid ({}){}, {} threads (the spec's {threads} and a TMA producer warpgroup), {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
             grid_doc.join(", "),
             match (&p.half_op, split) {
