@@ -520,6 +520,7 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         }
         let _ = writeln!(o, "\nPipeline");
         let _ = writeln!(o, "  {}: TMA multistage, warp-specialised, {} stages: each stage has a full mbarrier (lane 0's expected bytes and every producer lane's scale copies) and an empty one (every consumer thread read it); the producer refills a stage as soon as it is empty, the consumers never meet at a block barrier inside the loop", heading(p.pipeline), p.stages);
+        let _ = writeln!(o, "  launch: programmatic dependent launch: the grid may start while the kernel before it in the stream finishes (its launch and set-up overlap that kernel's last blocks); the producer waits for that kernel (griddepcontrol.wait) before its first load, and every block lets the next kernel launch once set up");
     } else {
         let _ = writeln!(o, "\nCopies (cp.async, 16-byte chunks zero-filled past the tensors; the scales 4 bytes at a time; A's chunks through L1, where the blocks on an SM share its tiles)");
         for (id, per) in [(p.copies[0], format!("{} chunk(s) per thread{}", p.a_chunks, if p.small_m { format!(" ({} with one row tile)", p.a_chunks * 8 / bm) } else { String::new() })), (p.copies[1], format!("{} chunk(s) per thread", p.w_chunks)), (p.copies[2], format!("the first {} threads (one per pair of a row's scales, and one more for rows that start mid-word), 4 bytes each", p.scale_pairs))].into_iter().chain(zeros.map(|id| (id, "the scales' threads, 4 bytes each".to_string()))) {

@@ -600,6 +600,23 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert!(!cu.contains("K % 256") && cu.contains("if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {"), "the sm90a launcher takes any multiple of 128");
     assert!(!cu.contains("load_tile") && !cu.contains("A_dst"), "the computing threads copy nothing");
     assert!(!cu.contains("zp_offset"), "no zero-point tile without `zeros=`");
+    // Programmatic dependent launch: the launcher allows it, every block lets the next grid launch
+    // once set up, and the producer waits for the previous kernel before its first load (the
+    // consumers touch global memory only after the stages, so only the producer waits).
+    let squashed_cu = squashed(cu);
+    for needle in ["pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;", "pdl.val.programmaticStreamSerializationAllowed = 1;",
+                   "config.attrs = &pdl;", "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");"] {
+        assert!(squashed_cu.contains(&squashed(needle)), "the sm90a kernel lacks {needle}");
+    }
+    let (setup, producer) = (cu.find("__syncthreads();  // the mbarriers are initialised").unwrap(), cu.find("if (warp == kThreads / 32) {").unwrap());
+    let launch = cu.find("  launch_dependent_grids();").expect("the blocks let the next grid launch");
+    assert!(setup < launch && launch < producer, "once set up, before the roles split");
+    let wait = cu.find("    grid_dependency_wait();").expect("the producer waits");
+    let first_load = cu.find("SM90_TMA_LOAD_4D::copy(&tma_A").unwrap().min(cu.find("cp_async_4_bytes(scales_dst").unwrap());
+    assert!(producer < wait && wait < first_load, "the producer waits before its first load");
+    assert_eq!(cu.matches("grid_dependency_wait();").count(), 1, "one wait, the producer's");
+    assert!(tilegen::explain::explain(&c9).contains("launch: programmatic dependent launch: the grid may start while the kernel before it in the stream finishes"));
+    assert!(!tilegen::explain::explain(&c).contains("programmatic dependent launch") && !rendered_cu(&c).contains("griddepcontrol"), "sm80 has none");
     // The TMA flavour's quads own 32-value chunks 64 apart across a 256-deep span: an MMA's k's
     // span two groups, so each unpacked pair is scaled before the MMAs.
     assert!(!p9.scale_per_step());

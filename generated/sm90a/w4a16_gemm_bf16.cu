@@ -158,6 +158,18 @@ CUTE_DEVICE void consumer_sync() {
   asm volatile("bar.sync 1, %0;" :: "n"(kThreads) : "memory");
 }
 
+// Programmatic dependent launch (sm_90): the launcher lets this grid start while the kernel
+// before it in the stream finishes. grid_dependency_wait() returns once that kernel has completed
+// and its writes are visible (at once if there is none to wait for); the kernel reads and writes
+// no global memory before it. launch_dependent_grids() lets the next kernel in the stream, if it
+// was launched the same way, start once every block of this grid has called it or exited.
+CUTE_DEVICE void grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+CUTE_DEVICE void launch_dependent_grids() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // Element types.
 using ElementA = cute::bfloat16_t;  // tensor `A`
 using ElementWq = int32_t;  // tensor `Wq`
@@ -351,7 +363,14 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   }
   cutlass::arch::fence_barrier_init();
   __syncthreads();  // the mbarriers are initialised (and the unloaded rows cleared)
+  // The next kernel in the stream, if launched likewise, may start launching now (it waits for
+  // this one before it touches global memory), so that its launch overlaps the end of this grid.
+  launch_dependent_grids();
   if (warp == kThreads / 32) {
+    // The kernel before this one in the stream has finished, its writes visible, before the
+    // first load; the consumers read global memory only through the stages, and write `C`
+    // after them.
+    grid_dependency_wait();
     // copy(scales[bx*block_N, k*(block_K/128)], S_s): 4-byte copies, lane + 32 i.
     // A copy takes the word at slot `slot` of its row, which holds the row's scales slot - shift
     // and + 1: shift 1 when the row starts 2 bytes into a word (an odd number of scales per row,
@@ -618,11 +637,19 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
       tma_map_Wq(&tma_Wq, static_cast<ElementWq const*>(Wq), N, K, odd_rows) != CUDA_SUCCESS) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  // Programmatic dependent launch: the grid may start while the kernel before it in the stream
+  // finishes, so that its launch and set-up overlap that kernel's last blocks; the producer waits
+  // for that kernel (griddepcontrol.wait) before its first load.
+  cudaLaunchAttribute pdl = {};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads + kProducerThreads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
+  config.attrs = &pdl;
+  config.numAttrs = 1;
   return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
       static_cast<ElementC*>(C), M, N, K, tma_A, tma_Wq, tma_rows));

@@ -120,10 +120,13 @@ const RESERVED_SM90A_BARRIERS: [&str; 5] = ["consumer_sync", "initialize_barrier
 /// Names the thin-tile GEMM's sm90a flavour (a TMA producer warp) adds to [`RESERVED_THIN`]
 /// and [`RESERVED_SM90A_BARRIERS`]: its locals and the CuTe, CUTLASS and CUDA names it calls
 /// unqualified.
-const RESERVED_THIN_TMA: [&str; 23] = [
+const RESERVED_THIN_TMA: [&str; 28] = [
     "slot", "span", "k_span", "tile_rows", "box_rows", "map", "span_dims", "line_dims", "word_dims", "row_bytes", "strides",
     "box", "unit", "CUresult", "cuTensorMapEncodeTiled", "cuuint32_t", "cuuint64_t", "make_uint4", "sizeof_bits_v",
     "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
+    // programmatic dependent launch
+    "pdl", "cudaLaunchAttribute", "cudaLaunchAttributeProgrammaticStreamSerialization", "grid_dependency_wait",
+    "launch_dependent_grids",
 ];
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA

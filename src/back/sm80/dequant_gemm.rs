@@ -16,6 +16,8 @@ const LD_SHARED: &str = helper!("ld_shared_cp_async.cuh");
 const MBARRIER: &str = helper!("mbarrier_sm80.cuh");
 /// A barrier over the consumer threads (the producer warp leaves early).
 const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
+/// Programmatic dependent launch: wait for the kernel before, let the next one launch (sm_90).
+const GRID_DEPENDENCY: &str = helper!("grid_dependency.cuh");
 /// A scale's 16 bits as a float, for scaling each step's f32 sums (`scale_per_step`).
 const HALF_BITS_TO_FLOAT: &str = helper!("half_bits_to_float.cuh");
 
@@ -390,7 +392,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             }
             h.extend([LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()]);
             if p.tma.is_some() {
-                h.push(CONSUMER_SYNC.into());
+                h.extend([CONSUMER_SYNC, GRID_DEPENDENCY].map(String::from));
             }
             h
         },
