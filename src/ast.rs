@@ -365,6 +365,41 @@ impl ZeroPoint {
     }
 }
 
+/// `dequant_int4`'s `order`: where each of a packed word's eight values sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum NibbleOrder {
+    /// `order=sequential` (the default): value `i` of the word in bits `4i .. 4i+3`.
+    #[default]
+    Sequential,
+    /// `order=interleaved`: value `2i` in bits `4i .. 4i+3` and value `2i+1` in bits
+    /// `16+4i .. 16+4i+3` (nibbles in the order 0, 2, 4, 6, 1, 3, 5, 7, as TensorRT-LLM's and
+    /// AWQ's kernels pack them), so that a pair of neighbouring values is one shift away from
+    /// the two halves of a 32-bit register.
+    Interleaved,
+}
+
+impl NibbleOrder {
+    /// The spelling in a spec.
+    pub const NAMES: [&'static str; 2] = ["sequential", "interleaved"];
+
+    /// The spec's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            NibbleOrder::Sequential => Self::NAMES[0],
+            NibbleOrder::Interleaved => Self::NAMES[1],
+        }
+    }
+
+    /// The bit at which value `i` (0..8) of a packed word starts.
+    pub fn shift(self, i: usize) -> u32 {
+        let i = (i % 8) as u32;
+        match self {
+            NibbleOrder::Sequential => 4 * i,
+            NibbleOrder::Interleaved => 4 * (i / 2) + 16 * (i % 2),
+        }
+    }
+}
+
 /// Statement forms.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StmtKind {
@@ -383,8 +418,9 @@ pub enum StmtKind {
         clear: bool,
     },
     /// `dequant_int4(src, dst, scales=S, zero=8)` or `dequant_int4(src, dst, scales=S,
-    /// zeros=Z)`: unpacks 4-bit weights, eight per 32-bit word of `src` (element `c` of a row
-    /// is bits `4*(c%8)` .. of word `c/8`), and scales them per group:
+    /// zeros=Z)`, optionally with `order=interleaved`: unpacks 4-bit weights, eight per 32-bit
+    /// word of `src` (element `c` of a row is value `c%8` of word `c/8`, at the bits
+    /// [`NibbleOrder::shift`] gives), and scales them per group:
     /// `dst[r, c] = (nibble − z) · scales[r, c / group]`, where `group` is dst's column count
     /// over scales' and `z` the zero point (the constant, or `Z[r, c / group]`).
     Dequant {
@@ -396,6 +432,8 @@ pub enum StmtKind {
         scales: Ident,
         /// The stored value that means zero.
         zero: ZeroPoint,
+        /// Where each value sits in its word.
+        order: NibbleOrder,
     },
     /// `copy(src, dst)`: extents come from the buffer side.
     Copy {
@@ -669,6 +707,18 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// The order the kernel's `dequant_int4` statements read their packed words in (the
+    /// checker makes them agree); sequential when there are none.
+    pub fn nibble_order(&self) -> NibbleOrder {
+        let mut order = None;
+        walk_stmts(&self.body, &mut |s| {
+            if let StmtKind::Dequant { order: o, .. } = &s.kind {
+                order.get_or_insert(*o);
+            }
+        });
+        order.unwrap_or_default()
+    }
+
     /// The statement with id `id`.
     pub fn stmt(&self, id: StmtId) -> Option<&Stmt> {
         let mut found = None;

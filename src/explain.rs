@@ -222,6 +222,7 @@ pub fn explain(c: &Compiled) -> String {
 
     if !plan.dequants.is_empty() {
         let _ = writeln!(o, "\nUnpacking");
+        let _ = writeln!(o, "  packed words: {}", packed_words(c));
         if let Some(why) = &plan.dequant_gemm_reason {
             let _ = writeln!(o, "  not the thin-tile dequant GEMM lowering: {why}");
         }
@@ -453,6 +454,17 @@ fn explain_tile(o: &mut String, c: &Compiled, p: &crate::layout::mfma::TilePlan)
         &["sizes >= 1, no null pointers, the grid within HIP's limits".to_string()]);
 }
 
+/// The packed words' order and what unpacking a pair costs in it.
+fn packed_words(c: &Compiled) -> &'static str {
+    use crate::ast::NibbleOrder;
+    match (c.spec.nibble_order(), c.plan.target.is_amd()) {
+        (NibbleOrder::Sequential, false) => "sequential order (value i in bits 4i..4i+3); each pair of values is a byte permute and a lop3 (`int4x2_pair`), plus one shift per word",
+        (NibbleOrder::Interleaved, false) => "interleaved order (values 2i, 2i+1 in bits 4i.. and 16+4i..); each pair of values is a shift and a lop3 (`int4x2_pair`), no byte permute",
+        (NibbleOrder::Sequential, true) => "sequential order (value i in bits 4i..4i+3), each value a shift and a mask",
+        (NibbleOrder::Interleaved, true) => "interleaved order (values 2i, 2i+1 in bits 4i.. and 16+4i..), each value a shift and a mask",
+    }
+}
+
 fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::DequantGemmPlan) {
     let spec = &c.spec;
     let heading = |id: crate::ast::StmtId| stmt_heading(c, id);
@@ -473,6 +485,7 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         } else {
             "as (value - zero) * scale, rounded once: a quad's threads own chunks 64 apart across a 256-deep span, so an MMA's k's span two groups"
         });
+    let _ = writeln!(o, "    packed words: {}", packed_words(c));
     let _ = writeln!(o, "    why: {}", p.why);
     let _ = writeln!(o, "  row tiles: {} of 8 rows per block{}", p.m_tiles, if p.small_m { "; the launcher runs a one-tile instantiation when M <= 8" } else { "" });
     match &p.tma {
@@ -551,6 +564,7 @@ fn explain_dequant_wgmma(o: &mut String, c: &Compiled, p: &crate::layout::Dequan
             crate::layout::DequantZero::Constant(z) => format!("zero {z}"),
             crate::layout::DequantZero::PerGroup { buffer, .. } => format!("one zero point per group, read with its scale instead of through `{}`", name(buffer)),
         });
+    let _ = writeln!(o, "    packed words: {}", packed_words(c));
     let _ = writeln!(o, "    why: {}", p.why);
     let _ = writeln!(o, "  accumulators: `{}` transposed ({bn}x{bm}), {} f32 registers per consumer thread", name(acc), bm / 2);
     match &p.half_op {

@@ -49,3 +49,36 @@ fn float_to_e4m3_matches_the_interpreter() {
     }
     assert!(checked > 400_000);
 }
+
+/// int4x2_pair (templates/helpers/int4x2_pair*.cuh, the first step of every NVIDIA unpacking)
+/// finds values 2p and 2p + 1 of a word where the interpreter reads them (`NibbleOrder::shift`),
+/// in both orders, for words that set each nibble to each value.
+#[test]
+fn int4x2_pair_matches_the_interpreter_in_both_orders() {
+    use tilegen::ast::NibbleOrder;
+    let dir = tempfile::tempdir().unwrap();
+    // Every nibble of a word takes every value (word w: nibble i is (w + 3i) % 16), plus a sweep.
+    let mut words: Vec<u32> = (0..16u32).map(|w| (0..8).fold(0, |acc, i| acc | (((w + 3 * i) % 16) << (4 * i)))).collect();
+    words.extend((0..4096u32).map(|i| i.wrapping_mul(2_654_435_761)));
+    let input = dir.path().join("words.txt");
+    std::fs::write(&input, words.iter().map(|w| format!("{w:x}\n")).collect::<String>()).unwrap();
+    for order in [NibbleOrder::Sequential, NibbleOrder::Interleaved] {
+        let exe = dir.path().join(order.name());
+        let mut cmd = Command::new("g++");
+        cmd.args(["-std=c++17", "-O2", "-Wall", "-Werror"]).arg("-I").arg(root().join("templates/helpers"));
+        if order == NibbleOrder::Interleaved {
+            cmd.arg("-DINTERLEAVED");
+        }
+        let out = cmd.arg(root().join("tests/host_emu/int4x2_pair_main.cpp")).arg("-o").arg(&exe).output().expect("running g++");
+        assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&exe).stdin(Stdio::from(std::fs::File::open(&input).unwrap())).output().unwrap();
+        assert!(out.status.success());
+        let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+        assert_eq!(lines.len(), words.len());
+        for (w, line) in words.iter().zip(&lines) {
+            let value = |i: usize| (w >> order.shift(i)) & 15;
+            let want: Vec<String> = (0..4).map(|p| format!("{:08x}", value(2 * p) | (value(2 * p + 1) << 16))).collect();
+            assert_eq!(line, &want.join(" "), "{} order, word {w:08x}", order.name());
+        }
+    }
+}

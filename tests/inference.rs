@@ -556,7 +556,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     // The cp.async flavour: a quad owns one 128-deep step (one group), so the MMAs sum the exact
     // (value - zero) * A of a step and the row's scale multiplies the step's sums once.
     assert!(p.scale_per_step(), "a step of the cp.async flavour lies in one group");
-    for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2_exact<ElementS_s>(lo, 0x0400u, neg_bias_lo)",
+    for needle in ["Mma::fma(d[0], d[1], d[2], d[3], w0, w1, w2, w3, x.x, x.y, d[0], d[1], d[2], d[3]);", "dequant_int4x2_exact<ElementS_s>(lo, 0, neg_bias_lo)",
                    "float (&d)[4] = step[mt][i % 2];", "accum[mt][chain][2] = fmaf(scale_hi, step[mt][chain][2], accum[mt][chain][2]);",
                    "float const scale_lo = half_bits_to_float<ElementS_s>(ld_shared_u16(scales_rd[0][s] + stage_scales));",
                    "constexpr uint32_t neg_bias_lo = dequant_neg_bias<8, ElementS_s>(), neg_bias_hi = neg_bias_lo;",
@@ -620,7 +620,7 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     // The TMA flavour's quads own 32-value chunks 64 apart across a 256-deep span: an MMA's k's
     // span two groups, so each unpacked pair is scaled before the MMAs.
     assert!(!p9.scale_per_step());
-    assert!(cu.contains("dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo)") && cu.contains("float (&d)[4] = accum[mt][i % 2];"));
+    assert!(cu.contains("dequant_int4x2<ElementS_s>(lo, 0, scale_lo, neg_bias_lo)") && cu.contains("float (&d)[4] = accum[mt][i % 2];"));
     assert!(!cu.contains("dequant_int4x2_exact<ElementS_s>(lo") && !cu.contains("half_bits_to_float"), "no per-step scaling in the TMA flavour");
 
     // What the lowering does not take runs the general one, with the reason kept for explain.
@@ -668,7 +668,7 @@ fn dequant_unpacks_whole_words_in_the_pipeline_and_small_tiles_copy_with_fewer_t
     assert!(!cu.contains("K % 8 != 0") && !cu.contains("(K / 8) % 4"), "implied checks are dropped");
     assert!(cu.contains("if (reinterpret_cast<uintptr_t>(Wq) % 16 != 0) {"), "the base pointer is still checked");
     assert!(cu.contains("if (tid < 64) {"), "the scale copy is guarded");
-    assert!(cu.contains("b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);"));
+    assert!(cu.contains("b0(0) = dequant_int4x2<ElementS_s>(b_words.x, nibble_pair, b_scales, b_neg_bias);"));
     assert!(!cu.contains("sW_s") && !cu.contains("dequant_int4x8"), "W_s is never written");
     // A tile unpacked once and read by a gemm in a later loop is not fused: it is unpacked
     // into shared memory, eight values per 16-byte store.
@@ -1033,7 +1033,7 @@ fn sm90a_prefill_tiles_unpack_weights_into_warpgroup_mma_registers() {
                    "using TiledMma = decltype(make_tiled_mma(MmaOp<kRowsA>{},",
                    "using SmemLayoutWq_sAtom = GMMA::Layout_K_SW64_Atom<ElementWq_s>;", "cutlass::arch::warpgroup_reg_dealloc<40>();", "cutlass::arch::warpgroup_reg_alloc<232>();",
                    "set_barrier_transaction_bytes(smem.full[stage], kStageBytes<kRowsA>);", "wait_barrier(smem.empty[stage], (kt / stages - 1) % 2);",
-                   "a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], byte_sel, scale2[0][i], bias_lo);",
+                   "a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], nibble_pair, scale2[0][i], bias_lo);",
                    "gemm(tiled_mma, W_s(_, _, k16), tCrA_s(_, _, k16, stage), acc);", "arrive_barrier(smem.empty[stage]);",
                    "next_scales[r][i] = col < (K / 128) ? scale_rows[r][col].raw() : 0u;", "Tensor tCsCT = thr_mma.partition_C(sCT);",
                    "bool const half_rows = grid_x * grid_y * grid_z * 2 <= sms &&\n                         (M + block_M / 2 - 1) / (block_M / 2) < 2 * grid_y;",
@@ -1367,7 +1367,7 @@ fn per_group_zero_points_ride_beside_the_scales_in_every_lowering() {
         let copy = if target == Target::Sm80 { "cp_async_4_bytes(scales_dst + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src, bytes);" } else { "cp_async_4_bytes(scales_dst[i] + zp_offset + stage * kStageS_s<kOddRows> * sizeof(ElementS_s), zeros_src[i] + j * (block_K / 128), bytes);" };
         for needle in ["cute::array_aligned<ElementS_s, stages * kStageS_s<kOddRows>, 128> Z_s;", copy,
                        "uint32_t const neg_bias_lo = dequant_neg_bias<ElementS_s>(ld_shared_u16(scales_rd[0][s] + zp_offset + stage_scales) * 0x10001u);",
-                       if target == Target::Sm80 { "dequant_int4x2_exact<ElementS_s>(hi, 0x0703u, neg_bias_hi)" } else { "dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi)" },
+                       if target == Target::Sm80 { "dequant_int4x2_exact<ElementS_s>(hi, 3, neg_bias_hi)" } else { "dequant_int4x2<ElementS_s>(hi, 3, scale_hi, neg_bias_hi)" },
                        "const void* zeros"] {
             assert!(squashed(cu).contains(&squashed(needle)), "{target}: the kernel lacks {needle}");
         }
@@ -2054,4 +2054,36 @@ fn reads_of_buffers_before_any_write_are_errors_unless_a_branch_may_skip_them() 
     // A gemm into an accumulator nobody cleared.
     let errs = compile(attention().replace("  - clear(O_f)\n", "")).unwrap_err().join("\n");
     assert!(errs.contains("`O_f` is read here before any statement writes it"), "{errs}");
+}
+
+/// `order=interleaved` changes only how a pair of values is found in a word: every NVIDIA
+/// lowering of the bundled 4-bit specs (thin tile, its TMA flavour, the wide tile, the general
+/// lowering) carries the one-shift `int4x2_pair` instead of the byte permute, and the AMD one
+/// shifts each value by its interleaved position; `explain` says which order and what it costs.
+#[test]
+fn interleaved_words_are_unpacked_without_byte_permutes_in_every_lowering() {
+    let interleaved = |text: String| {
+        let t = text.replace("zero=8)", "zero=8, order=interleaved)").replace("zeros=Z_s)", "zeros=Z_s, order=interleaved)");
+        assert_ne!(t, text);
+        t
+    };
+    let general = w4a16().replace("threads: 256", "threads: 64");
+    for (name, text) in [("thin", w4a16()), ("zero points", w4a16_zp()), ("prefill", w4a16_prefill()), ("general", general)] {
+        for target in [Target::Sm80, Target::Sm90a] {
+            let seq = rendered_cu(&compile_for(text.clone(), target).unwrap());
+            let c = compile_for(interleaved(text.clone()), target).unwrap();
+            let il = rendered_cu(&c);
+            assert!(seq.contains("return __byte_perm(word, word >> 4, 0x0400u + 0x0101u * p);"), "{name} {target}");
+            assert!(il.contains("CUTE_DEVICE uint32_t int4x2_pair(uint32_t word, uint32_t p) {\n  return word >> (4 * p);\n}"), "{name} {target}");
+            assert!(!il.contains("__byte_perm"), "{name} {target}");
+            assert!(tilegen::explain::explain(&c).contains("packed words: interleaved order (values 2i, 2i+1 in bits 4i.. and 16+4i..); each pair of values is a shift and a lop3"), "{name} {target}");
+        }
+    }
+    let hip = |text: String| {
+        let c = compile_for(text, Target::Gfx942).unwrap();
+        tilegen::back::render(&c).unwrap_or_else(|_| panic!("renders")).into_iter().find(|f| f.name.ends_with(".hip")).unwrap().contents
+    };
+    let general = w4a16().replace("threads: 256", "threads: 64");
+    assert!(hip(general.clone()).contains("(word >> (4 * nib)) & 15u"));
+    assert!(hip(interleaved(general)).contains("(word >> (4 * (nib / 2) + 16 * (nib % 2))) & 15u"));
 }

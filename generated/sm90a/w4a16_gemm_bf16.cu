@@ -33,22 +33,28 @@ constexpr int stages = 4;
 constexpr int kThreads = 256;
 constexpr int kProducerThreads = 32;  // the TMA producer warp, beside the spec's threads
 
-// Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to value - zero in f16 or bf16, exactly, as one
-// 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
-// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
-// the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
+// Values 2p and 2p + 1 of a word of eight 4-bit values packed in sequential order (value i in
+// bits 4i .. 4i+3) in bits 0..3 and 16..19 of the result; its other bits are for the caller to
+// mask off. Byte p of the word goes into the low half, byte p of the word shifted by a nibble
+// into the high half.
+CUTE_DEVICE uint32_t int4x2_pair(uint32_t word, uint32_t p) {
+  return __byte_perm(word, word >> 4, 0x0400u + 0x0101u * p);
+}
+
+// Values 2p and 2p + 1 of a packed word (found by `int4x2_pair`) to value - zero in f16 or bf16,
+// exactly, as one 32-bit register: the low value in the low half. Each value goes into the low
+// mantissa bits of a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias`
+// (that float plus the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t sel, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t p, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
   uint32_t const one = kOne * 0x10001u;
   uint32_t const mask = 0x000F000Fu;
   uint32_t const magic = kMagic * 0x10001u;
-  // The byte into the low half and the same byte of the word shifted by a nibble into the
-  // high half; one lop3 keeps the four low bits of each and ORs in the magic float.
-  uint32_t const pair = __byte_perm(word, word >> 4, sel);
+  // One lop3 keeps the four low bits of each half and ORs in the magic float.
+  uint32_t const pair = int4x2_pair(word, p);
   uint32_t x, v;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
@@ -87,9 +93,9 @@ CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
 // dequant_int4x2_exact's values times the scale (`scales`: the scale in both halves), (value -
 // zero) * scale in f16 or bf16: only the product rounds, once.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t p, uint32_t scales, uint32_t neg_bias) {
   uint32_t const neg_zero = 0x80008000u;
-  uint32_t const x = dequant_int4x2_exact<T>(word, sel, neg_bias);
+  uint32_t const x = dequant_int4x2_exact<T>(word, p, neg_bias);
   uint32_t v;
   if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
@@ -511,16 +517,16 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
       for (int i = 0; i < 4; ++i) {
         uint32_t const lo = (&words_lo.x)[i], hi = (&words_hi.x)[i];
         // The A registers of two k16 MMAs: rows g, g + 8 at k slots (2t, 2t+1) and (2t+8, 2t+9)
-        // are the nibble pairs (0, 1) and (2, 3) of word i for the first MMA, (4, 5) and (6, 7)
-        // for the second.
-        uint32_t const w0 = dequant_int4x2<ElementS_s>(lo, 0x0400u, scale_lo, neg_bias_lo);
-        uint32_t const w1 = dequant_int4x2<ElementS_s>(hi, 0x0400u, scale_hi, neg_bias_hi);
-        uint32_t const w2 = dequant_int4x2<ElementS_s>(lo, 0x0501u, scale_lo, neg_bias_lo);
-        uint32_t const w3 = dequant_int4x2<ElementS_s>(hi, 0x0501u, scale_hi, neg_bias_hi);
-        uint32_t const w4 = dequant_int4x2<ElementS_s>(lo, 0x0602u, scale_lo, neg_bias_lo);
-        uint32_t const w5 = dequant_int4x2<ElementS_s>(hi, 0x0602u, scale_hi, neg_bias_hi);
-        uint32_t const w6 = dequant_int4x2<ElementS_s>(lo, 0x0703u, scale_lo, neg_bias_lo);
-        uint32_t const w7 = dequant_int4x2<ElementS_s>(hi, 0x0703u, scale_hi, neg_bias_hi);
+        // are the values (0, 1) and (2, 3) of word i for the first MMA, (4, 5) and (6, 7) for the
+        // second (sequential order).
+        uint32_t const w0 = dequant_int4x2<ElementS_s>(lo, 0, scale_lo, neg_bias_lo);
+        uint32_t const w1 = dequant_int4x2<ElementS_s>(hi, 0, scale_hi, neg_bias_hi);
+        uint32_t const w2 = dequant_int4x2<ElementS_s>(lo, 1, scale_lo, neg_bias_lo);
+        uint32_t const w3 = dequant_int4x2<ElementS_s>(hi, 1, scale_hi, neg_bias_hi);
+        uint32_t const w4 = dequant_int4x2<ElementS_s>(lo, 2, scale_lo, neg_bias_lo);
+        uint32_t const w5 = dequant_int4x2<ElementS_s>(hi, 2, scale_hi, neg_bias_hi);
+        uint32_t const w6 = dequant_int4x2<ElementS_s>(lo, 3, scale_lo, neg_bias_lo);
+        uint32_t const w7 = dequant_int4x2<ElementS_s>(hi, 3, scale_hi, neg_bias_hi);
         CUTE_UNROLL
         for (int mt = 0; mt < kMTiles; ++mt) {
           // The B registers: 8 consecutive k's of row 8 mt + g, (k, k+1), (k+2, k+3) for the

@@ -34,22 +34,28 @@ constexpr int stages = 3;
 constexpr int kThreads = 256;  // the spec's threads: 2 consumer warpgroup(s)
 constexpr int kProducerThreads = 128;  // a producer warpgroup beside them, issuing the TMA loads
 
-// Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to value - zero in f16 or bf16, exactly, as one
-// 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
-// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
-// the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
+// Values 2p and 2p + 1 of a word of eight 4-bit values packed in sequential order (value i in
+// bits 4i .. 4i+3) in bits 0..3 and 16..19 of the result; its other bits are for the caller to
+// mask off. Byte p of the word goes into the low half, byte p of the word shifted by a nibble
+// into the high half.
+CUTE_DEVICE uint32_t int4x2_pair(uint32_t word, uint32_t p) {
+  return __byte_perm(word, word >> 4, 0x0400u + 0x0101u * p);
+}
+
+// Values 2p and 2p + 1 of a packed word (found by `int4x2_pair`) to value - zero in f16 or bf16,
+// exactly, as one 32-bit register: the low value in the low half. Each value goes into the low
+// mantissa bits of a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias`
+// (that float plus the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t sel, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t p, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
   uint32_t const one = kOne * 0x10001u;
   uint32_t const mask = 0x000F000Fu;
   uint32_t const magic = kMagic * 0x10001u;
-  // The byte into the low half and the same byte of the word shifted by a nibble into the
-  // high half; one lop3 keeps the four low bits of each and ORs in the magic float.
-  uint32_t const pair = __byte_perm(word, word >> 4, sel);
+  // One lop3 keeps the four low bits of each half and ORs in the magic float.
+  uint32_t const pair = int4x2_pair(word, p);
   uint32_t x, v;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
@@ -88,9 +94,9 @@ CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
 // dequant_int4x2_exact's values times the scale (`scales`: the scale in both halves), (value -
 // zero) * scale in f16 or bf16: only the product rounds, once.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t p, uint32_t scales, uint32_t neg_bias) {
   uint32_t const neg_zero = 0x80008000u;
-  uint32_t const x = dequant_int4x2_exact<T>(word, sel, neg_bias);
+  uint32_t const x = dequant_int4x2_exact<T>(word, p, neg_bias);
   uint32_t v;
   if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
@@ -128,10 +134,10 @@ using ElementW_s = cute::bfloat16_t;  // shared buffer `W_s`
 // gemm (spec 31) with the dequant_int4 at spec 30 fused into it: a 256-row tile of A on sm90a: C is
 // computed transposed (Cᵀ = W · Aᵀ) on 64x256x16 warpgroup MMAs, 2 consumer warpgroup(s) of 64
 // weight rows; the MMA's A operand comes from registers, so each thread unpacks the fragment it
-// owns (byte t of each packed word of its two weight rows, t = lane % 4: the k pairs 2t, 2t + 1 and
-// 2t + 8, 2t + 9 of every k16 step) and `W_s` is never stored; A's tile is the B operand, read from
-// shared memory through descriptors; a producer warpgroup loads A's and the packed words' tiles
-// with TMA.
+// owns (pair t, values 2t and 2t + 1, of each packed word of its two weight rows, t = lane % 4: the
+// k pairs 2t, 2t + 1 and 2t + 8, 2t + 9 of every k16 step) and `W_s` is never stored; A's tile is
+// the B operand, read from shared memory through descriptors; a producer warpgroup loads A's and
+// the packed words' tiles with TMA.
 // The kernel is instantiated for kRowsA rows of `A` per block (the MMA's N): block_M, or block_M /
 // 2 when the spec's tiles would occupy at most half the SMs (the launcher decides).
 template <int kRowsA>
@@ -298,7 +304,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
 
   // The consumers. Thread (g, t) of a warp (g = lane / 4, t = lane % 4) owns weight rows w_row
   // and w_row + 8 of the warp's 16, and of each k16 step the k pairs 2t, 2t + 1 and 2t + 8,
-  // 2t + 9: byte t of the step's two packed words in each row.
+  // 2t + 9: pair t of the step's two packed words in each row.
   TiledMma<kRowsA> tiled_mma;
   auto thr_mma = tiled_mma.get_slice(tid);
   // spec 23: `acc`, transposed: Cᵀ (block_N weight rows x kRowsA rows of `A`) in the warpgroups'
@@ -313,7 +319,7 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
   int const g = lane / 4;
   int const t = lane % 4;
   int const w_row = (tid / 32) * 16 + g;
-  uint32_t const byte_sel = 0x0400u + 0x0101u * t;  // dequant_int4x2's selector for byte t
+  uint32_t const nibble_pair = t;  // dequant_int4x2's pair of each word: values 2t, 2t + 1 (sequential order)
   int const n0 = bx * block_N;  // spec 28: the weight rows (columns of `C`)
 
   // spec 29: copy(scales[bx*block_N, k*(block_K/128)], S_s): read per thread, rows past N from row
@@ -367,11 +373,12 @@ w4a16_prefill_gemm_bf16_kernel(ElementA const* __restrict__ A,
         uint32_t const bias_lo = kNegBias, bias_hi = kNegBias;
         uint32_t* const a_regs = w_regs + 4 * k16;
         // row w_row, k 2t, 2t + 1
-        a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], byte_sel, scale2[0][i], bias_lo);
-        a_regs[1] = dequant_int4x2<ElementW_s>((&words_hi.x)[2 * h], byte_sel, scale2[1][i], bias_hi);  // row w_row + 8
+        a_regs[0] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h], nibble_pair, scale2[0][i], bias_lo);
+        // row w_row + 8
+        a_regs[1] = dequant_int4x2<ElementW_s>((&words_hi.x)[2 * h], nibble_pair, scale2[1][i], bias_hi);
         // row w_row, k 2t + 8, 2t + 9
-        a_regs[2] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h + 1], byte_sel, scale2[0][i], bias_lo);
-        a_regs[3] = dequant_int4x2<ElementW_s>((&words_hi.x)[2 * h + 1], byte_sel, scale2[1][i], bias_hi);
+        a_regs[2] = dequant_int4x2<ElementW_s>((&words_lo.x)[2 * h + 1], nibble_pair, scale2[0][i], bias_lo);
+        a_regs[3] = dequant_int4x2<ElementW_s>((&words_hi.x)[2 * h + 1], nibble_pair, scale2[1][i], bias_hi);
         warpgroup_arrive();
         gemm(tiled_mma, W_s(_, _, k16), tCrA_s(_, _, k16, stage), acc);
         warpgroup_commit_batch();

@@ -104,12 +104,12 @@ const RESERVED_CUTE: [&str; 65] = [
     "make_tiled_copy_C", "partition_fragment_C", "tile_to_shape", "make_tiled_mma", "cosize_v",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 81] = [
+const RESERVED_THIN: [&str; 82] = [
     "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage", "kernel",
     "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_slot", "scale_copier", "scale_first",
     "scale_shift", "scale_bytes", "bytes", "odd_rows", "smem_bytes", "words_lo",
     "words_hi", "scale_lo", "scale_hi", "lo", "hi", "x", "d", "mt", "s", "h", "i", "in_k", "k_left", "accum", "Mma",
-    "partials", "SharedStorage", "cp_async_16", "cp_async_4_bytes", "dequant_int4x2", "ld_shared_u16", "ld_shared_v4",
+    "partials", "SharedStorage", "cp_async_16", "cp_async_4_bytes", "dequant_int4x2", "int4x2_pair", "ld_shared_u16", "ld_shared_v4",
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "cp_async_16_l1", "full", "empty", "next", "next_stage",
     "mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_on_copies", "dequant_neg_bias", "neg_bias_lo",
     "neg_bias_hi", "zp_offset", "decode", "dequant_int4x2_exact", "half_bits_to_float", "step", "chain", "fmaf",
@@ -131,8 +131,8 @@ const RESERVED_THIN_TMA: [&str; 28] = [
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA
 /// names it calls unqualified.
-const RESERVED_WIDE: [&str; 52] = [
-    "kernel", "rows", "cols", "MmaOp", "a_regs", "bias_hi", "bias_lo", "byte_sel", "col", "dequant_int4x2",
+const RESERVED_WIDE: [&str; 53] = [
+    "kernel", "rows", "cols", "MmaOp", "a_regs", "bias_hi", "bias_lo", "nibble_pair", "int4x2_pair", "col", "dequant_int4x2",
     "dequant_int4x2_exact", "dequant_neg_bias", "device", "g", "h",
     "half_rows", "k16", "lane", "launch", "load_scales", "n0", "neg_bias", "next_scales", "next_zeros",
     "partition_shape_A", "scale2", "scale_rows", "sms", "t", "w_regs", "w_row", "words_hi", "words_lo", "zero_rows",
@@ -144,8 +144,8 @@ const RESERVED_WIDE: [&str; 52] = [
 ];
 /// Names the CuTe lowering of a `dequant_int4` statement declares (its helpers and locals,
 /// those of the odd-rows instantiation's scales copy and launcher included).
-const RESERVED_DEQUANT: [&str; 21] = [
-    "dequant_int4x2", "dequant_int4x2_exact", "dequant_int4x8", "dequant_neg_bias", "packed", "scale", "zero", "wc", "b0", "b1", "byte_sel", "b_row",
+const RESERVED_DEQUANT: [&str; 22] = [
+    "dequant_int4x2", "dequant_int4x2_exact", "dequant_int4x8", "dequant_neg_bias", "packed", "scale", "zero", "wc", "b0", "b1", "nibble_pair", "int4x2_pair", "b_row",
     "b_words", "b_scales", "b_neg_bias", "recast", "cp_async_4_bytes", "cp_async_rows_from_words", "odd_rows", "kernel",
     "smem_bytes",
 ];

@@ -160,7 +160,7 @@ impl<'a> Init<'a> {
                 self.read(&src.name, None);
                 self.write(&dst.name.name);
             }
-            StmtKind::Dequant { src, dst, scales, zero } => {
+            StmtKind::Dequant { src, dst, scales, zero, .. } => {
                 for r in [src, scales].into_iter().chain(zero.tile()) {
                     self.read(r, None);
                 }

@@ -173,10 +173,33 @@ fn check_body(spec: &Spec, whole: bool) -> Result<Info, Vec<Diagnostic>> {
     };
     c.declarations();
     c.block(&spec.body);
+    c.one_nibble_order();
     if whole && c.errors.is_empty() {
         c.flow();
     }
     if c.errors.is_empty() { Ok(c.info) } else { Err(c.errors) }
+}
+
+impl Checker<'_> {
+    /// Every `dequant_int4` of a kernel reads its words in one order: the generated unpacking
+    /// helpers are written for one.
+    fn one_nibble_order(&mut self) {
+        let mut first: Option<(NibbleOrder, Span)> = None;
+        let mut conflicts = Vec::new();
+        walk_stmts(&self.spec.body, &mut |s| {
+            let StmtKind::Dequant { order, .. } = &s.kind else { return };
+            match first {
+                None => first = Some((*order, s.span)),
+                Some((o, at)) if o != *order => conflicts.push(
+                    Diagnostic::error(s.span, format!("this `dequant_int4` reads its words in {} order, an earlier one in {} order", order.name(), o.name()))
+                        .label(at, "the earlier one")
+                        .hint("a kernel's packed weights share one order: give every dequant_int4 the same `order=`"),
+                ),
+                Some(_) => {}
+            }
+        });
+        self.errors.extend(conflicts);
+    }
 }
 
 /// C++17 keywords and alternative tokens, C++20's, the standard macros, CUDA's built-in

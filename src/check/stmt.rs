@@ -35,7 +35,7 @@ impl Checker<'_> {
                 self.buffer(buf, "clear");
             }
             StmtKind::Reduce { op, src, dst, dim, .. } => self.reduce(*op, src, dst, *dim),
-            StmtKind::Dequant { src, dst, scales, zero } => self.dequant(src, dst, scales, zero),
+            StmtKind::Dequant { src, dst, scales, zero, .. } => self.dequant(src, dst, scales, zero),
             StmtKind::Fill { buf, value } => {
                 if let Some(b) = self.buffer(buf, "fill") {
                     let want = if self.spec.buffers[b].dtype.0.is_float() { Ty::Float } else { Ty::Int };

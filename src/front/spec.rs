@@ -678,7 +678,7 @@ impl Cx {
                 Some(StmtKind::Reduce { op, src: src?, dst: dst?, dim, clear })
             }
             "dequant_int4" => {
-                let (mut p, kw) = self.positional(&func, args, 2, &["scales", "zero", "zeros"], span)?;
+                let (mut p, kw) = self.positional(&func, args, 2, &["scales", "zero", "zeros", "order"], span)?;
                 let dst = p.pop()?;
                 let src = p.pop()?;
                 let (src, dst) = (self.buffer_name(src, "dequant_int4's packed source"), self.buffer_name(dst, "dequant_int4's destination"));
@@ -705,7 +705,22 @@ impl Cx {
                         return None;
                     }
                 };
-                Some(StmtKind::Dequant { src: src?, dst: dst?, scales: scales?, zero })
+                let order = match kw.iter().find(|(k, _)| k.name == "order") {
+                    None => NibbleOrder::Sequential,
+                    Some((_, Expr { kind: ExprKind::Name(n), .. })) if n == "sequential" => NibbleOrder::Sequential,
+                    Some((_, Expr { kind: ExprKind::Name(n), .. })) if n == "interleaved" => NibbleOrder::Interleaved,
+                    Some((_, e)) => {
+                        let hint = match &e.kind {
+                            ExprKind::Name(n) => did_you_mean(n, NibbleOrder::NAMES.iter().copied()),
+                            _ => None,
+                        };
+                        self.err(Diagnostic::error(e.span, "`order` must be `sequential` or `interleaved`").hint(hint.unwrap_or_else(|| {
+                            "`sequential`: value i of a word in bits 4i..4i+3; `interleaved`: values 2i and 2i+1 in bits 4i.. and 16+4i..".into()
+                        })));
+                        return None;
+                    }
+                };
+                Some(StmtKind::Dequant { src: src?, dst: dst?, scales: scales?, zero, order })
             }
             "clear" => {
                 let (mut p, _) = self.positional(&func, args, 1, &[], span)?;

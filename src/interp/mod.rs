@@ -373,7 +373,7 @@ impl Machine<'_> {
                 }
             }
             StmtKind::Gemm { a, b, c, transpose_a, transpose_b } => self.gemm(a, b, c, *transpose_a, *transpose_b),
-            StmtKind::Dequant { src, dst, scales, zero } => {
+            StmtKind::Dequant { src, dst, scales, zero, order } => {
                 let (is, id, ic) = (self.buffer_of(&src.name), self.buffer_of(&dst.name), self.buffer_of(&scales.name));
                 let (rows, cols) = (self.info.buffer_shapes[id][0] as usize, self.info.buffer_shapes[id][1] as usize);
                 let groups = self.info.buffer_shapes[ic][1] as usize;
@@ -387,7 +387,7 @@ impl Machine<'_> {
                         if word.is_nan() {
                             return Err(self.fail(s.span, format!("`{}` is read before it is written", src.name)));
                         }
-                        let nibble = ((word as i64 as u32) >> (4 * (c % 8))) & 15;
+                        let nibble = ((word as i64 as u32) >> order.shift(c % 8)) & 15;
                         let scale = self.buffers[ic][r * groups + c / group];
                         let z = match zeros {
                             None => constant_zero,

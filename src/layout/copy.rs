@@ -539,7 +539,7 @@ impl Infer<'_> {
                 fills += usize::from(dst.name.name == *name);
                 other_uses += usize::from(src.name.name == *name);
             }
-            StmtKind::Dequant { src, dst, scales, zero } => {
+            StmtKind::Dequant { src, dst, scales, zero, .. } => {
                 group_reads += usize::from(scales.name == *name || zero.tile().is_some_and(|z| z.name == *name));
                 other_uses += usize::from(src.name == *name || dst.name == *name);
             }

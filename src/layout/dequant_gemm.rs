@@ -14,8 +14,8 @@
 //!
 //! Why another lowering: with 16 rows of A, the general one (A the MMA's A operand, 4-bit
 //! weights unpacked into B fragments) spends most of its instructions moving and unpacking
-//! bytes (each thread's B fragment holds one byte of each packed word). Here C is computed
-//! transposed, Cᵀ = W · Aᵀ: the unpacked weights are the A operand (16 weight rows per MMA)
+//! bytes (each thread's B fragment holds one pair of values of each packed word). Here C is
+//! computed transposed, Cᵀ = W · Aᵀ: the unpacked weights are the A operand (16 weight rows per MMA)
 //! and A's rows the B operand (8 per MMA, so M = 1 wastes 7 of 8 columns instead of 15 of
 //! 16). The k order inside the MMAs is permuted, identically for both operands, so that
 //! each thread owns whole words: per 128-deep k step thread t (lane % 4) takes k + 32t ..
@@ -331,7 +331,7 @@ impl<'a> Infer<'a> {
     pub(super) fn dequant_gemm_operands(&self, shape: &Shape<'a>) -> Result<Operands, String> {
         let spec = self.spec;
         let StmtKind::Loop { var, .. } = &shape.pipeline.kind else { return Err("no loop".into()) };
-        let StmtKind::Dequant { src, dst, scales, zero } = &shape.dequant.kind else { return Err("no dequant".into()) };
+        let StmtKind::Dequant { src, dst, scales, zero, .. } = &shape.dequant.kind else { return Err("no dequant".into()) };
         let StmtKind::Gemm { a, b, c, transpose_a, transpose_b } = &shape.gemm.kind else { return Err("no gemm".into()) };
         let buf = |i: &Ident| self.buffer_index(&i.name);
         let (Some(wq_s), Some(w_s), Some(s_s), Some(a_s), Some(acc)) = (buf(src), buf(dst), buf(scales), buf(a), buf(c)) else {

@@ -153,7 +153,7 @@ impl<'a> Infer<'a> {
         let (w_atom, w_swizzle_bytes) = if bk % 256 == 0 { ("GMMA::Layout_K_SW128_Atom", 128) } else { ("GMMA::Layout_K_SW64_Atom", 64) };
         let why = format!(
             "a {bm}-row tile of A on sm90a: C is computed transposed (Cᵀ = W · Aᵀ) on 64x{bm}x16 warpgroup MMAs, {warpgroups} consumer warpgroup(s) of 64 weight rows; \
-             the MMA's A operand comes from registers, so each thread unpacks the fragment it owns (byte t of each packed word of its two weight rows, t = lane % 4: the k pairs 2t, 2t + 1 and 2t + 8, 2t + 9 of every k16 step) \
+             the MMA's A operand comes from registers, so each thread unpacks the fragment it owns (pair t, values 2t and 2t + 1, of each packed word of its two weight rows, t = lane % 4: the k pairs 2t, 2t + 1 and 2t + 8, 2t + 9 of every k16 step) \
              and `W_s` is never stored; A's tile is the B operand, read from shared memory through descriptors; a producer warpgroup loads A's and the packed words' tiles with TMA");
         Ok(DequantWgmmaPlan {
             pipeline: op.pipeline,

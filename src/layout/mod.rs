@@ -161,7 +161,7 @@ pub struct DequantPlan {
     pub guarded: bool,
     /// The gemm this unpacking is fused into: the only reader of the destination, a gemm
     /// with B = the destination, which then takes its B fragments straight from the packed
-    /// words (each thread unpacks the byte of each word that holds its fragment's pair of
+    /// words (each thread unpacks the pair of each word that holds its fragment's two
     /// values) and the destination is never written to shared memory.
     pub fused_into: Option<StmtId>,
     /// Why.
@@ -726,7 +726,7 @@ impl<'a> Infer<'a> {
 
     fn dequants(&mut self) {
         for s in self.statements() {
-            let StmtKind::Dequant { src, dst, scales, zero } = &s.kind else { continue };
+            let StmtKind::Dequant { src, dst, scales, zero, .. } = &s.kind else { continue };
             let zero_text = match zero {
                 ZeroPoint::Constant(z, _) => format!("zero point {z}"),
                 ZeroPoint::PerGroup(z) => format!("one zero point per group from `{}`", z.name),
@@ -767,7 +767,7 @@ impl<'a> Infer<'a> {
             let why = match fused_into {
                 Some(_) => {
                     format!(
-                        "fused into the gemm that reads `{}`, its only use: each thread unpacks its B fragments straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t of the block's first word, k = 2t+8, 2t+9 byte t of its second; one 16-byte load covers two k-blocks), times one scale per {} values, {zero_text}; `{}` is never written and no barrier separates the unpacking from the MMAs",
+                        "fused into the gemm that reads `{}`, its only use: each thread unpacks its B fragments straight from the packed words (the values at k = 2t, 2t+1 of a k-block are pair t of the block's first word, k = 2t+8, 2t+9 pair t of its second; one 16-byte load covers two k-blocks), times one scale per {} values, {zero_text}; `{}` is never written and no barrier separates the unpacking from the MMAs",
                         dst.name, cols / groups, dst.name)
                 }
                 None => why,

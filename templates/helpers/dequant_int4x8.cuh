@@ -1,5 +1,5 @@
-// Eight 4-bit values packed in a 32-bit word (value i in bits 4i .. 4i+3) to (value - zero) *
-// scale in f16 or bf16, as one 16-byte vector: the four pairs of `dequant_int4x2`, in order
+// The eight 4-bit values packed in a 32-bit word to (value - zero) * scale in f16 or bf16, as one
+// 16-byte vector of values 0 .. 7: the four pairs of `dequant_int4x2`, in order
 // (`neg_bias`: from `dequant_neg_bias`).
 template <class T>
 CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale, uint32_t neg_bias) {
@@ -8,7 +8,7 @@ CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale, uint32_t neg_bias) {
   uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
   CUTE_UNROLL
   for (int p = 0; p < 4; ++p) {
-    halves[p] = dequant_int4x2<T>(packed, 0x0400u + 0x0101u * p, scales, neg_bias);  // values 2p, 2p + 1
+    halves[p] = dequant_int4x2<T>(packed, p, scales, neg_bias);  // values 2p, 2p + 1
   }
   return out;
 }

@@ -226,16 +226,25 @@ pub struct LineCtx {
 /// Unpacks one word of eight 4-bit values into 16-bit floats (dequant_int4), pair by pair.
 const DEQUANT_INT4X8: &str = helper!("dequant_int4x8.cuh");
 
+/// Finds a pair of neighbouring 4-bit values in a word packed in sequential order...
+const INT4X2_PAIR: &str = helper!("int4x2_pair.cuh");
+/// ... or in interleaved order.
+const INT4X2_PAIR_INTERLEAVED: &str = helper!("int4x2_pair_interleaved.cuh");
 /// Unpacks one pair of 4-bit values into a pair of 16-bit floats, value - zero exactly, and the
 /// unpacking's bias for a zero point (fused dequant_int4).
 const DEQUANT_INT4X2_EXACT: &str = helper!("dequant_int4x2_exact.cuh");
 /// The same pair times its scale, rounded once; it calls the exact one.
 const DEQUANT_INT4X2: &str = helper!("dequant_int4x2.cuh");
 
-/// The pair unpacking's helpers, in the order they must appear: the exact one, then (`scaled`)
-/// the one that scales each pair, which calls it.
-pub(super) fn dequant_int4x2_helpers(scaled: bool) -> impl Iterator<Item = String> {
-    std::iter::once(DEQUANT_INT4X2_EXACT).chain(scaled.then_some(DEQUANT_INT4X2)).map(String::from)
+/// The pair unpacking's helpers, in the order they must appear: the one that finds a pair in a
+/// word packed in `order`, the exact one, then (`scaled`) the one that scales each pair, which
+/// calls it.
+pub(super) fn dequant_int4x2_helpers(order: NibbleOrder, scaled: bool) -> impl Iterator<Item = String> {
+    let pair = match order {
+        NibbleOrder::Sequential => INT4X2_PAIR,
+        NibbleOrder::Interleaved => INT4X2_PAIR_INTERLEAVED,
+    };
+    [pair, DEQUANT_INT4X2_EXACT].into_iter().chain(scaled.then_some(DEQUANT_INT4X2)).map(String::from)
 }
 /// cp.async of the first 0, 2 or 4 bytes of an aligned word: 16-bit rows that start or end
 /// mid-word.
@@ -687,7 +696,7 @@ pub fn build(c: &Compiled) -> Result<Context, Vec<Diagnostic>> {
     }
     // dequant_int4x8 is four calls of dequant_int4x2, which comes first.
     if !plan.dequants.is_empty() {
-        helpers.extend(dequant_int4x2_helpers(true));
+        helpers.extend(dequant_int4x2_helpers(c.spec.nibble_order(), true));
     }
     if plan.dequants.values().any(|d| d.fused_into.is_none()) {
         helpers.push(DEQUANT_INT4X8.into());

@@ -229,12 +229,14 @@ pub struct Context {
     /// The plan's `scale_per_step()`: the scales multiply each step's f32 sums.
     pub scale_per_step: bool,
     /// The unpacking each pair of weights calls (`dequant_int4x2_exact` when the scales wait for
-    /// the step's sums, else `dequant_int4x2`), its arguments after the word and the byte
-    /// selector for weight rows w_row and w_row + 8, and the sums its MMAs add into (`step`, or
+    /// the step's sums, else `dequant_int4x2`), its arguments after the word and the pair
+    /// index for weight rows w_row and w_row + 8, and the sums its MMAs add into (`step`, or
     /// `accum` directly).
     pub unpack: String,
     pub unpack_args: [String; 2],
     pub mma_sums: String,
+    /// The packed words' order (`sequential` or `interleaved`), for the comments.
+    pub order: &'static str,
     /// Alignment of the stage buffers (the 128-byte swizzle's 1024-byte period with TMA).
     pub smem_align: i64,
     /// The copies' spec lines, sorted, for the producer's comment.
@@ -386,7 +388,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         helpers: {
             // The scaled unpacking only where pairs are scaled before their MMAs (the TMA flavour);
             // per-step scaling reads each scale as a float instead.
-            let mut h: Vec<String> = dequant_int4x2_helpers(!p.scale_per_step()).collect();
+            let mut h: Vec<String> = dequant_int4x2_helpers(c.spec.nibble_order(), !p.scale_per_step()).collect();
             if p.scale_per_step() {
                 h.push(HALF_BITS_TO_FLOAT.into());
             }
@@ -432,6 +434,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         unpack: if p.scale_per_step() { "dequant_int4x2_exact" } else { "dequant_int4x2" }.into(),
         unpack_args: ["lo", "hi"].map(|r| if p.scale_per_step() { format!("neg_bias_{r}") } else { format!("scale_{r}, neg_bias_{r}") }),
         mma_sums: if p.scale_per_step() { "step" } else { "accum" }.into(),
+        order: c.spec.nibble_order().name(),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
         copy_lines: {
             let mut l: Vec<usize> = p.copies.iter().copied().chain(zeros).map(|id| st.line(id)).collect();

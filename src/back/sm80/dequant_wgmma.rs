@@ -20,6 +20,8 @@ pub struct Context {
     pub operands: OperandsCtx,
     pub target_banner: String,
     pub helpers: Vec<String>,
+    /// The packed words' order (`sequential` or `interleaved`), for the comments.
+    pub order: &'static str,
     pub doc_launch: String,
     pub doc_invalid: String,
     pub doc_errors: String,
@@ -76,7 +78,8 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
     Context {
         operands,
         target_banner: "Target sm90a: the wide-tile 4-bit-weight GEMM (a TMA producer warpgroup filling mbarrier stages, weights unpacked into the warpgroup MMAs' register A operand).".into(),
-        helpers: dequant_int4x2_helpers(true).chain([CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from)).collect(),
+        order: c.spec.nibble_order().name(),
+        helpers: dequant_int4x2_helpers(c.spec.nibble_order(), true).chain([CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from)).collect(),
         doc_launch: format!("grid ({}){}, {} threads (the spec's {threads} and a TMA producer warpgroup), {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
             grid_doc.join(", "),
             match (&p.half_op, split) {

@@ -30,22 +30,28 @@ constexpr int stages = 2;
 
 constexpr int kThreads = 128;
 
-// Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to value - zero in f16 or bf16, exactly, as one
-// 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
-// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
-// the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
+// Values 2p and 2p + 1 of a word of eight 4-bit values packed in sequential order (value i in
+// bits 4i .. 4i+3) in bits 0..3 and 16..19 of the result; its other bits are for the caller to
+// mask off. Byte p of the word goes into the low half, byte p of the word shifted by a nibble
+// into the high half.
+CUTE_DEVICE uint32_t int4x2_pair(uint32_t word, uint32_t p) {
+  return __byte_perm(word, word >> 4, 0x0400u + 0x0101u * p);
+}
+
+// Values 2p and 2p + 1 of a packed word (found by `int4x2_pair`) to value - zero in f16 or bf16,
+// exactly, as one 32-bit register: the low value in the low half. Each value goes into the low
+// mantissa bits of a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias`
+// (that float plus the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t sel, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t p, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
   uint32_t const one = kOne * 0x10001u;
   uint32_t const mask = 0x000F000Fu;
   uint32_t const magic = kMagic * 0x10001u;
-  // The byte into the low half and the same byte of the word shifted by a nibble into the
-  // high half; one lop3 keeps the four low bits of each and ORs in the magic float.
-  uint32_t const pair = __byte_perm(word, word >> 4, sel);
+  // One lop3 keeps the four low bits of each half and ORs in the magic float.
+  uint32_t const pair = int4x2_pair(word, p);
   uint32_t x, v;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
@@ -84,9 +90,9 @@ CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
 // dequant_int4x2_exact's values times the scale (`scales`: the scale in both halves), (value -
 // zero) * scale in f16 or bf16: only the product rounds, once.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t p, uint32_t scales, uint32_t neg_bias) {
   uint32_t const neg_zero = 0x80008000u;
-  uint32_t const x = dequant_int4x2_exact<T>(word, sel, neg_bias);
+  uint32_t const x = dequant_int4x2_exact<T>(word, p, neg_bias);
   uint32_t v;
   if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
@@ -406,8 +412,8 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
       // spec 26: gemm(A_s, W_s, acc, transpose_b=true), with spec 25: dequant_int4(Wq_s, W_s,
       // scales=S_s, zero=8)
       // fused into the gemm that reads `W_s`, its only use: each thread unpacks its B fragments
-      // straight from the packed words (the pair of values at k = 2t, 2t+1 of a k-block is byte t
-      // of the block's first word, k = 2t+8, 2t+9 byte t of its second; one 16-byte load covers two
+      // straight from the packed words (the values at k = 2t, 2t+1 of a k-block are pair t of the
+      // block's first word, k = 2t+8, 2t+9 pair t of its second; one 16-byte load covers two
       // k-blocks), times one scale per 128 values, zero point 8; `W_s` is never written and no
       // barrier separates the unpacking from the MMAs.
       {
@@ -416,9 +422,10 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
                       "the unpacking below follows the m16n8k16 B fragment: k = 2t, 2t+1, 2t+8, 2t+9 of thread t");
         // (MMA, MMA_N, MMA_K) -> (n, k)
         Tensor tCcW_s = thr_mma.partition_B(make_identity_tensor(make_shape(Int<block_N>{}, Int<block_K>{})));
-        // This thread's values of a k-block sit at k = 2t, 2t+1 (and 8 more): byte t of the block's
-        // words.
-        uint32_t const byte_sel = 0x0400u + 0x0101u * (get<1>(tCcW_s(0, 0, 0)) % 8 / 2);
+        // This thread's values of a k-block sit at k = 2t, 2t+1 (and 8 more): pair t of the block's
+        // words
+        // (sequential order).
+        uint32_t const nibble_pair = get<1>(tCcW_s(0, 0, 0)) % 8 / 2;
         CUTE_UNROLL
         for (int k_block = 0; k_block < 16; k_block += 2) {
           copy(s2r_copy_A_s, tXsA_s(_, _, k_block, read_stage), tXrA_s(_, _, k_block));
@@ -434,10 +441,10 @@ w4_prefill_onewg_f16_kernel(ElementA const* __restrict__ A,
             uint32_t const b_neg_bias = dequant_neg_bias<8, ElementS_s>();
             Tensor b0 = recast<uint32_t>(tCrW_s(_, j, k_block));
             Tensor b1 = recast<uint32_t>(tCrW_s(_, j, k_block + 1));
-            b0(0) = dequant_int4x2<ElementS_s>(b_words.x, byte_sel, b_scales, b_neg_bias);
-            b0(1) = dequant_int4x2<ElementS_s>(b_words.y, byte_sel, b_scales, b_neg_bias);
-            b1(0) = dequant_int4x2<ElementS_s>(b_words.z, byte_sel, b_scales, b_neg_bias);
-            b1(1) = dequant_int4x2<ElementS_s>(b_words.w, byte_sel, b_scales, b_neg_bias);
+            b0(0) = dequant_int4x2<ElementS_s>(b_words.x, nibble_pair, b_scales, b_neg_bias);
+            b0(1) = dequant_int4x2<ElementS_s>(b_words.y, nibble_pair, b_scales, b_neg_bias);
+            b1(0) = dequant_int4x2<ElementS_s>(b_words.z, nibble_pair, b_scales, b_neg_bias);
+            b1(1) = dequant_int4x2<ElementS_s>(b_words.w, nibble_pair, b_scales, b_neg_bias);
           }
           gemm(tiled_mma, acc, tCrA_s(_, _, k_block), tCrW_s(_, _, k_block), acc);
           gemm(tiled_mma, acc, tCrA_s(_, _, k_block + 1), tCrW_s(_, _, k_block + 1), acc);

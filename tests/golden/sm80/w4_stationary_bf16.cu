@@ -29,22 +29,28 @@ constexpr int block_K = 32;
 
 constexpr int kThreads = 128;
 
-// Two 4-bit values of a packed word, the pair in byte `sel` selects (value i of the word in bits
-// 4i .. 4i+3; `sel` = 0x0400 + 0x0101 * byte), to value - zero in f16 or bf16, exactly, as one
-// 32-bit register: the low value in the low half. Each value goes into the low mantissa bits of
-// a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias` (that float plus
-// the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
+// Values 2p and 2p + 1 of a word of eight 4-bit values packed in sequential order (value i in
+// bits 4i .. 4i+3) in bits 0..3 and 16..19 of the result; its other bits are for the caller to
+// mask off. Byte p of the word goes into the low half, byte p of the word shifted by a nibble
+// into the high half.
+CUTE_DEVICE uint32_t int4x2_pair(uint32_t word, uint32_t p) {
+  return __byte_perm(word, word >> 4, 0x0400u + 0x0101u * p);
+}
+
+// Values 2p and 2p + 1 of a packed word (found by `int4x2_pair`) to value - zero in f16 or bf16,
+// exactly, as one 32-bit register: the low value in the low half. Each value goes into the low
+// mantissa bits of a float whose ulp is 1 (1024.0 for f16, 128.0 for bf16), so adding `neg_bias`
+// (that float plus the zero point, negated, in both halves: `dequant_neg_bias`) is exact.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t sel, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2_exact(uint32_t word, uint32_t p, uint32_t neg_bias) {
   constexpr bool kBf16 = std::is_same_v<T, cute::bfloat16_t>;
   constexpr uint32_t kMagic = kBf16 ? 0x4300u : 0x6400u;  // 128.0 or 1024.0
   constexpr uint32_t kOne = kBf16 ? 0x3F80u : 0x3C00u;
   uint32_t const one = kOne * 0x10001u;
   uint32_t const mask = 0x000F000Fu;
   uint32_t const magic = kMagic * 0x10001u;
-  // The byte into the low half and the same byte of the word shifted by a nibble into the
-  // high half; one lop3 keeps the four low bits of each and ORs in the magic float.
-  uint32_t const pair = __byte_perm(word, word >> 4, sel);
+  // One lop3 keeps the four low bits of each half and ORs in the magic float.
+  uint32_t const pair = int4x2_pair(word, p);
   uint32_t x, v;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(pair), "r"(mask), "r"(magic));  // (a & b) | c
   if constexpr (kBf16) {
@@ -83,9 +89,9 @@ CUTE_DEVICE uint32_t dequant_neg_bias(uint32_t zeros) {
 // dequant_int4x2_exact's values times the scale (`scales`: the scale in both halves), (value -
 // zero) * scale in f16 or bf16: only the product rounds, once.
 template <class T>
-CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales, uint32_t neg_bias) {
+CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t p, uint32_t scales, uint32_t neg_bias) {
   uint32_t const neg_zero = 0x80008000u;
-  uint32_t const x = dequant_int4x2_exact<T>(word, sel, neg_bias);
+  uint32_t const x = dequant_int4x2_exact<T>(word, p, neg_bias);
   uint32_t v;
   if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(scales), "r"(neg_zero));
@@ -95,8 +101,8 @@ CUTE_DEVICE uint32_t dequant_int4x2(uint32_t word, uint32_t sel, uint32_t scales
   return v;
 }
 
-// Eight 4-bit values packed in a 32-bit word (value i in bits 4i .. 4i+3) to (value - zero) *
-// scale in f16 or bf16, as one 16-byte vector: the four pairs of `dequant_int4x2`, in order
+// The eight 4-bit values packed in a 32-bit word to (value - zero) * scale in f16 or bf16, as one
+// 16-byte vector of values 0 .. 7: the four pairs of `dequant_int4x2`, in order
 // (`neg_bias`: from `dequant_neg_bias`).
 template <class T>
 CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale, uint32_t neg_bias) {
@@ -105,7 +111,7 @@ CUTE_DEVICE uint4 dequant_int4x8(uint32_t packed, T scale, uint32_t neg_bias) {
   uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
   CUTE_UNROLL
   for (int p = 0; p < 4; ++p) {
-    halves[p] = dequant_int4x2<T>(packed, 0x0400u + 0x0101u * p, scales, neg_bias);  // values 2p, 2p + 1
+    halves[p] = dequant_int4x2<T>(packed, p, scales, neg_bias);  // values 2p, 2p + 1
   }
   return out;
 }

@@ -422,7 +422,7 @@ impl<'a> Lower<'a> {
             }
             StmtKind::Copy { src, dst } => self.copy(s, src, dst),
             StmtKind::Gemm { a, b, c, .. } => self.gemm(s, a, b, c),
-            StmtKind::Dequant { src, dst, scales, zero } => {
+            StmtKind::Dequant { src, dst, scales, zero, order } => {
                 let (Some(w), Some(d), Some(sc)) = (self.buffer(src), self.buffer(dst), self.buffer(scales)) else { return };
                 let shape = &self.c.info.buffer_shapes[d];
                 let group = shape[1] / self.c.info.buffer_shapes[sc][1];
@@ -433,11 +433,16 @@ impl<'a> Lower<'a> {
                 };
                 let (wn, dn, sn) = (self.name(w), self.name(d), self.name(sc));
                 let dt = self.c.spec.buffers[d].dtype.0;
-                let (zero_text, value) = match zero {
-                    ZeroPoint::PerGroup(z) => (format!("the group's zero point in `{}`", z.name), "(static_cast<float>((word >> (4 * nib)) & 15u) - word_zero)".to_string()),
-                    ZeroPoint::Constant(v, _) => (v.to_string(), format!("static_cast<float>(static_cast<int>((word >> (4 * nib)) & 15u) - {v})")),
+                // Where value `nib` of a word starts (NibbleOrder::shift).
+                let (shift, bits) = match order {
+                    NibbleOrder::Sequential => ("4 * nib", "bits 4*(c%8) .."),
+                    NibbleOrder::Interleaved => ("4 * (nib / 2) + 16 * (nib % 2)", "(interleaved) bits 4*(c%8/2) + 16*(c%2) .."),
                 };
-                self.comment(s, &format!("each thread unpacks whole words: element c of a row is bits 4*(c%8) .. of word c/8, minus {zero_text}, times the scale of group c/{group}"));
+                let (zero_text, value) = match zero {
+                    ZeroPoint::PerGroup(z) => (format!("the group's zero point in `{}`", z.name), format!("(static_cast<float>((word >> ({shift})) & 15u) - word_zero)")),
+                    ZeroPoint::Constant(v, _) => (v.to_string(), format!("static_cast<float>(static_cast<int>((word >> ({shift})) & 15u) - {v})")),
+                };
+                self.comment(s, &format!("each thread unpacks whole words: element c of a row is {bits} of word c/8, minus {zero_text}, times the scale of group c/{group}"));
                 self.sync_for(&[w, sc].into_iter().chain(zeros).collect::<Vec<_>>(), &[d]);
                 let words = format!("{} * ({} / 8)", self.atom(&self.c.spec.buffers[d].shape[0]), self.atom(&self.c.spec.buffers[d].shape[1]));
                 self.open(format!("for (int e = threadIdx.x; e < {words}; e += kThreads)"));

@@ -215,6 +215,8 @@ pub struct PackedBCtx {
     /// dequant_int4x2's bias for the row: the constant zero point's, or one read per group.
     pub neg_bias: String,
     pub neg_bias_why: String,
+    /// The words' order (`sequential` or `interleaved`), for the comments.
+    pub order: &'static str,
 }
 
 #[derive(Serialize)]
@@ -488,7 +490,7 @@ impl Lower<'_> {
             }
             StmtKind::Assign { .. } => self.unsupported(s, "assignments outside parallel blocks"),
             StmtKind::Reduce { op, src, dst, clear, .. } => self.reduce(s, *op, src, dst, *clear, depth),
-            StmtKind::Dequant { src, dst, scales, zero } => {
+            StmtKind::Dequant { src, dst, scales, zero, .. } => {
                 let Some(plan) = self.c.plan.dequants.get(&s.id) else { return };
                 if let Some(g) = plan.fused_into {
                     let gl = self.c.spec.stmt(g).map(|g| self.c.line(g.span)).unwrap_or(0);

@@ -147,7 +147,7 @@ impl Lower<'_> {
         let c = self.c;
         let (&dq, plan) = c.plan.dequants.iter().find(|(_, d)| d.fused_into == Some(gemm))?;
         let s = c.spec.stmt(dq)?;
-        let StmtKind::Dequant { src, scales, zero, .. } = &s.kind else { return None };
+        let StmtKind::Dequant { src, scales, zero, order, .. } = &s.kind else { return None };
         let scale_elem = element_alias(&scales.name);
         let m = c.plan.mmas.get(&gemm)?;
         let at = |name: &str, idx: &str| shared_at(c, name, idx, stage);
@@ -167,6 +167,7 @@ impl Lower<'_> {
                 ZeroPoint::PerGroup(zeros) => format!("the row's zero point from `{}`, as dequant_int4x2 takes it", zeros.name),
             },
             scale_elem,
+            order: order.name(),
         })
     }
 
