@@ -27,15 +27,16 @@ CHECK_SHAPES = [(1, 64, 256), (77, 136, 512), (33, 200, 768), (300, 264, 1280), 
 DECODE_SHAPES = [(1, 8192, 8192), (16, 8192, 8192), (256, 8192, 8192)]
 PREFILL_SHAPES = [(256, 8192, 8192), (1024, 8192, 8192), (4096, 8192, 8192)]
 # Kernel -> (element type, whether it takes per-group zero points after the scales, the shapes
-# it is timed at).
+# it is timed at, whether its words are packed in interleaved order: `order=interleaved`).
 KERNELS = {
-    "w4a16_gemm_bf16": (torch.bfloat16, False, DECODE_SHAPES),
-    "w4a16_zp_gemm_bf16": (torch.bfloat16, True, DECODE_SHAPES),
-    "w4a16_prefill_gemm_bf16": (torch.bfloat16, False, PREFILL_SHAPES),
-    "w4_prefill_zp_bf16": (torch.bfloat16, True, PREFILL_SHAPES),  # tests/golden/specs: the general lowering with zero points
+    "w4a16_gemm_bf16": (torch.bfloat16, False, DECODE_SHAPES, False),
+    "w4a16_zp_gemm_bf16": (torch.bfloat16, True, DECODE_SHAPES, False),
+    "w4a16_prefill_gemm_bf16": (torch.bfloat16, False, PREFILL_SHAPES, False),
+    # tests/golden/specs: the general lowering with zero points, interleaved words
+    "w4_prefill_zp_bf16": (torch.bfloat16, True, PREFILL_SHAPES, True),
     # tests/golden/specs: f16, one warpgroup; on sm90a the general lowering's unfused dequant
     # (the weights unpacked into shared memory for warpgroup MMAs). Checked, not timed.
-    "w4_prefill_onewg_f16": (torch.float16, False, []),
+    "w4_prefill_onewg_f16": (torch.float16, False, [], False),
 }
 
 
@@ -60,23 +61,23 @@ def inputs(M, N, K, dtype, gen, zeros):
     return A, Wq, q
 
 
-def dequantize(Wq, q):
-    """W [N, K]: value i of word w is bits 4i..4i+3, minus the zero point (8, or the group's),
-    times its group's scale."""
-    shifts = torch.arange(0, 32, 4, device=Wq.device, dtype=torch.int32)
+def dequantize(Wq, q, interleaved=False):
+    """W [N, K]: value i of word w is bits 4i..4i+3 (interleaved: value 2i bits 4i.., value
+    2i + 1 bits 16+4i..), minus the zero point (8, or the group's), times its group's scale."""
+    shifts = torch.tensor([0, 16, 4, 20, 8, 24, 12, 28] if interleaved else list(range(0, 32, 4)), device=Wq.device, dtype=torch.int32)
     nibbles = ((Wq.unsqueeze(-1) >> shifts) & 15).reshape(Wq.shape[0], -1).float()
     zero = q[1].float().repeat_interleave(128, dim=1) if len(q) > 1 else 8.0
     return ((nibbles - zero) * q[0].float().repeat_interleave(128, dim=1)).to(q[0].dtype)
 
 
-def check(fn, dtype, zeros, M, N, K, gen):
+def check(fn, dtype, zeros, M, N, K, gen, interleaved=False):
     A, Wq, q = inputs(M, N, K, dtype, gen, zeros)
     C = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
     rc = call(fn, A, Wq, q, C, M, N, K)
     torch.cuda.synchronize()
     if rc != 0:
         return False, f"launcher returned {rc}"
-    ref = A.float() @ dequantize(Wq, q).float().t()
+    ref = A.float() @ dequantize(Wq, q, interleaved).float().t()
     unwritten = int(torch.isnan(C).sum())
     err = float((C.float() - ref).norm() / ref.norm())
     ok = unwritten == 0 and err <= 1e-2
@@ -101,11 +102,11 @@ def main():
             if base not in KERNELS or not os.path.exists(os.path.join(libdir, f"lib{name}.so")):
                 continue
             fn = load(libdir, name)
-            dtype, zeros, shapes = KERNELS[base]
+            dtype, zeros, shapes, interleaved = KERNELS[base]
             for (M, N, K) in CHECK_SHAPES:
                 if args.check_only and args.quick and N * K > 2**21:
                     continue
-                ok, msg = check(fn, dtype, zeros, M, N, K, gen)
+                ok, msg = check(fn, dtype, zeros, M, N, K, gen, interleaved)
                 failures += not ok
                 print(f"check {target:5s} {name:28s} {M}x{N}x{K}: {'PASS' if ok else 'FAIL'} {msg}", flush=True)
             # Contract: K must be a multiple of the scales' group (128), whatever the kernel's loads.
@@ -117,7 +118,7 @@ def main():
                 sets = []
                 for _ in range(3):
                     A, Wq, q = inputs(M, N, K, dtype, gen, zeros)
-                    sets.append((A, Wq, q, dequantize(Wq, q), torch.empty(M, N, device="cuda", dtype=dtype)))
+                    sets.append((A, Wq, q, dequantize(Wq, q, interleaved), torch.empty(M, N, device="cuda", dtype=dtype)))
                 ours, theirs = [], []
                 for _ in range(2):  # interleaved; each side keeps its better median
                     ours.append(time_ms(lambda s: call(fn, s[0], s[1], s[2], s[4], M, N, K), sets, 100))
