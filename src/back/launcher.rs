@@ -1,7 +1,7 @@
 //! The C launcher's contract, shared by every backend: parameters, argument checks
 //! and the documentation the `.h` carries.
 
-use crate::ast::{Dim, Order};
+use crate::ast::{walk_stmts, Dim, Ident, NibbleOrder, Order, StmtKind};
 use crate::back::ck::Lowering;
 use crate::Compiled;
 use serde::Serialize;
@@ -32,6 +32,8 @@ pub struct LauncherCtx {
     pub align_checks: Vec<CheckCtx>,
     /// One line per tensor for the header.
     pub doc_tensors: Vec<String>,
+    /// What the tensors a `dequant_int4` reads hold: its packed words' order, its zero points.
+    pub doc_packed: Vec<String>,
     /// The sizes' contract.
     pub doc_sizes: String,
     /// The alignment contract, one line per tensor.
@@ -133,6 +135,43 @@ pub fn build_lines(target: crate::target::Target, kernel: &str) -> Vec<String> {
     lines
 }
 
+/// The header's lines on the tensors each `dequant_int4` reads through a copy: where the packed
+/// words keep their values (the spec's `order`), and that zero points are small integers.
+fn packed_tensors_doc(c: &Compiled) -> Vec<String> {
+    let spec = &c.spec;
+    let mut lines = Vec::new();
+    walk_stmts(&spec.body, &mut |s| {
+        let StmtKind::Dequant { src, zero, order, .. } = &s.kind else { return };
+        let copied_into = |tile: &Ident| {
+            let mut names = Vec::new();
+            walk_stmts(&spec.body, &mut |s| {
+                if let StmtKind::Copy { src, dst } = &s.kind
+                    && dst.name.name == tile.name
+                    && src.origin.is_some()
+                    && !names.contains(&src.name.name)
+                {
+                    names.push(src.name.name.clone());
+                }
+            });
+            names
+        };
+        let line = c.line(s.span);
+        for t in copied_into(src) {
+            let bits = match order {
+                NibbleOrder::Sequential => "value i of a word in bits 4i .. 4i+3",
+                NibbleOrder::Interleaved => "in interleaved order (value 2i of a word in bits 4i .. 4i+3, value 2i+1 in bits 16+4i .. 16+4i+3)",
+            };
+            lines.push(format!("`{t}` (read by the dequant_int4 at spec {line}) packs eight 4-bit values into each 32-bit word along its last dimension, {bits}"));
+        }
+        if let Some(z) = zero.tile() {
+            for t in copied_into(z) {
+                lines.push(format!("`{t}` holds zero points: integers 0 to 15, one per group of values"));
+            }
+        }
+    });
+    lines
+}
+
 /// Builds the launcher context from the spec and the plan's alignment requirements.
 pub fn launcher(c: &Compiled) -> LauncherCtx {
     let spec = &c.spec;
@@ -157,6 +196,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
         };
         doc_tensors.push(format!("{n:<6} [{}] {}{order} ({role})", dims.join(", "), t.dtype.0));
     }
+    let doc_packed = packed_tensors_doc(c);
     for d in &c.info.runtime_dims {
         c_params.push(format!("int {d}"));
     }
@@ -213,7 +253,7 @@ pub fn launcher(c: &Compiled) -> LauncherCtx {
             doc_constants, if doc_constants.is_empty() { "" } else { "; " }, tiling.iter().map(|k| constant(k)).collect::<Vec<_>>().join(", "));
     }
     let size_multiples = !divisors.is_empty();
-    LauncherCtx { c_params, size_checks, size_limits, null_checks, align_checks, doc_tensors, doc_sizes, doc_alignment, doc_constants, size_multiples }
+    LauncherCtx { c_params, size_checks, size_limits, null_checks, align_checks, doc_tensors, doc_packed, doc_sizes, doc_alignment, doc_constants, size_multiples }
 }
 
 fn dim_text(d: &Dim) -> String {
