@@ -719,6 +719,22 @@ impl Spec {
         order.unwrap_or_default()
     }
 
+    /// The tensors the body copies straight into buffer `tile` (`copy(T[...], tile)`), each
+    /// once, in statement order.
+    pub fn tensors_copied_into(&self, tile: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        walk_stmts(&self.body, &mut |s| {
+            if let StmtKind::Copy { src, dst } = &s.kind
+                && dst.name.name == tile
+                && src.origin.is_some()
+                && !names.contains(&src.name.name)
+            {
+                names.push(src.name.name.clone());
+            }
+        });
+        names
+    }
+
     /// The statement with id `id`.
     pub fn stmt(&self, id: StmtId) -> Option<&Stmt> {
         let mut found = None;

@@ -1,7 +1,7 @@
 //! The C launcher's contract, shared by every backend: parameters, argument checks
 //! and the documentation the `.h` carries.
 
-use crate::ast::{walk_stmts, Dim, Ident, NibbleOrder, Order, StmtKind};
+use crate::ast::{walk_stmts, Dim, NibbleOrder, Order, StmtKind};
 use crate::back::ck::Lowering;
 use crate::Compiled;
 use serde::Serialize;
@@ -142,21 +142,8 @@ fn packed_tensors_doc(c: &Compiled) -> Vec<String> {
     let mut lines = Vec::new();
     walk_stmts(&spec.body, &mut |s| {
         let StmtKind::Dequant { src, zero, order, .. } = &s.kind else { return };
-        let copied_into = |tile: &Ident| {
-            let mut names = Vec::new();
-            walk_stmts(&spec.body, &mut |s| {
-                if let StmtKind::Copy { src, dst } = &s.kind
-                    && dst.name.name == tile.name
-                    && src.origin.is_some()
-                    && !names.contains(&src.name.name)
-                {
-                    names.push(src.name.name.clone());
-                }
-            });
-            names
-        };
         let line = c.line(s.span);
-        for t in copied_into(src) {
+        for t in spec.tensors_copied_into(&src.name) {
             let bits = match order {
                 NibbleOrder::Sequential => "value i of a word in bits 4i .. 4i+3",
                 NibbleOrder::Interleaved => "in interleaved order (value 2i of a word in bits 4i .. 4i+3, value 2i+1 in bits 16+4i .. 16+4i+3)",
@@ -164,7 +151,7 @@ fn packed_tensors_doc(c: &Compiled) -> Vec<String> {
             lines.push(format!("`{t}` (read by the dequant_int4 at spec {line}) packs eight 4-bit values into each 32-bit word along its last dimension, {bits}"));
         }
         if let Some(z) = zero.tile() {
-            for t in copied_into(z) {
+            for t in spec.tensors_copied_into(&z.name) {
                 lines.push(format!("`{t}` holds zero points: integers 0 to 15, one per group of values"));
             }
         }

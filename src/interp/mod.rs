@@ -252,16 +252,7 @@ fn check_zero_point_inputs(spec: &Spec, line_of: &dyn Fn(crate::diag::Span) -> u
         }
     });
     for (tile, at) in tiles {
-        let mut sources = Vec::new();
-        walk_stmts(&spec.body, &mut |s| {
-            if let StmtKind::Copy { src, dst } = &s.kind
-                && dst.name.name == tile.name
-                && src.origin.is_some()
-            {
-                sources.push(src.name.name.clone());
-            }
-        });
-        for name in sources {
+        for name in spec.tensors_copied_into(&tile.name) {
             let Some(a) = tensors.get(&name) else { continue };
             let Some(bad) = a.data.iter().position(|&z| !is_zero_point(z)) else { continue };
             let mut index = Vec::with_capacity(a.shape.len());
