@@ -390,6 +390,19 @@ impl NibbleOrder {
         }
     }
 
+    /// The order a spec spells `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [NibbleOrder::Sequential, NibbleOrder::Interleaved].into_iter().find(|o| o.name() == name)
+    }
+
+    /// Where a word keeps its values, as the diagnostics, `explain` and the headers say it.
+    pub fn layout(self) -> &'static str {
+        match self {
+            NibbleOrder::Sequential => "value i of a word in bits 4i..4i+3",
+            NibbleOrder::Interleaved => "value 2i of a word in bits 4i..4i+3, value 2i+1 in bits 16+4i..16+4i+3",
+        }
+    }
+
     /// The bit at which value `i` (0..8) of a packed word starts.
     pub fn shift(self, i: usize) -> u32 {
         let i = (i % 8) as u32;

@@ -455,14 +455,15 @@ fn explain_tile(o: &mut String, c: &Compiled, p: &crate::layout::mfma::TilePlan)
 }
 
 /// The packed words' order and what unpacking a pair costs in it.
-fn packed_words(c: &Compiled) -> &'static str {
+fn packed_words(c: &Compiled) -> String {
     use crate::ast::NibbleOrder;
-    match (c.spec.nibble_order(), c.plan.target.is_amd()) {
-        (NibbleOrder::Sequential, false) => "sequential order (value i in bits 4i..4i+3); each pair of values is a byte permute and a lop3 (`int4x2_pair`), plus one shift per word",
-        (NibbleOrder::Interleaved, false) => "interleaved order (values 2i, 2i+1 in bits 4i.. and 16+4i..); each pair of values is a shift and a lop3 (`int4x2_pair`), no byte permute",
-        (NibbleOrder::Sequential, true) => "sequential order (value i in bits 4i..4i+3), each value a shift and a mask",
-        (NibbleOrder::Interleaved, true) => "interleaved order (values 2i, 2i+1 in bits 4i.. and 16+4i..), each value a shift and a mask",
-    }
+    let order = c.spec.nibble_order();
+    let cost = match (order, c.plan.target.is_amd()) {
+        (NibbleOrder::Sequential, false) => "each pair of values is a byte permute and a lop3 (`int4x2_pair`), plus one shift per word",
+        (NibbleOrder::Interleaved, false) => "each pair of values is a shift and a lop3 (`int4x2_pair`), no byte permute",
+        (_, true) => "each value a shift and a mask",
+    };
+    format!("{} order ({}); {cost}", order.name(), order.layout())
 }
 
 fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::DequantGemmPlan) {

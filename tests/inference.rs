@@ -2076,13 +2076,13 @@ fn interleaved_words_are_unpacked_without_byte_permutes_in_every_lowering() {
             assert!(seq.contains("return __byte_perm(word, word >> 4, 0x0400u + 0x0101u * p);"), "{name} {target}");
             assert!(il.contains("CUTE_DEVICE uint32_t int4x2_pair(uint32_t word, uint32_t p) {\n  return word >> (4 * p);\n}"), "{name} {target}");
             assert!(!il.contains("__byte_perm"), "{name} {target}");
-            assert!(tilegen::explain::explain(&c).contains("packed words: interleaved order (values 2i, 2i+1 in bits 4i.. and 16+4i..); each pair of values is a shift and a lop3"), "{name} {target}");
+            assert!(tilegen::explain::explain(&c).contains("packed words: interleaved order (value 2i of a word in bits 4i..4i+3, value 2i+1 in bits 16+4i..16+4i+3); each pair of values is a shift and a lop3"), "{name} {target}");
             // The header tells the caller how to pack `Wq` (and what `zeros` holds).
             let doc = tilegen::back::launcher::launcher(&c).doc_packed;
-            assert!(doc[0].starts_with("`Wq` (read by the dequant_int4 at spec ") && doc[0].ends_with("in interleaved order (value 2i of a word in bits 4i .. 4i+3, value 2i+1 in bits 16+4i .. 16+4i+3)"), "{name} {target}: {doc:?}");
+            assert!(doc[0].starts_with("`Wq` (read by the dequant_int4 at spec ") && doc[0].ends_with("in interleaved order (value 2i of a word in bits 4i..4i+3, value 2i+1 in bits 16+4i..16+4i+3)"), "{name} {target}: {doc:?}");
             assert_eq!(doc.len(), if name == "zero points" { 2 } else { 1 }, "{doc:?}");
             let seq_doc = tilegen::back::launcher::launcher(&compile_for(text.clone(), target).unwrap()).doc_packed;
-            assert!(seq_doc[0].ends_with("packs eight 4-bit values into each 32-bit word along its last dimension, value i of a word in bits 4i .. 4i+3"), "{seq_doc:?}");
+            assert!(seq_doc[0].ends_with("packs eight 4-bit values into each 32-bit word along its last dimension, in sequential order (value i of a word in bits 4i..4i+3)"), "{seq_doc:?}");
         }
     }
     let hip = |text: String| {

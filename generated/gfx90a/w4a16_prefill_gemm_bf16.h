@@ -23,7 +23,7 @@ extern "C" {
 //   scales [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // `Wq` (read by the dequant_int4 at spec 30) packs eight 4-bit values into each 32-bit word along
-// its last dimension, value i of a word in bits 4i .. 4i+3.
+// its last dimension, in sequential order (value i of a word in bits 4i..4i+3).
 // Sizes: M, N, K from 1 to 2^30, K a multiple of 128 (packed or grouped tensors divide it); tiles
 // at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 64, block_N = 64, block_K = 128, stages

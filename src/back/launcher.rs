@@ -1,7 +1,7 @@
 //! The C launcher's contract, shared by every backend: parameters, argument checks
 //! and the documentation the `.h` carries.
 
-use crate::ast::{walk_stmts, Dim, NibbleOrder, Order, StmtKind};
+use crate::ast::{walk_stmts, Dim, Order, StmtKind};
 use crate::back::ck::Lowering;
 use crate::Compiled;
 use serde::Serialize;
@@ -144,11 +144,11 @@ fn packed_tensors_doc(c: &Compiled) -> Vec<String> {
         let StmtKind::Dequant { src, zero, order, .. } = &s.kind else { return };
         let line = c.line(s.span);
         for t in spec.tensors_copied_into(&src.name) {
-            let bits = match order {
-                NibbleOrder::Sequential => "value i of a word in bits 4i .. 4i+3",
-                NibbleOrder::Interleaved => "in interleaved order (value 2i of a word in bits 4i .. 4i+3, value 2i+1 in bits 16+4i .. 16+4i+3)",
-            };
-            lines.push(format!("`{t}` (read by the dequant_int4 at spec {line}) packs eight 4-bit values into each 32-bit word along its last dimension, {bits}"));
+            lines.push(format!(
+                "`{t}` (read by the dequant_int4 at spec {line}) packs eight 4-bit values into each 32-bit word along its last dimension, in {} order ({})",
+                order.name(),
+                order.layout()
+            ));
         }
         if let Some(z) = zero.tile() {
             for t in spec.tensors_copied_into(&z.name) {

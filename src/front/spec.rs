@@ -705,19 +705,23 @@ impl Cx {
                         return None;
                     }
                 };
-                let order = match kw.iter().find(|(k, _)| k.name == "order") {
+                let order = match kw.iter().find(|(k, _)| k.name == "order").map(|(_, e)| e) {
                     None => NibbleOrder::Sequential,
-                    Some((_, Expr { kind: ExprKind::Name(n), .. })) if n == "sequential" => NibbleOrder::Sequential,
-                    Some((_, Expr { kind: ExprKind::Name(n), .. })) if n == "interleaved" => NibbleOrder::Interleaved,
-                    Some((_, e)) => {
-                        let hint = match &e.kind {
-                            ExprKind::Name(n) => did_you_mean(n, NibbleOrder::NAMES.iter().copied()),
+                    Some(e) => {
+                        let name = match &e.kind {
+                            ExprKind::Name(n) => Some(n.as_str()),
                             _ => None,
                         };
-                        self.err(Diagnostic::error(e.span, "`order` must be `sequential` or `interleaved`").hint(hint.unwrap_or_else(|| {
-                            "`sequential`: value i of a word in bits 4i..4i+3; `interleaved`: values 2i and 2i+1 in bits 4i.. and 16+4i..".into()
-                        })));
-                        return None;
+                        match name.and_then(NibbleOrder::from_name) {
+                            Some(order) => order,
+                            None => {
+                                let hint = name.and_then(|n| did_you_mean(n, NibbleOrder::NAMES.iter().copied())).unwrap_or_else(|| {
+                                    format!("`sequential`: {}; `interleaved`: {}", NibbleOrder::Sequential.layout(), NibbleOrder::Interleaved.layout())
+                                });
+                                self.err(Diagnostic::error(e.span, "`order` must be `sequential` or `interleaved`").hint(hint));
+                                return None;
+                            }
+                        }
                     }
                 };
                 Some(StmtKind::Dequant { src: src?, dst: dst?, scales: scales?, zero, order })

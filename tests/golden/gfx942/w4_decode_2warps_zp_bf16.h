@@ -26,8 +26,8 @@ extern "C" {
 //   zeros  [N, (K / 128)] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // `Wq` (read by the dequant_int4 at spec 28) packs eight 4-bit values into each 32-bit word along
-// its last dimension, in interleaved order (value 2i of a word in bits 4i .. 4i+3, value 2i+1 in
-// bits 16+4i .. 16+4i+3).
+// its last dimension, in interleaved order (value 2i of a word in bits 4i..4i+3, value 2i+1 in bits
+// 16+4i..16+4i+3).
 // `zeros` holds zero points: integers 0 to 15, one per group of values.
 // Sizes: M, N, K from 1 to 2^30, K a multiple of 128 (packed or grouped tensors divide it); tiles
 // at ragged edges are predicated.

@@ -25,8 +25,8 @@ extern "C" {
 //   zeros  [N, 2] bf16, row-major (input)
 //   C      [M, N] bf16, row-major (output)
 // `Wq` (read by the dequant_int4 at spec 24) packs eight 4-bit values into each 32-bit word along
-// its last dimension, in interleaved order (value 2i of a word in bits 4i .. 4i+3, value 2i+1 in
-// bits 16+4i .. 16+4i+3).
+// its last dimension, in interleaved order (value 2i of a word in bits 4i..4i+3, value 2i+1 in bits
+// 16+4i..16+4i+3).
 // `zeros` holds zero points: integers 0 to 15, one per group of values.
 // Sizes: M, N from 1 to 2^30; tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): block_M = 64, block_N = 16, block_K = 32.

@@ -24,8 +24,8 @@ extern "C" {
 //   Sc     [features, (hidden / 256)] f16, row-major (input)
 //   Y      [tokens, features] f16, row-major (output)
 // `Wp` (read by the dequant_int4 at spec 25) packs eight 4-bit values into each 32-bit word along
-// its last dimension, in interleaved order (value 2i of a word in bits 4i .. 4i+3, value 2i+1 in
-// bits 16+4i .. 16+4i+3).
+// its last dimension, in interleaved order (value 2i of a word in bits 4i..4i+3, value 2i+1 in bits
+// 16+4i..16+4i+3).
 // Sizes: tokens, features, hidden from 1 to 2^30, hidden a multiple of 256 (packed or grouped
 // tensors divide it); tiles at ragged edges are predicated.
 // Constants (fixed when this file was generated): rows = 8, cols = 64, depth = 512, stages = 3.
