@@ -362,6 +362,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
     let (a_swizzle, a_period) = swizzle_args(p.a_layout);
     let (w_swizzle, w_period) = swizzle_args(p.w_layout);
     let (_, _, grid_doc) = grid_ctx(c);
+    let order = spec.nibble_order();
     let zeros = match p.zero {
         DequantZero::PerGroup { copy, .. } => Some(copy),
         DequantZero::Constant(_) => None,
@@ -388,7 +389,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         helpers: {
             // The scaled unpacking only where pairs are scaled before their MMAs (the TMA flavour);
             // per-step scaling reads each scale as a float instead.
-            let mut h: Vec<String> = dequant_int4x2_helpers(c.spec.nibble_order(), !p.scale_per_step()).collect();
+            let mut h: Vec<String> = dequant_int4x2_helpers(order, !p.scale_per_step()).collect();
             if p.scale_per_step() {
                 h.push(HALF_BITS_TO_FLOAT.into());
             }
@@ -434,7 +435,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         unpack: if p.scale_per_step() { "dequant_int4x2_exact" } else { "dequant_int4x2" }.into(),
         unpack_args: ["lo", "hi"].map(|r| if p.scale_per_step() { format!("neg_bias_{r}") } else { format!("scale_{r}, neg_bias_{r}") }),
         mma_sums: if p.scale_per_step() { "step" } else { "accum" }.into(),
-        order: c.spec.nibble_order().name(),
+        order: order.name(),
         smem_align: if p.tma.is_some() { 1024 } else { 128 },
         copy_lines: {
             let mut l: Vec<usize> = p.copies.iter().copied().chain(zeros).map(|id| st.line(id)).collect();

@@ -63,6 +63,7 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
     let [ta, _, _, _] = p.tensors;
     let w_s = spec.buffers[p.buffers[3]].name.name.clone();
     let (_, _, grid_doc) = grid_ctx(c);
+    let order = spec.nibble_order();
     let threads = spec.threads.0;
     let split = p.split_k.is_ok();
     let operands = operands_ctx(c, PlanRefs {
@@ -78,8 +79,8 @@ pub fn build(c: &Compiled, p: &DequantWgmmaPlan) -> Context {
     Context {
         operands,
         target_banner: "Target sm90a: the wide-tile 4-bit-weight GEMM (a TMA producer warpgroup filling mbarrier stages, weights unpacked into the warpgroup MMAs' register A operand).".into(),
-        order: c.spec.nibble_order().name(),
-        helpers: dequant_int4x2_helpers(c.spec.nibble_order(), true).chain([CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from)).collect(),
+        order: order.name(),
+        helpers: dequant_int4x2_helpers(order, true).chain([CONSUMER_SYNC].into_iter().chain(split.then_some(PEER_SHARED)).map(String::from)).collect(),
         doc_launch: format!("grid ({}){}, {} threads (the spec's {threads} and a TMA producer warpgroup), {} bytes of dynamic shared memory (the limit is raised when over 48 KB)",
             grid_doc.join(", "),
             match (&p.half_op, split) {
