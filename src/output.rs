@@ -34,21 +34,25 @@ impl GenError {
     }
 }
 
-/// The path shown in diagnostics and written into generated headers: relative, with `/`
-/// separators and no `./`, so that output is the same on every machine and checkout.
+/// The path shown in diagnostics and by `explain`: relative to the working directory where the
+/// spec lies under it (with `/` separators and no `./`, so that a checkout's diagnostics read the
+/// same on every machine), else absolute as given, so that two specs of one name in different
+/// folders are told apart. Generated files name their spec by [`banner_path`] instead.
 pub fn display_path(path: &Path) -> String {
-    let rel = if path.is_absolute() {
-        std::env::current_dir().ok().and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from(path.file_name().unwrap_or_default()))
+    let (rel, root) = if path.is_absolute() {
+        match std::env::current_dir().ok().and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf)) {
+            Some(rel) => (rel, ""),
+            None => (path.to_path_buf(), "/"),
+        }
     } else {
-        path.to_path_buf()
+        (path.to_path_buf(), "")
     };
     let parts: Vec<String> = rel.components().filter_map(|c| match c {
         Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
         Component::ParentDir => Some("..".into()),
         _ => None,
     }).collect();
-    parts.join("/")
+    format!("{root}{}", parts.join("/"))
 }
 
 /// Reads a spec file.
@@ -407,6 +411,10 @@ mod tests {
     fn display_paths_are_relative_and_normalised() {
         assert_eq!(display_path(Path::new("./specs/a.yaml")), "specs/a.yaml");
         assert_eq!(display_path(Path::new("specs//b.yaml")), "specs/b.yaml");
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(display_path(&cwd.join("specs").join("c.yaml")), "specs/c.yaml");
+        // Outside the working directory: the whole path, so that same-named specs differ.
+        assert_eq!(display_path(Path::new("/tilegen-no-such-dir/./x//d.yaml")), "/tilegen-no-such-dir/x/d.yaml");
     }
 
     #[test]
