@@ -39,20 +39,15 @@ impl GenError {
 /// same on every machine), else absolute as given, so that two specs of one name in different
 /// folders are told apart. Generated files name their spec by [`banner_path`] instead.
 pub fn display_path(path: &Path) -> String {
-    let (rel, root) = if path.is_absolute() {
-        match std::env::current_dir().ok().and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf)) {
-            Some(rel) => (rel, ""),
-            None => (path.to_path_buf(), "/"),
-        }
-    } else {
-        (path.to_path_buf(), "")
-    };
-    let parts: Vec<String> = rel.components().filter_map(|c| match c {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let shown = if path.is_absolute() { path.strip_prefix(&cwd).unwrap_or(path) } else { path };
+    let parts: Vec<String> = shown.components().filter_map(|c| match c {
         Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
         Component::ParentDir => Some("..".into()),
+        Component::RootDir => Some(String::new()),  // joined, the leading `/`
         _ => None,
     }).collect();
-    format!("{root}{}", parts.join("/"))
+    parts.join("/")
 }
 
 /// Reads a spec file.
