@@ -36,7 +36,8 @@ extern "C" {
 // producer warp), up to 101376 bytes of dynamic shared memory (less with an even number of scales
 // per row; the limit is raised when over 48 KB), with programmatic dependent launch: the kernel may
 // start while the one before it in `stream` finishes, and waits for it before it reads or writes
-// global memory.
+// global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it
+// stale data).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30 or not the multiple Sizes names,

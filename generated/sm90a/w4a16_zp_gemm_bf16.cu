@@ -384,6 +384,22 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // this one before it touches global memory), so that its launch overlaps the end of this grid.
   launch_dependent_grids();
   if (warp == kThreads / 32) {
+    // Before waiting for the kernel before this one, lane 0 asks L2 for tiles 0 .. stages - 1 of
+    // `Wq` (TMA prefetches: hints that take no stage and no transaction bytes), so that the
+    // first tiles' loads find them there instead of waiting for DRAM after the wait. L2 is where
+    // that kernel's writes land, so the hint cannot show this kernel stale data.
+    if (lane == 0) {
+      for (int j = 0; j < stages && j < num_tiles; ++j) {
+        if constexpr (kOddRows) {
+          CUTE_UNROLL
+          for (int span = 0; span < kSpans; ++span) {
+            SM90_TMA_LOAD_2D::PREFETCH::copy(&tma_Wq, (j * kSpans + span) * kSpanWords, n0);
+          }
+        } else {
+          SM90_TMA_LOAD_3D::PREFETCH::copy(&tma_Wq, 0, n0, j * kSpans);
+        }
+      }
+    }
     // The kernel before this one in the stream has finished, its writes visible, before the
     // first load; the consumers read global memory only through the stages, and write `C`
     // after them.

@@ -401,7 +401,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         },
         // The plan counts the scales' rows as the odd-rows instantiation has them (the larger).
         doc_launch: match &p.tma {
-            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB), with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory",
+            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB), with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it stale data)",
                 grid_doc.join(", "), spec.threads.0 + crate::layout::PRODUCER_THREADS, spec.threads.0, c.plan.smem.total),
             None => format!("grid ({}), {} threads, up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB)",
                 grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
