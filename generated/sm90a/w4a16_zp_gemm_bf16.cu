@@ -394,7 +394,8 @@ w4a16_zp_gemm_bf16_kernel(ElementA const* __restrict__ A,
         if constexpr (kOddRows) {
           CUTE_UNROLL
           for (int span = 0; span < kSpans; ++span) {
-            SM90_TMA_LOAD_2D::PREFETCH::copy(&tma_Wq, (j * kSpans + span) * kSpanWords, n0);
+            int const k_span = (j * kSpans + span) * kSpan;  // k of the span's first value, as the loads below
+            SM90_TMA_LOAD_2D::PREFETCH::copy(&tma_Wq, k_span / 8, n0);
           }
         } else {
           SM90_TMA_LOAD_3D::PREFETCH::copy(&tma_Wq, 0, n0, j * kSpans);

@@ -383,7 +383,8 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
         if constexpr (kOddRows) {
           CUTE_UNROLL
           for (int span = 0; span < kSpans; ++span) {
-            SM90_TMA_LOAD_2D::PREFETCH::copy(&tma_Wp, (j * kSpans + span) * kSpanWords, n0);
+            int const k_span = (j * kSpans + span) * kSpan;  // k of the span's first value, as the loads below
+            SM90_TMA_LOAD_2D::PREFETCH::copy(&tma_Wp, k_span / 8, n0);
           }
         } else {
           SM90_TMA_LOAD_3D::PREFETCH::copy(&tma_Wp, 0, n0, j * kSpans);
