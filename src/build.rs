@@ -85,11 +85,13 @@ pub fn find_toolchain(nvcc: Option<&Path>, cutlass: Option<&Path>) -> Result<Too
 }
 
 /// nvcc `-gencode` flags: machine code for each `sms` entry plus PTX for the lowest, so
-/// that newer GPUs can JIT it.
+/// that newer GPUs can JIT it. The sm80 target's machine code for sm_90 and later comes from
+/// compute_90 PTX, where its kernels' `__CUDA_ARCH__ >= 900` branches (programmatic dependent
+/// launch) exist; for sm_80 to sm_89, and in the PTX, from compute_80.
 pub fn gencode_flags(target: Target, sms: &[u32]) -> Vec<String> {
     match target {
         Target::Sm80 => {
-            let mut flags: Vec<String> = sms.iter().map(|sm| format!("-gencode=arch=compute_80,code=sm_{sm}")).collect();
+            let mut flags: Vec<String> = sms.iter().map(|sm| format!("-gencode=arch=compute_{},code=sm_{sm}", if *sm >= 90 { 90 } else { 80 })).collect();
             flags.push("-gencode=arch=compute_80,code=compute_80".into());
             flags
         }

@@ -7,7 +7,7 @@
 // and run `tilegen gen`. Target sm80: cp.async multistage pipeline, ldmatrix, mma.sync (runs on
 // sm_80 and later). Written against CUTLASS 4.2.0 (PyPI nvidia-cutlass==4.2.0.0).
 // Build: nvcc -std=c++17 -O3 --expt-relaxed-constexpr -DNDEBUG -I<cutlass>/include
-//        -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90
+//        -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
 //        -gencode=arch=compute_80,code=compute_80 -c attention_window_bf16.cu
 // Comments "spec N" refer to line N of the spec.
 
