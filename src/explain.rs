@@ -542,6 +542,7 @@ fn explain_dequant_gemm(o: &mut String, c: &Compiled, p: &crate::layout::Dequant
         }
         let _ = writeln!(o, "\nPipeline");
         let _ = writeln!(o, "  {}: cp.async multistage on mbarriers, {} stages: each stage has a full mbarrier (every thread's copies landed) and an empty one (every thread read it); before computing a k-tile a thread issues the copies of the tile {} ahead, into the stage read {} tile(s) before, so warps need not meet at every tile; the ring unrolled so that stage offsets are constants", heading(p.pipeline), p.stages, p.prefetch, p.stages - p.prefetch);
+        let _ = writeln!(o, "  launch: in machine code built from sm_90 or later PTX, programmatic dependent launch: the grid may start while the kernel before it in the stream finishes (its launch and set-up overlap that kernel's last blocks); every block lets the next kernel launch once set up, asks L2 for the first {} tiles of its rows of {} (bulk prefetches, hints), then waits for that kernel (griddepcontrol.wait) before its first copy; the launcher asks for it only for such code (cudaFuncGetAttributes' ptxVersion)", p.prefetch, spec.tensors[p.tensors[1]].name.name);
     }
     let _ = writeln!(o, "\nResources");
     let parts = p.stage_bytes.iter().filter(|b| **b > 0).map(|b| b.to_string()).collect::<Vec<_>>().join(" + ");

@@ -616,7 +616,21 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     assert!(producer < wait && wait < first_load, "the producer waits before its first load");
     assert_eq!(cu.matches("grid_dependency_wait();").count(), 1, "one wait, the producer's");
     assert!(tilegen::explain::explain(&c9).contains("launch: programmatic dependent launch: the grid may start while the kernel before it in the stream finishes"));
-    assert!(!tilegen::explain::explain(&c).contains("programmatic dependent launch") && !rendered_cu(&c).contains("griddepcontrol"), "sm80 has none");
+    // sm80: the same launch in an sm_90 branch, every thread waiting before its first copy, and
+    // asked for only where the machine code came from that branch's PTX.
+    let cu80 = rendered_cu(&c);
+    let branch = cu80.find("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n").expect("an sm_90 branch");
+    let end = branch + cu80[branch..].find("#endif\n").unwrap();
+    let in_branch = |needle: &str| cu80[branch..end].find(needle).map(|i| branch + i).unwrap_or_else(|| panic!("the sm_90 branch lacks {needle}"));
+    let (launch80, prefetch80, wait80) = (in_branch("launch_dependent_grids();"), in_branch("prefetch_l2(Wq + int64_t(n0 + tid) * (K / 8), bytes);"), in_branch("\n  grid_dependency_wait();"));
+    let first_copy = cu80.find("      load_tile(stage);\n").unwrap();
+    assert!(cu80.find("__syncthreads();  // the mbarriers are initialised").unwrap() < launch80 && launch80 < prefetch80 && prefetch80 < wait80 && end < first_copy);
+    assert_eq!(cu80.matches("grid_dependency_wait();").count(), 1, "one wait, at the kernel body's level: every thread waits");
+    for needle in ["cudaError_t const attributes_err = cudaFuncGetAttributes(&kernel_attributes, kernel);",
+                   "if (kernel_attributes.ptxVersion >= 90) {\n    config.attrs = &pdl;\n    config.numAttrs = 1;\n  }"] {
+        assert!(cu80.contains(needle), "the sm80 launcher lacks {needle}");
+    }
+    assert!(tilegen::explain::explain(&c).contains("launch: in machine code built from sm_90 or later PTX, programmatic dependent launch"));
     // The TMA flavour's quads own 32-value chunks 64 apart across a 256-deep span: an MMA's k's
     // span two groups, so each unpacked pair is scaled before the MMAs.
     assert!(!p9.scale_per_step());

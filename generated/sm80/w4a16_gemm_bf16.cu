@@ -149,6 +149,29 @@ CUTE_DEVICE void mbarrier_arrive_on_copies(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" :: "r"(bar) : "memory");
 }
 
+// Programmatic dependent launch (sm_90): the launcher lets this grid start while the kernel
+// before it in the stream finishes. grid_dependency_wait() returns once that kernel has completed
+// and its writes are visible (at once if there is none to wait for); the kernel reads and writes
+// no global memory before it (an L2 prefetch, a hint, is neither). launch_dependent_grids() lets
+// the next kernel in the stream, if it was launched the same way, start once every block of this
+// grid has called it or exited.
+// CUTLASS has both (cutlass/arch/grid_dependency_control.h), but they compile to nothing unless
+// CUTLASS_ENABLE_GDC_FOR_SM90 is defined before its headers, and its wait has no memory clobber, so
+// the compiler may move plain loads above it; these need neither.
+CUTE_DEVICE void grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+CUTE_DEVICE void launch_dependent_grids() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Asks L2 to fetch `bytes` bytes at `src` (16-byte aligned, a multiple of 16 bytes) in the
+// background (sm_90: cp.async.bulk.prefetch). A hint: it takes no shared memory, completes on
+// nothing and cannot make a later load see stale data (L2 is where other kernels' writes land).
+CUTE_DEVICE void prefetch_l2(void const* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory");
+}
+
 // Element types.
 using ElementA = cute::bfloat16_t;  // tensor `A`
 using ElementWq = int32_t;  // tensor `Wq`
@@ -474,6 +497,20 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   }
   __syncthreads();  // the mbarriers are initialised
   int const num_tiles = ((K + block_K - 1) / block_K);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Programmatic dependent launch (machine code from sm_90 or later PTX; the launcher asks for it
+  // only then): let the next kernel in the stream launch once every block is here; ask L2 for the
+  // first kPrefetch tiles of this block's weight rows (a hint, half a byte per value) while the
+  // kernel before it in the stream finishes; then wait for that kernel before the first copy.
+  launch_dependent_grids();
+  if (tid < block_N && n0 + tid < N) {
+    uint32_t const bytes = uint32_t(min(K, kPrefetch * block_K) / 2) & ~15u;
+    if (bytes > 0) {
+      prefetch_l2(Wq + int64_t(n0 + tid) * (K / 8), bytes);
+    }
+  }
+  grid_dependency_wait();
+#endif
   CUTE_UNROLL
   for (int stage = 0; stage < kPrefetch; ++stage) {
     if (stage < num_tiles) {
@@ -583,11 +620,28 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
     }
   }
   dim3 const grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z));
+  // Programmatic dependent launch where the kernel's machine code was built from sm_90 (or later)
+  // PTX, whose kernel waits for the kernel before it (see the kernel's sm_90 branch): the grid may
+  // start while that kernel finishes, so that its launch and set-up overlap that kernel's last
+  // blocks. Code from compute_80 PTX (sm_80 machine code, or PTX the driver compiles) launches
+  // plainly.
+  cudaFuncAttributes kernel_attributes = {};
+  cudaError_t const attributes_err = cudaFuncGetAttributes(&kernel_attributes, kernel);
+  if (attributes_err != cudaSuccess) {
+    return static_cast<int>(attributes_err);
+  }
+  cudaLaunchAttribute pdl = {};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
+  if (kernel_attributes.ptxVersion >= 90) {
+    config.attrs = &pdl;
+    config.numAttrs = 1;
+  }
   return static_cast<int>(cudaLaunchKernelEx(&config, kernel,
       static_cast<ElementA const*>(A), static_cast<ElementWq const*>(Wq), static_cast<ElementScales const*>(scales),
       static_cast<ElementC*>(C), M, N, K));

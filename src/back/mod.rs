@@ -104,7 +104,7 @@ const RESERVED_CUTE: [&str; 65] = [
     "make_tiled_copy_C", "partition_fragment_C", "tile_to_shape", "make_tiled_mma", "cosize_v",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 82] = [
+const RESERVED_THIN: [&str; 92] = [
     "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage", "kernel",
     "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_slot", "scale_copier", "scale_first",
     "scale_shift", "scale_bytes", "bytes", "odd_rows", "smem_bytes", "words_lo",
@@ -113,6 +113,9 @@ const RESERVED_THIN: [&str; 82] = [
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "cp_async_16_l1", "full", "empty", "next", "next_stage",
     "mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_on_copies", "dequant_neg_bias", "neg_bias_lo",
     "neg_bias_hi", "zp_offset", "decode", "dequant_int4x2_exact", "half_bits_to_float", "step", "chain", "fmaf",
+    // programmatic dependent launch
+    "pdl", "cudaLaunchAttribute", "cudaLaunchAttributeProgrammaticStreamSerialization", "grid_dependency_wait",
+    "launch_dependent_grids", "prefetch_l2", "kernel_attributes", "attributes_err", "cudaFuncAttributes", "cudaFuncGetAttributes",
 ];
 /// Names every sm90a producer/consumer pipeline calls unqualified: CuTe's mbarrier functions
 /// and the consumers' named barrier (sm90a's fused programs and the thin-tile GEMM's flavour).
@@ -120,13 +123,10 @@ const RESERVED_SM90A_BARRIERS: [&str; 5] = ["consumer_sync", "initialize_barrier
 /// Names the thin-tile GEMM's sm90a flavour (a TMA producer warp) adds to [`RESERVED_THIN`]
 /// and [`RESERVED_SM90A_BARRIERS`]: its locals and the CuTe, CUTLASS and CUDA names it calls
 /// unqualified.
-const RESERVED_THIN_TMA: [&str; 28] = [
+const RESERVED_THIN_TMA: [&str; 23] = [
     "slot", "span", "k_span", "tile_rows", "box_rows", "map", "span_dims", "line_dims", "word_dims", "row_bytes", "strides",
     "box", "unit", "CUresult", "cuTensorMapEncodeTiled", "cuuint32_t", "cuuint64_t", "make_uint4", "sizeof_bits_v",
     "ComposedLayout", "smem_ptr_flag_bits", "CUtensorMap", "CUDA_SUCCESS",
-    // programmatic dependent launch
-    "pdl", "cudaLaunchAttribute", "cudaLaunchAttributeProgrammaticStreamSerialization", "grid_dependency_wait",
-    "launch_dependent_grids",
 ];
 /// Names sm90a's wide-tile dequant GEMM (`DequantWgmmaPlan`) declares besides the CuTe ones and
 /// [`RESERVED_SM90A_BARRIERS`]: its locals, helpers and launch function, and the CuTe and CUDA

@@ -18,6 +18,8 @@ const MBARRIER: &str = helper!("mbarrier_sm80.cuh");
 const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
 /// Programmatic dependent launch: wait for the kernel before, let the next one launch (sm_90).
 const GRID_DEPENDENCY: &str = helper!("grid_dependency.cuh");
+/// A bulk L2 prefetch (sm_90): the cp.async flavour's first weight tiles, before its wait.
+const PREFETCH_L2: &str = helper!("prefetch_l2.cuh");
 /// A scale's 16 bits as a float, for scaling each step's f32 sums (`scale_per_step`).
 const HALF_BITS_TO_FLOAT: &str = helper!("half_bits_to_float.cuh");
 
@@ -396,6 +398,8 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             h.extend([LD_SHARED.into(), super::context::CP_ASYNC_4_BYTES.into(), MBARRIER.into()]);
             if p.tma.is_some() {
                 h.extend([CONSUMER_SYNC, GRID_DEPENDENCY].map(String::from));
+            } else {
+                h.extend([GRID_DEPENDENCY, PREFETCH_L2].map(String::from));
             }
             h
         },
@@ -403,11 +407,11 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         doc_launch: match &p.tma {
             Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB), with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it stale data)",
                 grid_doc.join(", "), spec.threads.0 + crate::layout::PRODUCER_THREADS, spec.threads.0, c.plan.smem.total),
-            None => format!("grid ({}), {} threads, up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB)",
+            None => format!("grid ({}), {} threads, up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB); where the kernel's machine code was built from sm_90 or later PTX (as `tilegen build` builds sm_90 and later), with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it stale data)",
                 grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
         },
         doc_invalid: if p.tma.is_some() { "the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors".into() } else { "the grid exceeds CUDA's limits".into() },
-        doc_errors: "cudaFuncSetAttribute or the launch".into(),
+        doc_errors: if p.tma.is_some() { "cudaFuncSetAttribute or the launch" } else { "cudaFuncGetAttributes, cudaFuncSetAttribute or the launch" }.into(),
         why_a: p.why_a.clone(),
         why_w: p.why_w.clone(),
         mma_atom: if half == crate::ast::DType::F16 { "SM80_16x8x16_F32F16F16F32_TN" } else { "SM80_16x8x16_F32BF16BF16F32_TN" }.into(),

@@ -36,12 +36,15 @@ extern "C" {
 //   rows of any length).
 // Launch: grid (ceildiv(features, cols), ceildiv(tokens, rows)), 256 threads, up to 76160 bytes of
 // dynamic shared memory (less with an even number of scales per row; the limit is raised when over
-// 48 KB).
+// 48 KB); where the kernel's machine code was built from sm_90 or later PTX (as `tilegen build`
+// builds sm_90 and later), with programmatic dependent launch: the kernel may start while the one
+// before it in `stream` finishes, and waits for it before it reads or writes global memory (it may
+// first prefetch its first weight tiles into L2, a hint that cannot show it stale data).
 //
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30 or not the multiple Sizes names,
 //   a pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
-//   otherwise the error that cudaFuncSetAttribute or the launch reported.
+//   otherwise the error that cudaFuncGetAttributes, cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_w4_thin_f16(const void* X, const void* Wp, const void* Sc, void* Y, int tokens, int features, int hidden,
                         cudaStream_t stream);
