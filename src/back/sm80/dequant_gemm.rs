@@ -20,6 +20,8 @@ const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
 const GRID_DEPENDENCY: &str = helper!("grid_dependency.cuh");
 /// A bulk L2 prefetch (sm_90): the cp.async flavour's first weight tiles, before its wait.
 const PREFETCH_L2: &str = helper!("prefetch_l2.cuh");
+/// What the launcher's header says of programmatic dependent launch (both flavours).
+const DOC_PDL: &str = "with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it stale data)";
 /// A scale's 16 bits as a float, for scaling each step's f32 sums (`scale_per_step`).
 const HALF_BITS_TO_FLOAT: &str = helper!("half_bits_to_float.cuh");
 
@@ -405,9 +407,9 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
         },
         // The plan counts the scales' rows as the odd-rows instantiation has them (the larger).
         doc_launch: match &p.tma {
-            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB), with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it stale data)",
+            Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB), {DOC_PDL}",
                 grid_doc.join(", "), spec.threads.0 + crate::layout::PRODUCER_THREADS, spec.threads.0, c.plan.smem.total),
-            None => format!("grid ({}), {} threads, up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB); where the kernel's machine code was built from sm_90 or later PTX (as `tilegen build` builds sm_90 and later), with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it stale data)",
+            None => format!("grid ({}), {} threads, up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB); where the kernel's machine code was built from sm_90 or later PTX (as `tilegen build` builds sm_90 and later), {DOC_PDL}",
                 grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
         },
         doc_invalid: if p.tma.is_some() { "the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors".into() } else { "the grid exceeds CUDA's limits".into() },
