@@ -622,7 +622,8 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     let branch = cu80.find("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n").expect("an sm_90 branch");
     let end = branch + cu80[branch..].find("#endif\n").unwrap();
     let in_branch = |needle: &str| cu80[branch..end].find(needle).map(|i| branch + i).unwrap_or_else(|| panic!("the sm_90 branch lacks {needle}"));
-    let (launch80, prefetch80, wait80) = (in_branch("launch_dependent_grids();"), in_branch("prefetch_l2(Wq + int64_t(n0 + tid) * (K / 8), bytes);"), in_branch("\n  grid_dependency_wait();"));
+    let (launch80, prefetch80, wait80) = (in_branch("launch_dependent_grids();"), in_branch("prefetch_l2(Wq + int64_t(n0 + row) * (K / 8), prefetch_bytes);"), in_branch("\n  grid_dependency_wait();"));
+    in_branch("row < block_N && n0 + row < N; row += kThreads) {"); // every weight row of the block, whatever the thread count
     let first_copy = cu80.find("      load_tile(stage);\n").unwrap();
     assert!(cu80.find("__syncthreads();  // the mbarriers are initialised").unwrap() < launch80 && launch80 < prefetch80 && prefetch80 < wait80 && end < first_copy);
     assert_eq!(cu80.matches("grid_dependency_wait();").count(), 1, "one wait, at the kernel body's level: every thread waits");

@@ -503,11 +503,9 @@ w4a16_gemm_bf16_kernel(ElementA const* __restrict__ A,
   // first kPrefetch tiles of this block's weight rows (a hint, half a byte per value) while the
   // kernel before it in the stream finishes; then wait for that kernel before the first copy.
   launch_dependent_grids();
-  if (tid < block_N && n0 + tid < N) {
-    uint32_t const bytes = uint32_t(min(K, kPrefetch * block_K) / 2) & ~15u;
-    if (bytes > 0) {
-      prefetch_l2(Wq + int64_t(n0 + tid) * (K / 8), bytes);
-    }
+  uint32_t const prefetch_bytes = uint32_t(min(K, kPrefetch * block_K) / 2) & ~15u;
+  for (int row = tid; prefetch_bytes > 0 && row < block_N && n0 + row < N; row += kThreads) {
+    prefetch_l2(Wq + int64_t(n0 + row) * (K / 8), prefetch_bytes);
   }
   grid_dependency_wait();
 #endif

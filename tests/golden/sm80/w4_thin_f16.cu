@@ -501,11 +501,9 @@ w4_thin_f16_kernel(ElementX const* __restrict__ X,
   // first kPrefetch tiles of this block's weight rows (a hint, half a byte per value) while the
   // kernel before it in the stream finishes; then wait for that kernel before the first copy.
   launch_dependent_grids();
-  if (tid < cols && n0 + tid < features) {
-    uint32_t const bytes = uint32_t(min(hidden, kPrefetch * depth) / 2) & ~15u;
-    if (bytes > 0) {
-      prefetch_l2(Wp + int64_t(n0 + tid) * (hidden / 8), bytes);
-    }
+  uint32_t const prefetch_bytes = uint32_t(min(hidden, kPrefetch * depth) / 2) & ~15u;
+  for (int row = tid; prefetch_bytes > 0 && row < cols && n0 + row < features; row += kThreads) {
+    prefetch_l2(Wp + int64_t(n0 + row) * (hidden / 8), prefetch_bytes);
   }
   grid_dependency_wait();
 #endif
