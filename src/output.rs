@@ -41,13 +41,18 @@ impl GenError {
 pub fn display_path(path: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_default();
     let shown = if path.is_absolute() { path.strip_prefix(&cwd).unwrap_or(path) } else { path };
+    let mut prefix = String::new();  // a Windows drive or share (`C:`), kept before the root
     let parts: Vec<String> = shown.components().filter_map(|c| match c {
         Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
         Component::ParentDir => Some("..".into()),
         Component::RootDir => Some(String::new()),  // joined, the leading `/`
-        _ => None,
+        Component::Prefix(p) => {
+            prefix = p.as_os_str().to_string_lossy().into_owned();
+            None
+        }
+        Component::CurDir => None,
     }).collect();
-    parts.join("/")
+    prefix + &parts.join("/")
 }
 
 /// Reads a spec file.
@@ -410,6 +415,13 @@ mod tests {
         assert_eq!(display_path(&cwd.join("specs").join("c.yaml")), "specs/c.yaml");
         // Outside the working directory: the whole path, so that same-named specs differ.
         assert_eq!(display_path(Path::new("/tilegen-no-such-dir/./x//d.yaml")), "/tilegen-no-such-dir/x/d.yaml");
+    }
+
+    /// Windows only (paths have no drive elsewhere): the drive stays in front of the root.
+    #[cfg(windows)]
+    #[test]
+    fn display_paths_keep_the_drive() {
+        assert_eq!(display_path(Path::new(r"Z:\tilegen-no-such-dir\.\x\d.yaml")), "Z:/tilegen-no-such-dir/x/d.yaml");
     }
 
     #[test]
