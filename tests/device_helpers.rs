@@ -82,3 +82,48 @@ fn int4x2_pair_matches_the_interpreter_in_both_orders() {
         }
     }
 }
+
+/// loaded_ptx_version (templates/helpers/loaded_ptx_version.cuh, the sm80 decode launchers'
+/// choice of programmatic dependent launch) asks the runtime once per device and then answers
+/// from memory; each device keeps its own answer; a failed query is reported and not remembered;
+/// devices past the remembered ones are asked every time; cudaGetDevice's error is reported.
+#[test]
+fn loaded_ptx_version_asks_once_per_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("loaded_ptx_version");
+    let out = Command::new("g++")
+        .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I").arg(root().join("templates/helpers"))
+        .arg(root().join("tests/host_emu/loaded_ptx_version_main.cpp"))
+        .arg("-o").arg(&exe)
+        .output().expect("running g++");
+    assert!(out.status.success(), "g++: {}", String::from_utf8_lossy(&out.stderr));
+    let script = [
+        ("ptx 0 90", None),
+        ("ptx 1 80", None),
+        ("ask 0", Some("err=0 version=90 asked=1")),
+        ("ask 0", Some("err=0 version=90 asked=1")), // remembered
+        ("ask 1", Some("err=0 version=80 asked=2")), // another device, asked once
+        ("ask 1", Some("err=0 version=80 asked=2")),
+        ("ask 0", Some("err=0 version=90 asked=2")),
+        ("ptx 3 90", None),
+        ("fail 98", None),
+        ("ask 3", Some("err=98 version=-1 asked=3")), // the error, not remembered
+        ("fail 0", None),
+        ("ask 3", Some("err=0 version=90 asked=4")),
+        ("ask 3", Some("err=0 version=90 asked=4")),
+        ("ptx 70 90", None),
+        ("ask 70", Some("err=0 version=90 asked=5")), // past the remembered devices
+        ("ask 70", Some("err=0 version=90 asked=6")),
+        ("nodevice 100", None),
+        ("ask 0", Some("err=100 version=-1 asked=6")),
+    ];
+    let input: String = script.iter().map(|(c, _)| format!("{c}\n")).collect();
+    let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the stand-in exited with {:?}", out.status);
+    let want: Vec<&str> = script.iter().filter_map(|(_, w)| *w).collect();
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().collect::<Vec<_>>(), want);
+}

@@ -627,10 +627,17 @@ fn thin_tiles_unpack_weights_into_the_mma_a_operand_from_whole_words() {
     let first_copy = cu80.find("      load_tile(stage);\n").unwrap();
     assert!(cu80.find("__syncthreads();  // the mbarriers are initialised").unwrap() < launch80 && launch80 < prefetch80 && prefetch80 < wait80 && end < first_copy);
     assert_eq!(cu80.matches("grid_dependency_wait();").count(), 1, "one wait, at the kernel body's level: every thread waits");
-    for needle in ["cudaError_t const attributes_err = cudaFuncGetAttributes(&kernel_attributes, kernel);",
-                   "if (kernel_attributes.ptxVersion >= 90) {\n    config.attrs = &pdl;\n    config.numAttrs = 1;\n  }"] {
+    for needle in ["cudaError_t const version_err = loaded_ptx_version(reinterpret_cast<void const*>(kernel), ptx_version);",
+                   "if (ptx_version >= 90) {\n    config.attrs = &pdl;\n    config.numAttrs = 1;\n  }"] {
         assert!(cu80.contains(needle), "the sm80 launcher lacks {needle}");
     }
+    // The PTX version is asked of the driver once per device, then remembered.
+    let helper = cu80.find("inline cudaError_t loaded_ptx_version(void const* kernel, int& version) {").expect("the PTX version helper");
+    let (remembered, asked) = (cu80[helper..].find("version = rememberable ? remembered[device].load(std::memory_order_relaxed) : 0;").unwrap(),
+                               cu80[helper..].find("cudaFuncGetAttributes(&attributes, kernel)").unwrap());
+    assert!(remembered < asked && cu80[helper + asked..].contains("remembered[device].store(version, std::memory_order_relaxed);"));
+    assert_eq!(cu80.matches("cudaFuncGetAttributes(").count(), 1, "asked only through the helper");
+    assert!(cu80.contains("#include <atomic>\n"));
     assert!(tilegen::explain::explain(&c).contains("launch: in machine code built from sm_90 or later PTX, programmatic dependent launch"));
     // The TMA flavour's quads own 32-value chunks 64 apart across a 256-deep span: an MMA's k's
     // span two groups, so each unpacked pair is scaled before the MMAs.

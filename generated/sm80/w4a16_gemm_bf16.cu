@@ -12,6 +12,7 @@
 
 #include "w4a16_gemm_bf16.h"
 
+#include <atomic>
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -170,6 +171,36 @@ CUTE_DEVICE void launch_dependent_grids() {
 // nothing and cannot make a later load see stale data (L2 is where other kernels' writes land).
 CUTE_DEVICE void prefetch_l2(void const* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory");
+}
+
+// The virtual architecture the machine code loaded for `kernel` on the current device was built
+// from (cudaFuncAttributes::ptxVersion: 80, 90, ...). cudaFuncGetAttributes is a driver round
+// trip, so the answer is remembered per device, as CUB remembers its PtxVersion: the code loaded
+// for a kernel does not change while the process runs, and every kernel of this file comes from
+// the same compilation, so one answer per device serves them all.
+inline cudaError_t loaded_ptx_version(void const* kernel, int& version) {
+  constexpr int kDevicesRemembered = 64;  // devices past these are asked on every launch
+  static std::atomic<int> remembered[kDevicesRemembered] = {};  // 0: not asked yet
+  int device = 0;
+  cudaError_t const device_err = cudaGetDevice(&device);
+  if (device_err != cudaSuccess) {
+    return device_err;
+  }
+  bool const rememberable = device >= 0 && device < kDevicesRemembered;
+  version = rememberable ? remembered[device].load(std::memory_order_relaxed) : 0;
+  if (version != 0) {
+    return cudaSuccess;
+  }
+  cudaFuncAttributes attributes = {};
+  cudaError_t const attributes_err = cudaFuncGetAttributes(&attributes, kernel);
+  if (attributes_err != cudaSuccess) {
+    return attributes_err;
+  }
+  version = attributes.ptxVersion;
+  if (rememberable) {
+    remembered[device].store(version, std::memory_order_relaxed);
+  }
+  return cudaSuccess;
 }
 
 // Element types.
@@ -623,10 +654,10 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   // start while that kernel finishes, so that its launch and set-up overlap that kernel's last
   // blocks. Code from compute_80 PTX (sm_80 machine code, or PTX the driver compiles) launches
   // plainly.
-  cudaFuncAttributes kernel_attributes = {};
-  cudaError_t const attributes_err = cudaFuncGetAttributes(&kernel_attributes, kernel);
-  if (attributes_err != cudaSuccess) {
-    return static_cast<int>(attributes_err);
+  int ptx_version = 0;
+  cudaError_t const version_err = loaded_ptx_version(reinterpret_cast<void const*>(kernel), ptx_version);
+  if (version_err != cudaSuccess) {
+    return static_cast<int>(version_err);
   }
   cudaLaunchAttribute pdl = {};
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -636,7 +667,7 @@ extern "C" int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  if (kernel_attributes.ptxVersion >= 90) {
+  if (ptx_version >= 90) {
     config.attrs = &pdl;
     config.numAttrs = 1;
   }

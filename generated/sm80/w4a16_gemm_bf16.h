@@ -42,7 +42,8 @@ extern "C" {
 // Returns cudaSuccess (0) once the kernel is launched, or without launching anything:
 //   cudaErrorInvalidValue (1) when a size is below 1 or above 2^30 or not the multiple Sizes names,
 //   a pointer is null or breaks its alignment, or the grid exceeds CUDA's limits;
-//   otherwise the error that cudaFuncGetAttributes, cudaFuncSetAttribute or the launch reported.
+//   otherwise the error that cudaGetDevice, cudaFuncGetAttributes (once per device),
+//   cudaFuncSetAttribute or the launch reported.
 // Errors during execution surface at the next synchronisation, as for any kernel.
 int tilegen_w4a16_gemm_bf16(const void* A, const void* Wq, const void* scales, void* C, int M, int N, int K,
                             cudaStream_t stream);

@@ -104,7 +104,7 @@ const RESERVED_CUTE: [&str; 65] = [
     "make_tiled_copy_C", "partition_fragment_C", "tile_to_shape", "make_tiled_mma", "cosize_v",
 ];
 /// Names the thin-tile dequant GEMM's code declares besides the CuTe ones.
-const RESERVED_THIN: [&str; 93] = [
+const RESERVED_THIN: [&str; 101] = [
     "lane", "warp", "g", "t", "wn", "wk", "w_row", "k0", "m0", "n0", "next_k", "mma_tile", "tile", "stage", "kernel",
     "row", "col", "chunk", "share", "sum0", "sum1", "out", "scale_row", "scale_slot", "scale_copier", "scale_first",
     "scale_shift", "scale_bytes", "bytes", "odd_rows", "smem_bytes", "words_lo",
@@ -115,7 +115,8 @@ const RESERVED_THIN: [&str; 93] = [
     "neg_bias_hi", "zp_offset", "decode", "dequant_int4x2_exact", "half_bits_to_float", "step", "chain", "fmaf",
     // programmatic dependent launch
     "pdl", "cudaLaunchAttribute", "cudaLaunchAttributeProgrammaticStreamSerialization", "grid_dependency_wait",
-    "launch_dependent_grids", "prefetch_l2", "prefetch_bytes", "kernel_attributes", "attributes_err", "cudaFuncAttributes", "cudaFuncGetAttributes",
+    "launch_dependent_grids", "prefetch_l2", "prefetch_bytes", "attributes", "attributes_err", "cudaFuncAttributes", "cudaFuncGetAttributes",
+    "loaded_ptx_version", "ptx_version", "version_err", "kDevicesRemembered", "remembered", "rememberable", "device_err", "cudaGetDevice",
 ];
 /// Names every sm90a producer/consumer pipeline calls unqualified: CuTe's mbarrier functions
 /// and the consumers' named barrier (sm90a's fused programs and the thin-tile GEMM's flavour).

@@ -20,6 +20,8 @@ const CONSUMER_SYNC: &str = helper!("consumer_sync.cuh");
 const GRID_DEPENDENCY: &str = helper!("grid_dependency.cuh");
 /// A bulk L2 prefetch (sm_90): the cp.async flavour's first weight tiles, before its wait.
 const PREFETCH_L2: &str = helper!("prefetch_l2.cuh");
+/// The loaded code's PTX version, asked once per device (the cp.async flavour's launcher).
+const LOADED_PTX_VERSION: &str = helper!("loaded_ptx_version.cuh");
 /// What the launcher's header says of programmatic dependent launch (both flavours).
 const DOC_PDL: &str = "with programmatic dependent launch: the kernel may start while the one before it in `stream` finishes, and waits for it before it reads or writes global memory (it may first prefetch its first weight tiles into L2, a hint that cannot show it stale data)";
 /// A scale's 16 bits as a float, for scaling each step's f32 sums (`scale_per_step`).
@@ -401,7 +403,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             if p.tma.is_some() {
                 h.extend([CONSUMER_SYNC, GRID_DEPENDENCY].map(String::from));
             } else {
-                h.extend([GRID_DEPENDENCY, PREFETCH_L2].map(String::from));
+                h.extend([GRID_DEPENDENCY, PREFETCH_L2, LOADED_PTX_VERSION].map(String::from));
             }
             h
         },
@@ -413,7 +415,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
                 grid_doc.join(", "), spec.threads.0, c.plan.smem.total),
         },
         doc_invalid: if p.tma.is_some() { "the grid exceeds CUDA's limits, or a tensor map cannot describe the tensors".into() } else { "the grid exceeds CUDA's limits".into() },
-        doc_errors: if p.tma.is_some() { "cudaFuncSetAttribute or the launch" } else { "cudaFuncGetAttributes, cudaFuncSetAttribute or the launch" }.into(),
+        doc_errors: if p.tma.is_some() { "cudaFuncSetAttribute or the launch" } else { "cudaGetDevice, cudaFuncGetAttributes (once per device), cudaFuncSetAttribute or the launch" }.into(),
         why_a: p.why_a.clone(),
         why_w: p.why_w.clone(),
         mma_atom: if half == crate::ast::DType::F16 { "SM80_16x8x16_F32F16F16F32_TN" } else { "SM80_16x8x16_F32BF16BF16F32_TN" }.into(),
