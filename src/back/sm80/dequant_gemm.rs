@@ -208,6 +208,8 @@ pub struct Context {
     pub smem_total: u64,
     pub target_banner: String,
     pub helpers: Vec<String>,
+    /// Standard headers the helpers need besides `<cstdint>` (`<atomic>` for [`LOADED_PTX_VERSION`]).
+    pub std_headers: Vec<&'static str>,
     pub doc_launch: String,
     pub doc_invalid: String,
     pub doc_errors: String,
@@ -407,6 +409,7 @@ pub fn build(c: &Compiled, p: &DequantGemmPlan) -> Context {
             }
             h
         },
+        std_headers: if p.tma.is_some() { vec![] } else { vec!["atomic"] },
         // The plan counts the scales' rows as the odd-rows instantiation has them (the larger).
         doc_launch: match &p.tma {
             Some(_) => format!("grid ({}), {} threads (the spec's {} and a TMA producer warp), up to {} bytes of dynamic shared memory (less with an even number of scales per row; the limit is raised when over 48 KB), {DOC_PDL}",
